@@ -1,0 +1,34 @@
+# Impyard tasks. `bash scripts/bootstrap.sh` first on a fresh machine (it brings `just`).
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+venv := justfile_directory() / ".venv/bin"
+
+default:
+    @just --list
+
+# Install (if missing) and start the Docker engine
+engine:
+    bash scripts/engine.sh
+
+# Build the offline box image impyard-box:latest
+box:
+    bash scripts/build-box.sh impyard-box:latest
+
+# Lint and type-check the package
+lint:
+    {{venv}}/ruff check impyard tests bench
+    {{venv}}/ruff format --check impyard tests bench
+    {{venv}}/mypy
+
+# Lint, then the whole test suite (docker tests included)
+test: lint
+    {{venv}}/pytest -q
+
+# Full demo: verify the tmpfs primitive
+demo:
+    bash scripts/demo.sh
+
+# Benchmarks (not part of the tests)
+bench:
+    {{venv}}/python -m bench

@@ -1,0 +1,3 @@
+from impyard.cli.main import main
+
+main()

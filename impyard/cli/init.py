@@ -1,0 +1,18 @@
+"""``impyard init``: create the data root (idempotent)."""
+
+from __future__ import annotations
+
+import typer
+
+from impyard.cli._common import echo, state
+from impyard.datadir import init_home
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("init")
+    def init_command(ctx: typer.Context) -> None:
+        """Create the data root with the default owner policy (safe to run again)."""
+        home = state(ctx).home
+        created = init_home(home)
+        verb = "created" if created else "already initialized"
+        echo(f"{verb}: {home.root}")

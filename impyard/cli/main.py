@@ -1,0 +1,94 @@
+"""The ``impyard`` entry point: global options, sub-command groups and the one error handler."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import traceback
+from pathlib import Path
+
+import typer
+
+from impyard import __version__
+from impyard.cli import _common, check, imp, init
+from impyard.errors import ImpyardError
+from impyard.home import Home
+from impyard.settings import load_settings
+
+UNEXPECTED_EXIT = 70
+
+app = typer.Typer(
+    name="impyard",
+    help="Run AI agents (imps) in Docker boxes and keep what they learn in Git.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"impyard {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    home: Path | None = typer.Option(
+        None,
+        "--home",
+        envvar="IMPYARD_HOME",
+        help="Data root (default ./.impyard).",
+        show_default=False,
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    ctx.obj = _common.AppState(settings=load_settings(home))
+
+
+init.register(app)
+imp.register(app)
+check.register(app)
+
+
+def _log_unexpected(exc: BaseException) -> Path | None:
+    """Write the traceback with versions where an owner can find it; return that path."""
+    try:
+        settings = load_settings()
+        candidates = [Home(settings.home).error_log]
+    except Exception:  # settings themselves may be what is broken
+        candidates = []
+    candidates.append(Path("/tmp") / "impyard-error.log")
+    report = (
+        f"impyard {__version__} python {platform.python_version()} {platform.platform()}\n"
+        f"argv: {sys.argv}\n" + "".join(traceback.format_exception(exc))
+    )
+    for path in candidates:
+        try:
+            if path.parent.is_dir():
+                with path.open("a") as handle:
+                    handle.write(report + "\n")
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI. Typer handles usage errors (exit 2); Impyard errors print one line."""
+    try:
+        app(args=argv)
+    except ImpyardError as exc:
+        typer.echo(f"impyard: error: {exc.message}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("impyard: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        where = _log_unexpected(exc)
+        detail = f"; details in {where}" if where else ""
+        typer.echo(f"impyard: unexpected error: {type(exc).__name__}: {exc}{detail}", err=True)
+        sys.exit(UNEXPECTED_EXIT)

@@ -1,0 +1,29 @@
+"""Creating the data root: directories and the default owner policy."""
+
+from __future__ import annotations
+
+import importlib.resources
+
+from impyard.fsutil import atomic_write_bytes
+from impyard.home import Home
+
+
+def default_org_policy() -> bytes:
+    return importlib.resources.files("impyard._policy").joinpath("org.toml").read_bytes()
+
+
+def init_home(home: Home) -> bool:
+    """Create what is missing; never overwrite an owner's edited policy. True if anything new."""
+    fresh = not home.is_initialized()
+    for directory in (
+        home.root,
+        home.policy_dir,
+        home.imp_policy_dir,
+        home.knowledge_dir,
+        home.runs_dir,
+        home.memory_dir,
+    ):
+        directory.mkdir(parents=True, exist_ok=True)
+    if not home.org_policy.exists():
+        atomic_write_bytes(home.org_policy, default_org_policy())
+    return fresh

@@ -1,0 +1,86 @@
+"""The data root's layout: every path Impyard writes is named here, once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @property
+    def policy_dir(self) -> Path:
+        return self.root / "policy"
+
+    @property
+    def org_policy(self) -> Path:
+        return self.policy_dir / "org.toml"
+
+    @property
+    def imp_policy_dir(self) -> Path:
+        return self.policy_dir / "imps"
+
+    def imp_policy(self, imp: str) -> Path:
+        return self.imp_policy_dir / f"{imp}.toml"
+
+    @property
+    def compiled_policy(self) -> Path:
+        return self.policy_dir / "compiled.json"
+
+    @property
+    def knowledge_dir(self) -> Path:
+        return self.root / "knowledge"
+
+    def imp_dir(self, imp: str) -> Path:
+        return self.knowledge_dir / imp
+
+    def repo(self, imp: str) -> Path:
+        return self.imp_dir(imp) / "repo.git"
+
+    def origin(self, imp: str) -> Path:
+        return self.imp_dir(imp) / "origin.git"
+
+    def layers(self, imp: str) -> Path:
+        """Read-only lower directories of overlay checkouts, one per base commit."""
+        return self.imp_dir(imp) / "layers"
+
+    def lane_lock(self, imp: str) -> Path:
+        return self.imp_dir(imp) / "lane.lock"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / "runs"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+    def manifest(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "manifest.json"
+
+    def box_log(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "box.log"
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def legacy_notes_dir(self) -> Path:
+        return self.root / "notes"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "journal.jsonl"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "impyard.db"
+
+    @property
+    def error_log(self) -> Path:
+        return self.root / "impyard-error.log"
+
+    def is_initialized(self) -> bool:
+        return self.org_policy.is_file() and self.knowledge_dir.is_dir()

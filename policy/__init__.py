@@ -1,0 +1,1 @@
+"""Default owner policy shipped as package data (read with importlib.resources)."""
