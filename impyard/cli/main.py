@@ -10,7 +10,19 @@ from pathlib import Path
 import typer
 
 from impyard import __version__
-from impyard.cli import _common, check, imp, init
+from impyard.cli import (
+    _common,
+    check,
+    imp,
+    init,
+    journal,
+    memory,
+    policy,
+    run,
+    runs,
+    serve,
+    task,
+)
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.settings import load_settings
@@ -49,9 +61,8 @@ def root(
     ctx.obj = _common.AppState(settings=load_settings(home))
 
 
-init.register(app)
-imp.register(app)
-check.register(app)
+for group in (init, imp, run, runs, task, serve, journal, memory, policy, check):
+    group.register(app)
 
 
 def _log_unexpected(exc: BaseException) -> Path | None:

@@ -1,0 +1,78 @@
+"""What a run changed, as the host saw it after the box was gone, and why it may be refused.
+
+Shared vocabulary of the knowledge core: the snapshot produces a ``Change``,
+validation and the lane consume it, and every refusal is a ``Violation``
+naming a path and one of the ``RULES`` below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mode = Literal["append", "reorganize"]
+Checkpoint = Literal["pending", "integrated", "empty", "rejected", "conflict", "quarantined"]
+
+# Every rule a violation may name, with the sentence the README documents.
+RULES: dict[str, str] = {
+    "symlink": "symbolic links are never followed or stored",
+    "special-file": "fifos, sockets and device nodes are never opened or stored",
+    "hard-link": "a file with more than one link could alias content outside the change",
+    "bad-name": "path is not valid UTF-8 or contains control characters",
+    "path-escape": "path or id tries to leave its directory",
+    "hidden-path": "path segments may not start with '.'",
+    "git-metadata": "Git metadata (.git in any case or form) may not be written",
+    "instruction-file": "runtime instruction files (AGENTS.md, CLAUDE.md, ...) may not be written",
+    "executable": "files may not be executable",
+    "file-too-large": "file exceeds max_file_chars",
+    "not-utf8-text": "file is not UTF-8 text",
+    "repo-too-large": "the resulting repository would exceed max_repo_bytes",
+    "protected-path": "README.md and top-level paths other than records/ and organization/",
+    "organization-in-append": "append runs may not write under organization/",
+    "modified-existing": "existing records may not be modified",
+    "deleted-existing": "existing records may not be deleted",
+    "namespace": "record file name is outside the run's host-issued namespace",
+    "bad-record-name": "record path is not records/<topic>/<slug>--<namespace>_<number>.md",
+    "frontmatter": "record frontmatter is missing or invalid",
+    "duplicate-id": "note id already used (in this run or on main)",
+    "credential": "content looks like a credential",
+    "collision": "path was added to main by another run since this run's base",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    rule: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "rule": self.rule, "message": self.message}
+
+
+@dataclass(frozen=True)
+class FileState:
+    """A regular file the run left, already hashed into the canonical repository's odb."""
+
+    blob: str
+    size: int
+    executable: bool
+
+
+@dataclass
+class Change:
+    """A run's change relative to its base commit (paths are POSIX, relative to the checkout).
+
+    ``written`` holds files whose content or mode differs from base (new or rewritten);
+    ``deleted`` holds base files that are gone; ``problems`` holds entries the snapshot
+    refused to read (links, special files, bad names, oversize files), which always
+    reject a clean-exit checkpoint and are listed, never stored, by a quarantine.
+    """
+
+    written: dict[str, FileState] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)
+    problems: list[Violation] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.written and not self.deleted and not self.problems
