@@ -76,3 +76,16 @@ class Change:
     @property
     def is_empty(self) -> bool:
         return not self.written and not self.deleted and not self.problems
+
+
+@dataclass(frozen=True)
+class KnowledgeLimits:
+    """The effective knowledge limits of one imp (from compiled policy)."""
+
+    max_file_chars: int = 200_000
+    max_repo_bytes: int = 1_000_000_000
+
+    @property
+    def max_file_bytes(self) -> int:
+        """No UTF-8 text of max_file_chars characters is longer than this many bytes."""
+        return 4 * self.max_file_chars
