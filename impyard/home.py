@@ -63,6 +63,14 @@ class Home:
         return self.run_dir(run_id) / "box.log"
 
     @property
+    def gateway_dir(self) -> Path:
+        return self.root / "gateway"
+
+    def gateway_day_count(self, imp: str, day: str) -> Path:
+        """The per-imp, per-UTC-day request counter (``day`` is YYYY-MM-DD)."""
+        return self.gateway_dir / imp / f"{day}.count"
+
+    @property
     def memory_dir(self) -> Path:
         return self.root / "memory"
 
