@@ -62,6 +62,22 @@ class Home:
     def box_log(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "box.log"
 
+    def run_checkout(self, run_id: str) -> Path:
+        """The run's knowledge: the overlay upper dir, or the full plain copy (fallback)."""
+        return self.run_dir(run_id) / "knowledge"
+
+    def run_overlay_work(self, run_id: str) -> Path:
+        """The overlay workdir (same filesystem as the upper dir, as overlayfs requires)."""
+        return self.run_dir(run_id) / "work"
+
+    def run_checkout_record(self, run_id: str) -> Path:
+        """The prepared checkout as JSON; layer GC keeps every chain a record names."""
+        return self.run_dir(run_id) / "checkout.json"
+
+    def run_checkout_index(self, run_id: str) -> Path:
+        """Copy fallback: the lstat identity of every file at checkout time."""
+        return self.run_dir(run_id) / "checkout.idx"
+
     @property
     def gateway_dir(self) -> Path:
         return self.root / "gateway"
