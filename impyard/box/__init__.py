@@ -1,0 +1,1 @@
+"""Docker boxes: the engine entry point, box specs, launch, overlay volumes, the check."""

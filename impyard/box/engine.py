@@ -1,0 +1,316 @@
+"""The one entry point to the Docker engine (STYLE.md §1).
+
+Every engine call goes through :func:`call`, which logs it, retries transient
+failures (5xx answers, connections reset mid-request) a bounded number of
+times, and translates docker-py/requests exceptions into ``ImpyardError``
+subclasses that carry their evidence. Nothing else in Impyard imports
+``docker``.
+
+``docker`` is imported lazily: the SDK costs ~130 ms to import
+(MEASUREMENTS.md), which commands that never touch the engine must not pay.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from impyard.errors import EngineError, ImageNotFoundError, NotFoundError
+
+if TYPE_CHECKING:
+    import docker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The API version we speak. Pinning it skips docker-py's version negotiation
+#: (one extra round trip per process) and 1.41 (engine 20.10) has every
+#: feature boxes use. ``DOCKER_API_VERSION`` overrides it.
+DEFAULT_API_VERSION = "1.41"
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+#: Attempts for calls that fail transiently (first try included).
+RETRY_ATTEMPTS = 3
+#: Concurrent boxes each hold a connection in a long ``wait``; the default
+#: pool of 10 would make urllib3 discard and reopen connections.
+_POOL_SIZE = 32
+
+
+class EngineUnreachableError(EngineError):
+    """The engine did not accept a connection at all."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach the Docker engine at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class EngineCallError(EngineError):
+    """The engine answered a request with an error (or not in time)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        call: str,
+        status: int | None = None,
+        explanation: str | None = None,
+        container_id: str | None = None,
+        image: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.call = call
+        self.status = status
+        self.explanation = explanation
+        self.container_id = container_id
+        self.image = image
+
+
+class BoxImageNotFoundError(ImageNotFoundError):
+    def __init__(self, image: str) -> None:
+        super().__init__(
+            f"image {image} is not in the local Docker engine and cannot be pulled here"
+            " (no registry): build it with `just box`"
+        )
+        self.image = image
+
+
+class EngineObjectNotFoundError(NotFoundError):
+    """A container or volume named in a call does not exist (any more)."""
+
+    def __init__(self, kind: str, name: str, explanation: str) -> None:
+        super().__init__(f"no such {kind} {name}: {explanation}")
+        self.kind = kind
+        self.name = name
+
+
+_lock = threading.Lock()
+_client: tuple[tuple[str, str, float], Any] | None = None
+_default_timeout: float | None = None
+
+
+def engine_url() -> str:
+    """The engine address as a person would write it (for messages)."""
+    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+
+def set_default_timeout(seconds: float) -> None:
+    """Per-call API timeout for clients created from now on (else ``Settings``)."""
+    global _default_timeout
+    _default_timeout = seconds
+
+
+def _timeout() -> float:
+    if _default_timeout is not None:
+        return _default_timeout
+    from impyard.settings import Settings
+
+    return Settings().docker_timeout_seconds
+
+
+def client() -> docker.DockerClient:
+    """The cached SDK client for the current ``DOCKER_HOST``, API version and timeout.
+
+    Constructing it does not touch the engine; the first call does.
+    """
+    global _client
+    key = (
+        engine_url(),
+        os.environ.get("DOCKER_API_VERSION") or DEFAULT_API_VERSION,
+        _timeout(),
+    )
+    with _lock:
+        if _client is not None and _client[0] == key:
+            return _client[1]
+        import docker
+        from docker.utils import kwargs_from_env
+
+        kwargs = kwargs_from_env()  # DOCKER_HOST and DOCKER_TLS_* like the CLI
+        try:
+            new = docker.DockerClient(
+                version=key[1], timeout=key[2], max_pool_size=_POOL_SIZE, **kwargs
+            )
+        except docker.errors.DockerException as exc:  # e.g. a malformed DOCKER_HOST
+            raise EngineUnreachableError(key[0], str(exc)) from exc
+        if _client is not None:
+            _client[1].close()
+        _client = (key, new)
+        return new
+
+
+def reset_client() -> None:
+    """Drop the cached client (tests; after fork)."""
+    global _client
+    with _lock:
+        if _client is not None:
+            _client[1].close()
+        _client = None
+
+
+def api() -> Any:
+    """The low-level ``APIClient``: one HTTP request per call, no hidden inspects."""
+    return client().api
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and everything it wraps: requests and urllib3 bury the socket error in args."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack.extend(a for a in current.args if isinstance(a, BaseException))
+        for attr in ("reason", "__cause__", "__context__"):
+            nested = getattr(current, attr, None)
+            if isinstance(nested, BaseException):
+                stack.append(nested)
+
+
+def _is_reset(exc: BaseException) -> bool:
+    """A connection dropped mid-request (worth retrying), not one that was never made."""
+    import http.client
+
+    return any(
+        isinstance(c, ConnectionResetError | BrokenPipeError | http.client.RemoteDisconnected)
+        for c in _causes(exc)
+    )
+
+
+def is_read_timeout(exc: BaseException) -> bool:
+    import requests
+    from urllib3.exceptions import ReadTimeoutError
+
+    return any(
+        isinstance(c, requests.exceptions.ReadTimeout | ReadTimeoutError) for c in _causes(exc)
+    )
+
+
+def is_transient(exc: BaseException, *, server_errors: bool = True) -> bool:
+    """5xx answers and reset connections; never 4xx, refused connections or timeouts."""
+    import docker
+    import requests
+
+    if isinstance(exc, docker.errors.APIError):
+        return server_errors and exc.is_server_error()
+    if isinstance(exc, requests.exceptions.ConnectionError) and not is_read_timeout(exc):
+        return _is_reset(exc)
+    return False
+
+
+def _unreachable_reason(exc: BaseException) -> str:
+    for cause in _causes(exc):
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def translate(
+    exc: BaseException,
+    what: str,
+    *,
+    container_id: str | None = None,
+    image: str | None = None,
+    volume: str | None = None,
+) -> Exception:
+    """The ImpyardError for a docker-py/requests failure of call ``what``."""
+    import docker
+    import requests
+
+    if isinstance(exc, docker.errors.ImageNotFound) and image is not None:
+        return BoxImageNotFoundError(image)
+    if isinstance(exc, docker.errors.NotFound):
+        explanation = str(exc.explanation or exc)
+        if "no such image" in explanation.lower():
+            return BoxImageNotFoundError(image or explanation.split(":", 1)[-1].strip())
+        if volume is not None:
+            return EngineObjectNotFoundError("volume", volume, explanation)
+        return EngineObjectNotFoundError("container", container_id or "?", explanation)
+    if isinstance(exc, docker.errors.APIError):
+        status = exc.status_code
+        explanation = str(exc.explanation or exc).strip().splitlines()[0]
+        return EngineCallError(
+            f"docker {what} failed (HTTP {status}): {explanation}",
+            call=what,
+            status=status,
+            explanation=explanation,
+            container_id=container_id,
+            image=image,
+        )
+    if is_read_timeout(exc) or isinstance(exc, requests.exceptions.Timeout):
+        return EngineCallError(
+            f"the Docker engine at {engine_url()} did not answer {what} in time",
+            call=what,
+            container_id=container_id,
+            image=image,
+        )
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return EngineUnreachableError(engine_url(), _unreachable_reason(exc))
+    if isinstance(exc, docker.errors.DockerException):
+        return EngineCallError(
+            f"docker {what} failed: {str(exc).splitlines()[0]}",
+            call=what,
+            container_id=container_id,
+            image=image,
+        )
+    return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+
+
+def call(
+    what: str,
+    fn: Callable[..., T],
+    *args: Any,
+    retry_server_errors: bool = True,
+    container_id: str | None = None,
+    image: str | None = None,
+    volume: str | None = None,
+    **kwargs: Any,
+) -> T:
+    """Run one engine call: log it, retry transient failures, translate errors.
+
+    ``retry_server_errors=False`` for calls whose 5xx answers are deterministic
+    (container start: a bad mount or missing executable fails the same way
+    every time) so only reset connections are retried.
+    """
+    import docker
+    import requests
+    from tenacity import (
+        Retrying,
+        retry_if_exception,
+        stop_after_attempt,
+        wait_exponential,
+    )
+
+    def _log_retry(state: Any) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "docker %s: transient failure (attempt %d/%d), retrying: %s",
+            what,
+            state.attempt_number,
+            RETRY_ATTEMPTS,
+            exc,
+        )
+
+    retrying = Retrying(
+        stop=stop_after_attempt(RETRY_ATTEMPTS),
+        wait=wait_exponential(multiplier=0.1, max=2),
+        retry=retry_if_exception(lambda e: is_transient(e, server_errors=retry_server_errors)),
+        before_sleep=_log_retry,
+        reraise=True,
+    )
+    log.debug("docker %s %s", what, container_id or image or volume or "")
+    try:
+        return retrying(fn, *args, **kwargs)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise translate(exc, what, container_id=container_id, image=image, volume=volume) from exc
+
+
+def engine_id() -> str:
+    """The engine's stable ID (``docker info``), to key per-engine caches."""
+    info = call("info", api().info)
+    return str(info.get("ID") or engine_url())

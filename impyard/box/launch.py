@@ -1,0 +1,274 @@
+"""Launch, wait for, kill, find and remove boxes through the Docker SDK.
+
+The hot path is create + start + wait + logs + inspect + remove, each one HTTP
+request on the low-level API (the high-level ``containers.create`` adds an
+inspect per call). The measured floor for that is ~190 ms (MEASUREMENTS.md);
+nothing here pings the engine or polls.
+
+A box survives the host process that started it: ``find_boxes`` + ``wait_box``
+re-attach to it after a crash, so ``wait_box`` takes only a container id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from impyard.box import engine
+from impyard.box.engine import EngineCallError, EngineObjectNotFoundError, call
+from impyard.box.spec import (
+    LABEL_IMP,
+    LABEL_RUN,
+    TMP_TMPFS,
+    BoxExit,
+    BoxInfo,
+    BoxSpec,
+    StartedBox,
+)
+
+#: Box output copied into the run's log file, at most (the rest is dropped,
+#: with a marker): a runaway box must not fill the data root.
+LOG_CAP_BYTES = 10 * 1024 * 1024
+TRUNCATION_MARKER = "\n[impyard: box log truncated at {cap} bytes]\n"
+#: The engine's own copy of the output (json-file driver) is bounded too, so a
+#: box printing forever cannot fill /var/lib/docker before its timeout.
+_ENGINE_LOG_CONFIG = {"max-size": "16m", "max-file": "1"}
+_NEVER = "0001-01-01T00:00:00Z"
+#: After a kill, how long the engine gets to report the exit.
+_AFTER_KILL_WAIT_SECONDS = 30.0
+
+
+def _host_config(spec: BoxSpec) -> Any:
+    from docker.types import LogConfig, Mount
+
+    mounts = [
+        Mount(target=m.target, source=m.source, type=m.kind, read_only=m.read_only)
+        for m in spec.mounts
+    ]
+    return engine.api().create_host_config(
+        # Only these mounts and the tmpfs: no other host path enters the box.
+        mounts=mounts,
+        tmpfs={"/tmp": TMP_TMPFS},
+        read_only=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        network_mode=spec.network,
+        mem_limit=spec.memory_bytes,
+        # Swap equal to memory: no swap, so a memory hog is OOM-killed, not slowed.
+        memswap_limit=spec.memory_bytes,
+        nano_cpus=int(spec.cpus * 1e9),
+        pids_limit=spec.pids_limit,
+        log_config=LogConfig(type="json-file", config=_ENGINE_LOG_CONFIG),
+    )
+
+
+def start_box(spec: BoxSpec) -> StartedBox:
+    """Create and start a hardened box; the container is removed again if start fails."""
+    api = engine.api()
+    image = call("image inspect", api.inspect_image, spec.image, image=spec.image)
+    image_id = str(image["Id"])
+    created = call(
+        "create",
+        api.create_container,
+        # By id, so the image recorded is the image that runs even if the tag moves.
+        image_id,
+        command=spec.command,
+        entrypoint=spec.entrypoint,
+        user=spec.user,
+        environment=spec.environment(),
+        labels={**spec.labels, "impyard.image": spec.image},
+        working_dir=spec.working_dir,
+        name=spec.name,
+        host_config=_host_config(spec),
+        image=spec.image,
+        retry_server_errors=False,
+    )
+    container_id = str(created["Id"])
+    try:
+        call(
+            "start",
+            api.start,
+            container_id,
+            retry_server_errors=False,
+            container_id=container_id,
+            image=spec.image,
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            remove_box(container_id)
+        raise
+    return StartedBox(container_id=container_id, image_id=image_id)
+
+
+def _wait(container_id: str, timeout_seconds: float | None) -> dict[str, Any] | None:
+    """The engine's wait answer, or None when ``timeout_seconds`` passed first."""
+    import requests
+
+    try:
+        result: dict[str, Any] = engine.api().wait(container_id, timeout=timeout_seconds)
+    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+        if isinstance(exc, requests.exceptions.ReadTimeout) or engine.is_read_timeout(exc):
+            return None
+        raise
+    return result
+
+
+def kill_box(container_id: str) -> bool:
+    """SIGKILL the box; False when it was not running (already exited or gone)."""
+    try:
+        call("kill", engine.api().kill, container_id, container_id=container_id)
+    except EngineObjectNotFoundError:
+        return False
+    except EngineCallError as exc:
+        if exc.status == 409:  # "is not running"
+            return False
+        raise
+    return True
+
+
+def remove_box(container_id: str) -> None:
+    """Remove the box and its anonymous volumes; already gone is fine."""
+    with contextlib.suppress(EngineObjectNotFoundError):
+        call(
+            "remove",
+            engine.api().remove_container,
+            container_id,
+            v=True,
+            force=True,
+            container_id=container_id,
+        )
+
+
+def _copy_logs(container_id: str, log_path: Path) -> tuple[int, bool]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    stream = call(
+        "logs",
+        engine.api().logs,
+        container_id,
+        stdout=True,
+        stderr=True,
+        stream=True,
+        follow=False,
+        container_id=container_id,
+    )
+    written = 0
+    truncated = False
+    with log_path.open("wb") as out:
+        for chunk in stream:
+            room = LOG_CAP_BYTES - written
+            if len(chunk) > room:
+                out.write(chunk[:room])
+                written += room
+                truncated = True
+                break
+            out.write(chunk)
+            written += len(chunk)
+        if truncated:
+            out.write(TRUNCATION_MARKER.format(cap=LOG_CAP_BYTES).encode())
+    if truncated:
+        with contextlib.suppress(Exception):
+            stream.close()
+    return written, truncated
+
+
+def wait_box(container_id: str, timeout_seconds: float, log_path: Path) -> BoxExit:
+    """Wait for the box, kill it at ``timeout_seconds`` from now, keep its log, remove it.
+
+    Works on any box, including one started by an earlier host process
+    (pass the time it has left; ``<= 0`` kills it at once).
+    """
+    api = engine.api()
+    timed_out = False
+    if timeout_seconds > 0:
+        result = call("wait", _wait, container_id, timeout_seconds, container_id=container_id)
+    else:
+        result = None
+    if result is None:
+        # Still running at the deadline. A box that exits between the two calls
+        # was not killed by us and is reported as it exited.
+        timed_out = kill_box(container_id)
+        result = call(
+            "wait", _wait, container_id, _AFTER_KILL_WAIT_SECONDS, container_id=container_id
+        )
+        if result is None:
+            raise EngineCallError(
+                f"box {container_id[:12]} did not stop within {_AFTER_KILL_WAIT_SECONDS:.0f}s"
+                " of being killed",
+                call="wait",
+                container_id=container_id,
+            )
+    try:
+        log_bytes, truncated = _copy_logs(container_id, log_path)
+        info = call("inspect", api.inspect_container, container_id, container_id=container_id)
+    finally:
+        remove_box(container_id)
+    state = info.get("State") or {}
+    wait_error = (result.get("Error") or {}).get("Message") if result else None
+    error = wait_error or state.get("Error") or None
+    started_at = state.get("StartedAt")
+    exit_code = int(result.get("StatusCode", state.get("ExitCode", -1)))
+    if not started_at or started_at == _NEVER:
+        # `wait` returns at once for a box that was created but never started
+        # (host died in between); that is not a clean exit.
+        error = error or "box was created but never started"
+        exit_code = -1
+        started_at = None
+    finished_at = state.get("FinishedAt")
+    return BoxExit(
+        exit_code=exit_code,
+        oom_killed=bool(state.get("OOMKilled")),
+        timed_out=timed_out,
+        error=error,
+        container_id=container_id,
+        image_id=str(info.get("Image", "")),
+        started_at=started_at,
+        finished_at=None if finished_at in (None, _NEVER) else finished_at,
+        log_bytes=log_bytes,
+        log_truncated=truncated,
+    )
+
+
+def run_box(spec: BoxSpec, log_path: Path) -> BoxExit:
+    """Start a box and wait for it with the spec's timeout."""
+    started = start_box(spec)
+    try:
+        return wait_box(started.container_id, spec.timeout_seconds, log_path)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            remove_box(started.container_id)
+        raise
+
+
+def find_boxes(labels: dict[str, str] | None = None) -> list[BoxInfo]:
+    """Impyard boxes on the engine (any state) carrying every given label (key=value)."""
+    api = engine.api()
+    wanted = [LABEL_RUN] + [f"{k}={v}" for k, v in sorted((labels or {}).items())]
+    found = call("list", api.containers, all=True, filters={"label": wanted})
+    boxes: list[BoxInfo] = []
+    for row in found:
+        container_id = str(row["Id"])
+        try:
+            info = call("inspect", api.inspect_container, container_id, container_id=container_id)
+        except EngineObjectNotFoundError:
+            continue  # removed between list and inspect
+        state = info.get("State") or {}
+        box_labels = dict((info.get("Config") or {}).get("Labels") or {})
+        status = str(state.get("Status", "unknown"))
+        started = state.get("StartedAt")
+        finished = state.get("FinishedAt")
+        boxes.append(
+            BoxInfo(
+                container_id=container_id,
+                run_id=box_labels.get(LABEL_RUN),
+                imp=box_labels.get(LABEL_IMP),
+                status=status,
+                exit_code=int(state["ExitCode"]) if status in ("exited", "dead") else None,
+                oom_killed=bool(state.get("OOMKilled")),
+                started_at=None if started in (None, _NEVER) else started,
+                finished_at=None if finished in (None, _NEVER) else finished,
+                image_id=str(info.get("Image", "")),
+                labels=box_labels,
+            )
+        )
+    return boxes

@@ -1,0 +1,158 @@
+"""Overlay volumes for run checkouts, and the choice between overlay and copy.
+
+An overlay checkout is a ``local``-driver volume of ``type=overlay``: dockerd
+mounts it when the box starts and unmounts it at exit (MEASUREMENTS.md), the
+box writes into the upper dir, and the base layer stays shared and read-only.
+Whether that works depends on the engine, the kernel and the filesystem of the
+data root, so it is probed once per engine and the answer cached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Literal
+
+from impyard.box import engine
+from impyard.box.engine import EngineObjectNotFoundError, call
+from impyard.box.spec import DEFAULT_IMAGE, DEFAULT_USER, BoxMount, BoxSpec, box_labels
+from impyard.errors import ImpyardError
+from impyard.fsutil import atomic_write_json
+from impyard.home import Home
+from impyard.settings import Settings
+
+CheckoutKind = Literal["overlay", "copy"]
+
+#: Per-home cache of probe answers, keyed by engine ID.
+FEATURES_FILE = "engine-features.json"
+#: The uid/gid boxes run as by default; they must own the upper and work dirs.
+BOX_UID = int(DEFAULT_USER.split(":")[0])
+BOX_GID = int(DEFAULT_USER.split(":")[1])
+LABEL_PROBE = "impyard.probe"
+
+_probed: dict[tuple[str, str], bool] = {}
+_probe_lock = threading.Lock()
+
+
+def create_overlay_volume(name: str, options: str, labels: dict[str, str]) -> str:
+    """Create a ``local`` overlay volume; ``options`` is ``lowerdir=…,upperdir=…,workdir=…``.
+
+    The engine accepts bad paths here and fails only when a box mounts the
+    volume (HTTP 500 at start), so callers learn of a bad layer at start_box.
+    """
+    result = call(
+        "volume create",
+        engine.api().create_volume,
+        name=name,
+        driver="local",
+        driver_opts={"type": "overlay", "device": "overlay", "o": options},
+        labels=labels,
+        volume=name,
+    )
+    return str(result.get("Name", name))
+
+
+def remove_volume(name: str) -> None:
+    """Remove a volume; already gone is fine. A volume still in use is an error."""
+    with contextlib.suppress(EngineObjectNotFoundError):
+        call("volume remove", engine.api().remove_volume, name, volume=name)
+
+
+def prepare_upper(upper: Path, work: Path) -> None:
+    """Create upper and work dirs the box user can write (overlay checks their owner)."""
+    for path in (upper, work):
+        path.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            os.chown(path, BOX_UID, BOX_GID)
+        else:  # pragma: no cover - rootless hosts
+            path.chmod(0o777)
+
+
+def _features_path(home: Home) -> Path:
+    return home.root / FEATURES_FILE
+
+
+def _read_cache(home: Home) -> dict[str, dict[str, object]]:
+    try:
+        value = json.loads(_features_path(home).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _probe(base: Path, image: str) -> bool:
+    """Mount an overlay volume in a real box, write through it, look for the file in upper."""
+    from impyard.box.launch import run_box
+
+    root = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=base))
+    name = f"impyard-probe-{root.name.rsplit('-', 1)[-1].lower()}-{os.getpid()}"
+    try:
+        lower, upper, work = root / "lower", root / "upper", root / "work"
+        lower.mkdir()
+        (lower / "base.txt").write_text("base\n")
+        prepare_upper(upper, work)
+        create_overlay_volume(
+            name, f"lowerdir={lower},upperdir={upper},workdir={work}", {LABEL_PROBE: "1"}
+        )
+        spec = BoxSpec(
+            image=image,
+            command=["/bin/sh", "-c", "cat /k/base.txt && echo probe >/k/probe.txt"],
+            labels=box_labels("overlay-probe", "-", **{LABEL_PROBE: "1"}),
+            mounts=[BoxMount(source=name, target="/k", read_only=False, kind="volume")],
+            timeout_seconds=60,
+        )
+        try:
+            exit_ = run_box(spec, root / "box.log")
+        except ImpyardError as exc:
+            if isinstance(exc, engine.BoxImageNotFoundError | engine.EngineUnreachableError):
+                raise
+            return False  # e.g. HTTP 500 at start: the engine cannot mount it
+        return exit_.clean and (upper / "probe.txt").is_file()
+    finally:
+        with contextlib.suppress(ImpyardError):
+            remove_volume(name)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def overlay_volumes_supported(home: Home, image: str = DEFAULT_IMAGE) -> bool:
+    """Whether overlay checkout volumes work on this engine for this data root.
+
+    Probed once (a real box writing through an overlay volume); the answer is
+    cached in ``<home>/engine-features.json`` keyed by the engine ID, so later
+    runs pay one ``docker info`` instead. Without an existing data root the
+    probe runs in a temp dir and nothing is cached.
+    """
+    engine_key = engine.engine_id()
+    memo_key = (str(home.root), engine_key)
+    with _probe_lock:
+        if memo_key in _probed:
+            return _probed[memo_key]
+        cached = _read_cache(home).get(engine_key)
+        if isinstance(cached, dict) and isinstance(cached.get("overlay_volumes"), bool):
+            answer = bool(cached["overlay_volumes"])
+        else:
+            has_home = home.root.is_dir()
+            answer = _probe(home.root if has_home else Path(tempfile.gettempdir()), image)
+            if has_home:
+                cache = _read_cache(home)
+                cache[engine_key] = {"overlay_volumes": answer, "probed_at": int(time.time())}
+                atomic_write_json(_features_path(home), cache)
+        _probed[memo_key] = answer
+        return answer
+
+
+def select_checkout_kind(
+    settings: Settings, home: Home, image: str = DEFAULT_IMAGE
+) -> CheckoutKind:
+    """``Settings.checkout`` when forced, else overlay if the engine supports it, else copy."""
+    if settings.checkout == "overlay":
+        return "overlay"
+    if settings.checkout == "copy":
+        return "copy"
+    return "overlay" if overlay_volumes_supported(home, image) else "copy"
