@@ -1,9 +1,129 @@
-"""CLI group placeholder; its owner fills it in."""
+"""``impyard deploy`` and ``impyard policy show``: compile owner policy, and explain it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from impyard.cli._common import initialized_home, print_json, warn
+from impyard.policy import (
+    DeployReport,
+    Policy,
+    PolicyError,
+    ShownPolicy,
+    deploy,
+    effective_policy_with_sources,
+)
+from impyard.policy.violation import render
+
+ORG_ROW = "(org)"
+
+
+def _console() -> Console:
+    console = Console()
+    # Piped output (CI logs, tests) would otherwise be squeezed to 80 columns and ellipsized.
+    return console if console.is_terminal else Console(width=200)
+
+
+def _limits(policy: Policy) -> dict[str, Any]:
+    k, b, g = policy.knowledge, policy.box, policy.gateway
+    return {
+        "knowledge": k.enabled,
+        "max_file_chars": k.max_file_chars,
+        "max_repo_bytes": k.max_repo_bytes,
+        "checkpoint": k.checkpoint_on_clean_exit,
+        "memory_bytes": b.memory_bytes,
+        "cpus": b.cpus,
+        "pids_limit": b.pids_limit,
+        "timeout_seconds": b.timeout_seconds,
+        "gateway": g.enabled,
+        "allow_rules": len(g.allow),
+        "routes": len(g.route),
+        "requests_per_run": g.budget.requests_per_run,
+    }
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _deploy_table(report: DeployReport) -> Table:
+    table = Table(title=f"compiled {report.compiled_path}")
+    rows = [(ORG_ROW, "org.toml", report.org)] + [
+        (imp, f"imps/{imp}.toml", policy) for imp, policy in sorted(report.imps.items())
+    ]
+    table.add_column("imp", no_wrap=True)
+    table.add_column("policy", no_wrap=True)
+    for name in _limits(report.org):
+        table.add_column(name, justify="right", no_wrap=True)
+    for imp, source, policy in rows:
+        table.add_row(imp, source, *(_cell(v) for v in _limits(policy).values()))
+    return table
+
+
+def _deploy_json(report: DeployReport) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "compiled": str(report.compiled_path),
+        "org": _limits(report.org),
+        "imps": {imp: _limits(policy) for imp, policy in sorted(report.imps.items())},
+        "sources": report.sources,
+    }
+
+
+def _show_table(shown: ShownPolicy) -> Table:
+    overlay = shown.overlay_file or "none"
+    table = Table(title=f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})")
+    table.add_column("key", no_wrap=True)
+    table.add_column("value")
+    table.add_column("source", no_wrap=True)
+    table.add_column("overlay may", no_wrap=True)
+    for key, sourced in shown.values.items():
+        table.add_row(key, render(sourced.value), sourced.source, sourced.overlay_rule.rule)
+    return table
 
 
 def register(app: typer.Typer) -> None:
-    del app
+    policy_app = typer.Typer(help="Inspect owner policy.", no_args_is_help=True)
+    app.add_typer(policy_app, name="policy")
+
+    @app.command("deploy")
+    def deploy_command(
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Check org and every imp overlay; write policy/compiled.json only if all are valid."""
+        home = initialized_home(ctx)
+        try:
+            report = deploy(home)
+        except PolicyError as exc:
+            if not as_json:
+                raise  # the entry point prints every violation on stderr, no traceback
+            print_json({"ok": False, "violations": [v.as_dict() for v in exc.violations]})
+            typer.echo(f"impyard: error: {exc.message}", err=True)
+            raise typer.Exit(exc.exit_code) from exc
+        if as_json:
+            print_json(_deploy_json(report))
+        else:
+            _console().print(_deploy_table(report))
+
+    @policy_app.command("show")
+    def show_command(
+        ctx: typer.Context,
+        imp: str = typer.Argument(..., help="Imp name (imps without an overlay get the org's)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """The imp's effective policy from the current files, and where each value came from."""
+        home = initialized_home(ctx)
+        shown = effective_policy_with_sources(home, imp)
+        if shown.stale:
+            warn(f"compiled policy differs from these files ({shown.stale}): run `impyard deploy`")
+        if as_json:
+            print_json(shown.as_dict())
+        else:
+            _console().print(_show_table(shown))

@@ -1,0 +1,216 @@
+"""``impyard deploy``: compile org + overlays into ``compiled.json``, and what runs read back.
+
+compiled.json is written atomically and only when every file is valid, so a run always sees
+either the previous good policy or the new one. It records a fingerprint (sha256, size,
+mtime) of every source file. A source is *stale* for an imp when the content of ``org.toml``
+or of that imp's overlay differs from what was compiled, or the overlay appeared or vanished
+(mtime alone is informational: touching a file is not a change). Staleness is judged per imp,
+so an owner half-way through editing one imp's overlay does not stop every other imp.
+
+Stale policy at run time (``Settings.strict_policy``):
+- strict: refuse with a ConfigError telling the owner to run ``impyard deploy``;
+- default: compile this imp's policy from the sources now and use it, with a warning. If the
+  sources are invalid the run is refused: a run never uses a policy nobody could deploy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from impyard.errors import ConfigError
+from impyard.fsutil import atomic_write_json
+from impyard.home import Home
+from impyard.names import check_imp_name, utc_now
+from impyard.policy.load import Source, check_overlay_name, overlay_paths, read_source, validate
+from impyard.policy.models import Policy
+from impyard.policy.overlay import apply_overlay
+from impyard.policy.violation import PolicyError, PolicyViolation
+
+FORMAT = 1
+ORG_KEY = "org.toml"
+
+Fingerprint = dict[str, Any]
+
+
+def _relative(home: Home, path: Path) -> str:
+    return path.relative_to(home.policy_dir).as_posix()
+
+
+def overlay_key(imp: str) -> str:
+    return f"imps/{imp}.toml"
+
+
+def fingerprint(source: Source) -> Fingerprint:
+    try:
+        mtime_ns = source.path.stat().st_mtime_ns
+    except OSError:
+        mtime_ns = None
+    return {
+        "sha256": hashlib.sha256(source.data).hexdigest(),
+        "size": len(source.data),
+        "mtime_ns": mtime_ns,
+    }
+
+
+@dataclass(frozen=True)
+class DeployReport:
+    """What a deploy compiled: the org policy and each overlay imp's effective policy."""
+
+    compiled_path: Path
+    org: Policy
+    imps: dict[str, Policy]
+    overlays: dict[str, Path]
+    sources: dict[str, Fingerprint]
+
+    def policy_for(self, imp: str) -> Policy:
+        return self.imps.get(imp, self.org)
+
+
+def _compile(
+    home: Home, imps: dict[str, Path] | None = None
+) -> tuple[Policy, dict[str, Policy], dict[str, Fingerprint]]:
+    """Org + the given overlays (default: every overlay) -> policies; PolicyError lists all."""
+    violations: list[PolicyViolation] = []
+    overlays = overlay_paths(home) if imps is None else imps
+    org_source = read_source(home.org_policy, violations)
+    sources = {ORG_KEY: fingerprint(org_source)}
+    org: Policy | None = None
+    if org_source.table is not None:
+        org, found = validate(org_source.table, home.org_policy)
+        violations.extend(found)
+    effective: dict[str, Policy] = {}
+    for imp, path in overlays.items():
+        source = read_source(path, violations)
+        sources[_relative(home, path)] = fingerprint(source)
+        bad_name = check_overlay_name(imp, path)
+        if bad_name is not None:
+            violations.append(bad_name)
+        # An overlay can only be judged against a valid org policy; a broken org is reported
+        # on its own (checking overlays against it would only repeat its errors).
+        if source.table is None or org is None or org_source.table is None:
+            continue
+        policy, found = apply_overlay(org_source.table, org, source.table, path)
+        violations.extend(found)
+        if policy is not None:
+            effective[imp] = policy
+    if violations or org is None:
+        raise PolicyError(violations)
+    return org, effective, sources
+
+
+def deploy(home: Home) -> DeployReport:
+    """Check every policy file and, only if all are valid, replace compiled.json atomically."""
+    org, imps, sources = _compile(home)
+    document = {
+        "format": FORMAT,
+        "compiled_at": utc_now(),
+        "sources": sources,
+        "org": org.model_dump(mode="json"),
+        "imps": {imp: policy.model_dump(mode="json") for imp, policy in imps.items()},
+    }
+    atomic_write_json(home.compiled_policy, document)
+    return DeployReport(
+        compiled_path=home.compiled_policy,
+        org=org,
+        imps=imps,
+        overlays={imp: home.imp_policy(imp) for imp in imps},
+        sources=sources,
+    )
+
+
+def _read_compiled(home: Home) -> dict[str, Any] | None:
+    try:
+        document = json.loads(home.compiled_policy.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        return None
+    return document
+
+
+def _current(home: Home, imp: str) -> dict[str, str | None]:
+    """sha256 of org.toml and of the imp's overlay as they are now (None: absent/unreadable)."""
+    out: dict[str, str | None] = {}
+    for key, path in ((ORG_KEY, home.org_policy), (overlay_key(imp), home.imp_policy(imp))):
+        try:
+            out[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            out[key] = None
+    return out
+
+
+def stale_reason(home: Home, imp: str) -> str | None:
+    """Why compiled.json does not reflect the imp's current policy files, or None if it does."""
+    document = _read_compiled(home)
+    if document is None:
+        if home.compiled_policy.exists():
+            return f"{home.compiled_policy} is unreadable"
+        return f"{home.compiled_policy} does not exist"
+    recorded = document.get("sources", {})
+    changed = []
+    for key, sha in _current(home, imp).items():
+        entry = recorded.get(key)
+        was = entry.get("sha256") if isinstance(entry, dict) else None
+        if was == sha:
+            continue
+        if was is None:
+            changed.append(f"{key} was added")
+        elif sha is None:
+            changed.append(f"{key} was removed")
+        else:
+            changed.append(f"{key} changed")
+    if not changed:
+        return None
+    return f"{', '.join(changed)} since the last deploy"
+
+
+def _from_compiled(home: Home, imp: str) -> Policy | None:
+    document = _read_compiled(home)
+    if document is None:
+        return None
+    imps = document.get("imps", {})
+    raw = imps.get(imp, document.get("org")) if isinstance(imps, dict) else None
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def compile_imp(home: Home, imp: str) -> Policy:
+    """The imp's effective policy compiled from the sources now (org + its overlay only)."""
+    path = home.imp_policy(check_imp_name(imp))
+    org, imps, _ = _compile(home, {imp: path} if path.exists() else {})
+    return imps.get(imp, org)
+
+
+def policy_for_run(home: Home, imp: str, *, strict: bool) -> tuple[Policy, list[str]]:
+    """The policy a run of ``imp`` must use, and warnings to show the owner.
+
+    Raises ConfigError when the compiled policy is stale under ``strict``, and PolicyError when
+    it is stale and the sources are invalid.
+    """
+    reason = stale_reason(home, check_imp_name(imp))
+    if reason is None:
+        policy = _from_compiled(home, imp)
+        if policy is not None:
+            return policy, []
+        reason = f"{home.compiled_policy} holds no valid policy for {imp!r}"
+    if strict:
+        raise ConfigError(
+            f"compiled policy is stale for imp {imp!r} ({reason}) and strict_policy is on: "
+            "run `impyard deploy`"
+        )
+    try:
+        policy = compile_imp(home, imp)
+    except PolicyError as exc:
+        raise PolicyError(exc.violations, action=f"refusing to run imp {imp!r}") from exc
+    return policy, [
+        f"compiled policy is stale for imp {imp!r} ({reason}); using the policy compiled now "
+        "from the sources: run `impyard deploy`"
+    ]

@@ -1,0 +1,134 @@
+"""Reading policy files into raw tables and typed models, turning every problem into a violation."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from impyard.home import Home
+from impyard.names import IMP_NAME
+from impyard.policy.models import Policy
+from impyard.policy.violation import PolicyViolation
+
+Table = dict[str, Any]
+
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+_LENGTH_ERRORS = {"too_short", "too_long", "string_too_short", "string_too_long"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One policy file as read: its path, raw bytes (for the fingerprint) and parsed table."""
+
+    path: Path
+    data: bytes
+    table: Table | None  # None when the file is unreadable or not TOML
+
+
+def read_source(path: Path, violations: list[PolicyViolation]) -> Source:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        violations.append(
+            PolicyViolation(str(path), "", "unreadable", f"cannot read: {exc.strerror or exc}")
+        )
+        return Source(path, b"", None)
+    try:
+        table = tomllib.loads(data.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        violations.append(PolicyViolation(str(path), "", "toml-syntax", f"not valid TOML: {exc}"))
+        return Source(path, data, None)
+    return Source(path, data, table)
+
+
+def overlay_paths(home: Home) -> dict[str, Path]:
+    """Every ``policy/imps/*.toml``, by imp name (the file stem), sorted."""
+    if not home.imp_policy_dir.is_dir():
+        return {}
+    return {path.stem: path for path in sorted(home.imp_policy_dir.glob("*.toml"))}
+
+
+def check_overlay_name(imp: str, path: Path) -> PolicyViolation | None:
+    if IMP_NAME.fullmatch(imp):
+        return None
+    return PolicyViolation(
+        str(path), "", "bad-imp-name", f"{imp!r} is not a valid imp name, so no imp would use it"
+    )
+
+
+def merge(base: Table, overlay: Table) -> Table:
+    """``overlay`` over ``base``: tables merge key by key; any other value (lists too) replaces."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def dotted(loc: tuple[str | int, ...]) -> str:
+    """('gateway', 'allow', 0, 'host') -> 'gateway.allow[0].host'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def lookup(table: Table | None, loc: tuple[str | int, ...]) -> Any:
+    """The raw value at ``loc`` in ``table``, or None when it is absent."""
+    node: Any = table
+    for part in loc:
+        in_list = isinstance(part, int) and isinstance(node, list) and part < len(node)
+        in_table = isinstance(part, str) and isinstance(node, dict) and part in node
+        if in_list or in_table:
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def _rule(error_type: str) -> str:
+    if error_type == "extra_forbidden":
+        return "unknown-key"
+    if error_type == "missing":
+        return "missing-key"
+    if error_type in _RANGE_ERRORS or error_type in _LENGTH_ERRORS:
+        return "out-of-range"
+    if error_type.endswith(("_type", "_parsing")):
+        return "wrong-type"
+    return "invalid-value"
+
+
+def validate(
+    table: Table, path: Path, org: Table | None = None
+) -> tuple[Policy | None, list[PolicyViolation]]:
+    """Type- and range-check ``table``; ``org`` (for an overlay) supplies each key's org value."""
+    try:
+        return Policy.model_validate(table), []
+    except ValidationError as exc:
+        violations = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"] == "extra_forbidden":
+                message = "unknown key"
+            violations.append(
+                PolicyViolation(
+                    file=str(path),
+                    key=dotted(loc),
+                    rule=_rule(error["type"]),
+                    message=message,
+                    org_value=lookup(org, loc),
+                    attempted_value=error.get("input") if error["type"] != "missing" else None,
+                    loc=loc,
+                )
+            )
+        return None, violations
