@@ -37,6 +37,7 @@ RULES: dict[str, str] = {
     "duplicate-id": "note id already used (in this run or on main)",
     "credential": "content looks like a credential",
     "collision": "path was added to main by another run since this run's base",
+    "too-deep": "directories nest deeper than the snapshot walks",
 }
 
 
