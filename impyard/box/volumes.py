@@ -86,8 +86,11 @@ def _read_cache(home: Home) -> dict[str, dict[str, object]]:
     return value if isinstance(value, dict) else {}
 
 
-def _probe(base: Path, image: str) -> bool:
-    """Mount an overlay volume in a real box, write through it, look for the file in upper."""
+def _probe(base: Path, image: str) -> bool | None:
+    """Mount an overlay volume in a real box, write through it, look for the file in upper.
+
+    None: inconclusive (the probe box failed for reasons of its own).
+    """
     from impyard.box.launch import run_box
 
     root = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=base))
@@ -109,11 +112,13 @@ def _probe(base: Path, image: str) -> bool:
         )
         try:
             exit_ = run_box(spec, root / "box.log")
-        except ImpyardError as exc:
-            if isinstance(exc, engine.BoxImageNotFoundError | engine.EngineUnreachableError):
-                raise
-            return False  # e.g. HTTP 500 at start: the engine cannot mount it
-        return exit_.clean and (upper / "probe.txt").is_file()
+        except engine.EngineCallError:
+            return False  # HTTP 500 at start: the engine cannot mount the overlay
+        if not exit_.clean:
+            # The box itself failed (an odd image, a timeout): says nothing
+            # about overlays, so not worth caching either way.
+            return None
+        return (upper / "probe.txt").is_file()
     finally:
         with contextlib.suppress(ImpyardError):
             remove_volume(name)
@@ -138,7 +143,10 @@ def overlay_volumes_supported(home: Home, image: str = DEFAULT_IMAGE) -> bool:
             answer = bool(cached["overlay_volumes"])
         else:
             has_home = home.root.is_dir()
-            answer = _probe(home.root if has_home else Path(tempfile.gettempdir()), image)
+            probed = _probe(home.root if has_home else Path(tempfile.gettempdir()), image)
+            answer = bool(probed)
+            if probed is None:
+                return False
             if has_home:
                 cache = _read_cache(home)
                 cache[engine_key] = {"overlay_volumes": answer, "probed_at": int(time.time())}

@@ -4,6 +4,47 @@ from __future__ import annotations
 
 import typer
 
+from impyard.cli._common import echo, print_json, state
+
+DEFAULT_IMAGE = "impyard-box:latest"
+
+check_app = typer.Typer(
+    name="check",
+    help="Verify this host's container primitives.",
+    no_args_is_help=True,
+)
+
+
+@check_app.command("box")
+def box(
+    ctx: typer.Context,
+    image: str = typer.Option(DEFAULT_IMAGE, "--image", help="Box image to verify."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Run the tmpfs /tmp primitive in a box and check every property of it."""
+    from impyard.box.check import CheckFailedError, check_box
+
+    app_state = state(ctx)
+    report = check_box(image, app_state.settings, app_state.home)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"impyard check box: {image}")
+        table.add_column("check")
+        table.add_column("result")
+        table.add_column("detail")
+        for check in report.checks:
+            mark = "info" if check.name.endswith("(info)") else ("ok" if check.ok else "FAIL")
+            table.add_row(check.name, mark, check.detail)
+        Console(soft_wrap=True).print(table)
+        if report.ok:
+            echo(f"all box checks passed; checkout: {report.checkout}")
+    if not report.ok:
+        raise CheckFailedError(report)
+
 
 def register(app: typer.Typer) -> None:
-    del app
+    app.add_typer(check_app, name="check")
