@@ -1,0 +1,131 @@
+"""Request and byte budgets: per run in memory, per imp per UTC day in a locked file.
+
+The daily counter lives under the home so it holds across runs and host
+processes; a crash leaves either the old or the new count, never a torn one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from impyard.fsutil import atomic_write_text, locked
+from impyard.gateway.errors import GatewayError
+from impyard.gateway.rules import Budget
+from impyard.home import Home
+
+
+def utc_day() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rule: str
+    reason: str
+    status: int = 429
+
+
+class DailyCounter:
+    """``<home>/gateway/<imp>/<YYYY-MM-DD>.count``, incremented under a sibling lock file."""
+
+    def __init__(self, home: Home, imp: str, *, today: Callable[[], str] = utc_day) -> None:
+        self.home = home
+        self.imp = imp
+        self.today = today
+
+    def path(self, day: str | None = None) -> Path:
+        return self.home.gateway_day_count(self.imp, day or self.today())
+
+    def read(self, day: str | None = None) -> int:
+        return _read_count(self.path(day))
+
+    def take(self, limit: int) -> bool:
+        """Count one request if the day's count is below ``limit``; False when it is spent."""
+        path = self.path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with locked(path.with_suffix(".lock")):
+                count = _read_count(path)
+                if count >= limit:
+                    return False
+                atomic_write_text(path, f"{count + 1}\n")
+                return True
+        except OSError as exc:
+            # Fail closed: a budget that cannot be counted is not granted.
+            raise GatewayError(f"gateway: cannot update daily counter {path}: {exc}") from exc
+
+
+def _read_count(path: Path) -> int:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise GatewayError(f"gateway: daily counter {path} is corrupt: {text[:40]!r}") from exc
+
+
+class RunBudget:
+    """The budget of one run; thread-safe because every connection runs on its own thread."""
+
+    def __init__(self, budget: Budget, daily: DailyCounter) -> None:
+        self.budget = budget
+        self.daily = daily
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.response_bytes = 0
+
+    def admit(self) -> Refusal | None:
+        """Count a request about to be forwarded, or say which budget refuses it."""
+        limits = self.budget
+        with self._lock:
+            if limits.requests_per_run is not None and self.requests >= limits.requests_per_run:
+                return Refusal(
+                    "gateway.budget.requests_per_run",
+                    f"request budget spent: {limits.requests_per_run} requests per run "
+                    "(gateway.budget.requests_per_run)",
+                )
+            if (
+                limits.response_bytes_per_run is not None
+                and self.response_bytes >= limits.response_bytes_per_run
+            ):
+                return self._bytes_refusal()
+            if limits.requests_per_imp_per_day is not None and not self.daily.take(
+                limits.requests_per_imp_per_day
+            ):
+                return Refusal(
+                    "gateway.budget.requests_per_imp_per_day",
+                    f"daily request budget spent: {limits.requests_per_imp_per_day} requests "
+                    f"per imp per day (gateway.budget.requests_per_imp_per_day)",
+                )
+            self.requests += 1
+            return None
+
+    def bytes_left(self) -> int | None:
+        limit = self.budget.response_bytes_per_run
+        if limit is None:
+            return None
+        with self._lock:
+            return max(0, limit - self.response_bytes)
+
+    def add_bytes(self, count: int) -> bool:
+        """Charge response bytes; False once the run's byte budget is exceeded."""
+        limit = self.budget.response_bytes_per_run
+        with self._lock:
+            self.response_bytes += count
+            return limit is None or self.response_bytes <= limit
+
+    def _bytes_refusal(self) -> Refusal:
+        return Refusal(
+            "gateway.budget.response_bytes_per_run",
+            f"response byte budget spent: {self.budget.response_bytes_per_run} bytes per run "
+            "(gateway.budget.response_bytes_per_run)",
+        )
+
+    def bytes_refusal(self) -> Refusal:
+        return self._bytes_refusal()

@@ -1,0 +1,9 @@
+"""The gateway's error type (kept here until impyard/errors.py adopts it)."""
+
+from __future__ import annotations
+
+from impyard.errors import ImpyardError
+
+
+class GatewayError(ImpyardError):
+    """The run's gateway could not be configured, attached or served; the box must not proceed."""

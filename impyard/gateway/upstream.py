@@ -1,0 +1,74 @@
+"""Connections from the host's namespace to an allowed upstream.
+
+Rules name hosts; DNS decides addresses. A name that resolves to a loopback,
+private or link-local address would let an allowed public name reach the
+host's own services, so names must resolve to global addresses. An owner who
+means a local service names its IP literally in the rule.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+
+from impyard.gateway.rules import is_ip_literal
+
+
+class UpstreamError(Exception):
+    """Upstream unreachable or refused by the address guard; ``refused`` means 403, else 502."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+def resolve(host: str, port: int) -> list[tuple[int, str]]:
+    """Addresses to try for ``host``: literals as given, names only if globally routable."""
+    if is_ip_literal(host):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return [(family, host)]
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UpstreamError(f"cannot resolve {host}: {exc.strerror}") from exc
+    usable: list[tuple[int, str]] = []
+    rejected: list[str] = []
+    for family, _type, _proto, _canon, sockaddr in infos:
+        address = str(sockaddr[0])
+        if ipaddress.ip_address(address.split("%", 1)[0]).is_global:
+            if (family, address) not in usable:
+                usable.append((family, address))
+        else:
+            rejected.append(address)
+    if not usable:
+        raise UpstreamError(
+            f"{host} resolves to non-public address {', '.join(sorted(set(rejected)))}; "
+            "name the IP in the rule to allow a local service",
+            refused=True,
+        )
+    return usable
+
+
+def open_connection(host: str, port: int, *, timeout: float, tls: bool = False) -> socket.socket:
+    """A connected socket to ``host:port`` (TLS-wrapped with verification when ``tls``)."""
+    last: OSError | None = None
+    for family, address in resolve(host, port):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect((address, port))
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        if not tls:
+            return sock
+        try:
+            context = ssl.create_default_context()
+            return context.wrap_socket(sock, server_hostname=host)
+        except (OSError, ssl.SSLError) as exc:
+            sock.close()
+            raise UpstreamError(f"TLS to {host}:{port} failed: {exc}") from exc
+    reason = last.strerror if last is not None and last.strerror else str(last)
+    raise UpstreamError(f"cannot connect to {host}:{port}: {reason}")

@@ -1,0 +1,353 @@
+"""The proxy's behaviour on a host-loopback listener (no Docker); the box tests reuse ``Upstream``.
+
+Every upstream here listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from impyard.gateway import Gateway, GatewayRules, write_ready
+from impyard.home import Home
+from impyard.journal import Journal
+
+SECRET = "sk-test-7f3c91a2d0e4-do-not-leak"
+RUN_ID = "run-20260711T120000Z-0123456789"
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class Upstream:
+    """A tiny threaded HTTP server on 127.0.0.1 that records what reached it."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        lock = threading.Lock()
+        seen = self.seen
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with lock:
+                    seen.append(Seen(self.command, self.path, dict(self.headers.items()), body))
+                if self.path.startswith("/big"):
+                    payload = b"x" * 1000
+                else:
+                    payload = f"hello from upstream {self.command} {self.path}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+
+            do_GET = do_POST = do_HEAD = do_PUT = _answer
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+def gateway_rules(upstream_port: int, gateway_port: int, **extra: Any) -> GatewayRules:
+    data: dict[str, Any] = {
+        "enabled": True,
+        "port": gateway_port,
+        "allow": [
+            {"host": "127.0.0.1", "ports": [upstream_port], "methods": ["GET", "HEAD"]},
+            {"host": "localhost", "ports": [upstream_port], "methods": ["GET"]},
+        ],
+        "route": [
+            {
+                "name": "llm",
+                "upstream": f"http://127.0.0.1:{upstream_port}/v1",
+                "header": "Authorization",
+                "value": "Bearer {secret}",
+                "secret_env": "IMPYARD_TEST_GATEWAY_SECRET",
+                "methods": ["POST", "GET"],
+            }
+        ],
+        "budget": {},
+    }
+    data.update(extra)
+    return GatewayRules.from_dict(data)
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.close()
+
+
+@dataclass
+class Served:
+    gateway: Gateway
+    port: int
+    journal: Journal
+    home: Home
+
+
+def serve_on_loopback(tmp_path: Path, upstream: Upstream, **extra: Any) -> Served:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    home = Home(tmp_path / "home")
+    home.root.mkdir(parents=True, exist_ok=True)
+    journal = Journal(home.journal)
+    gateway = Gateway.start(
+        gateway_rules(upstream.port, port, **extra),
+        home=home,
+        imp="yuko",
+        run_id=RUN_ID,
+        journal=journal,
+    )
+    gateway.serve(listener)
+    return Served(gateway, port, journal, home)
+
+
+@pytest.fixture
+def served(tmp_path: Path, upstream: Upstream) -> Iterator[Served]:
+    s = serve_on_loopback(tmp_path, upstream)
+    yield s
+    s.gateway.close()
+
+
+def via_proxy(
+    port: int,
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, url, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def test_allowed_get_is_forwarded(served: Served, upstream: Upstream) -> None:
+    status, _, body = via_proxy(
+        served.port, "GET", upstream.url("/page?q=1"), headers={"Proxy-Authorization": "x"}
+    )
+    assert status == 200 and body == b"hello from upstream GET /page?q=1\n"
+    assert upstream.seen[0].headers["Host"] == f"127.0.0.1:{upstream.port}"
+    assert "Proxy-Authorization" not in upstream.seen[0].headers
+    served.gateway.close()  # workers finish their journal lines before close returns
+    entry = served.journal.read(event="gateway.request")[0]
+    assert entry["path"] == "/page" and entry["decision"] == "allowed"
+    assert entry["status"] == 200 and entry["bytes"] == len(body) and entry["run"] == RUN_ID
+    assert entry["rule"] == "gateway.allow[0] 127.0.0.1" and entry["route"] is None
+
+
+def test_refusals_are_legible(served: Served, upstream: Upstream) -> None:
+    status, headers, body = via_proxy(served.port, "GET", "http://127.0.0.2:9/x")
+    assert status == 403 and headers["X-Impyard-Gateway-Rule"] == "default-deny"
+    assert (
+        body.decode().count("\n") == 1
+        and "no gateway.allow rule matches 127.0.0.2:9" in body.decode()
+    )
+    status, _, body = via_proxy(served.port, "POST", upstream.url("/form"), body=b"a=1")
+    assert status == 403 and b"POST" in body and b"gateway.allow[0] 127.0.0.1" in body
+    assert upstream.seen == []
+
+
+def test_names_resolving_to_loopback_are_refused(served: Served, upstream: Upstream) -> None:
+    status, _, body = via_proxy(served.port, "GET", f"http://localhost:{upstream.port}/")
+    assert status == 403 and b"non-public address" in body
+    assert upstream.seen == []
+
+
+def test_https_absolute_form_is_refused(served: Served) -> None:
+    status, _, body = via_proxy(served.port, "GET", "https://127.0.0.1:443/")
+    assert status == 400 and b"CONNECT" in body
+
+
+def test_credential_route_adds_the_secret_on_the_host(
+    served: Served, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status, _, body = via_proxy(
+        served.port, "POST", f"http://127.0.0.1:{served.port}/route/llm/chat"
+    )
+    assert status == 502 and b"IMPYARD_TEST_GATEWAY_SECRET is not set" in body
+    monkeypatch.setenv("IMPYARD_TEST_GATEWAY_SECRET", SECRET)
+    status, _, body = via_proxy(
+        served.port,
+        "POST",
+        f"http://127.0.0.1:{served.port}/route/llm/chat?x=1",
+        body=b'{"q": 1}',
+        headers={"Authorization": "Bearer forged", "Content-Type": "application/json"},
+    )
+    assert status == 200 and body == b"hello from upstream POST /v1/chat?x=1\n"
+    seen = upstream.seen[-1]
+    assert seen.headers["Authorization"] == f"Bearer {SECRET}" and seen.body == b'{"q": 1}'
+    # Origin-form (no proxy): the same route.
+    status, _, _ = via_proxy(served.port, "GET", "/route/llm/models")
+    assert status == 200 and upstream.seen[-1].path == "/v1/models"
+    served.gateway.close()
+    entries = served.journal.read(event="gateway.request")
+    assert [e["route"] for e in entries] == ["llm", "llm", "llm"]
+    assert entries[1]["path"] == "/v1/chat" and entries[1]["host"] == "127.0.0.1"
+    assert SECRET not in served.journal.path.read_text()
+    assert "forged" not in served.journal.path.read_text()
+
+
+def test_request_budget_refuses_with_429(tmp_path: Path, upstream: Upstream) -> None:
+    s = serve_on_loopback(tmp_path, upstream, budget={"requests_per_run": 3})
+    try:
+        codes = [via_proxy(s.port, "GET", upstream.url(f"/{i}"))[0] for i in range(4)]
+        assert codes == [200, 200, 200, 429]
+        _, headers, body = via_proxy(s.port, "GET", upstream.url("/again"))
+        assert headers["X-Impyard-Gateway-Rule"] == "gateway.budget.requests_per_run"
+        assert b"3 requests per run" in body and len(upstream.seen) == 3
+    finally:
+        s.gateway.close()
+
+
+def test_byte_budget(tmp_path: Path, upstream: Upstream) -> None:
+    s = serve_on_loopback(tmp_path, upstream, budget={"response_bytes_per_run": 1500})
+    try:
+        assert via_proxy(s.port, "GET", upstream.url("/big"))[0] == 200
+        # 1000 bytes announced, 500 left: refused before any byte is relayed.
+        status, _, body = via_proxy(s.port, "GET", upstream.url("/big"))
+        assert status == 429 and b"response_bytes_per_run" in body
+    finally:
+        s.gateway.close()
+
+
+def test_daily_budget_spans_gateways(tmp_path: Path, upstream: Upstream) -> None:
+    for expected in ([200, 200], [200, 429]):
+        s = serve_on_loopback(tmp_path, upstream, budget={"requests_per_imp_per_day": 3})
+        try:
+            assert [via_proxy(s.port, "GET", upstream.url())[0] for _ in range(2)] == expected
+        finally:
+            s.gateway.close()
+
+
+def test_connect_tunnel(served: Served, upstream: Upstream) -> None:
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+        target = f"127.0.0.1:{upstream.port}"
+        inner = f"GET /tunnelled HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n"
+        # The inner request rides in the same packet: the proxy must pass on what it buffered.
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n{inner}".encode())
+        data = b""
+        for _ in range(1000):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            data += piece
+    assert data.startswith(b"HTTP/1.1 200 Connection Established\r\n")
+    assert b"hello from upstream GET /tunnelled" in data
+    status, _, body = via_proxy(served.port, "CONNECT", "127.0.0.1:22")
+    assert status == 403 and b"127.0.0.1:22" in body
+    served.gateway.close()
+    entry = served.journal.read(event="gateway.request")[0]
+    assert entry["method"] == "CONNECT" and entry["status"] == 200 and entry["bytes"] > 0
+
+
+def test_upstream_failure_is_502(tmp_path: Path, upstream: Upstream) -> None:
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # nothing listens there now
+    s = serve_on_loopback(
+        tmp_path,
+        upstream,
+        allow=[{"host": "127.0.0.1", "ports": [dead_port], "methods": ["GET"]}],
+    )
+    try:
+        status, _, body = via_proxy(s.port, "GET", f"http://127.0.0.1:{dead_port}/")
+        assert status == 502 and b"cannot connect" in body
+        s.gateway.close()
+        assert s.journal.read()[-1]["decision"] == "failed"
+    finally:
+        s.gateway.close()
+
+
+def test_concurrent_requests_lose_no_journal_lines(served: Served, upstream: Upstream) -> None:
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        status = via_proxy(served.port, "GET", upstream.url(f"/c{i}"))[0]
+        with lock:
+            results.append(status)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert results == [200] * 50
+    served.gateway.close()
+    lines = served.journal.path.read_text().splitlines()
+    assert len(lines) == 50
+    assert sorted(json.loads(line)["path"] for line in lines) == sorted(f"/c{i}" for i in range(50))
+
+
+def test_close_is_idempotent_and_stops_serving(tmp_path: Path, upstream: Upstream) -> None:
+    s = serve_on_loopback(tmp_path, upstream)
+    assert s.gateway.serving
+    s.gateway.close()
+    s.gateway.close()
+    assert not s.gateway.serving
+    with pytest.raises(OSError):
+        via_proxy(s.port, "GET", upstream.url())
+
+
+def test_disabled_gateway_gives_no_env(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    gateway = Gateway.start(
+        GatewayRules.from_dict({"enabled": False}),
+        home=home,
+        imp="yuko",
+        run_id=RUN_ID,
+        journal=Journal(home.journal),
+    )
+    gateway.attach(1)  # a no-op: no listener anywhere
+    assert gateway.proxy_env() == {} and not gateway.serving
+    gateway.close()
+
+
+def test_proxy_env_and_ready_file(served: Served, tmp_path: Path) -> None:
+    env = served.gateway.proxy_env()
+    url = f"http://127.0.0.1:{served.port}"
+    assert env["HTTP_PROXY"] == env["https_proxy"] == url and env["NO_PROXY"] == ""
+    signal = tmp_path / "signal"
+    signal.mkdir()
+    assert write_ready(signal).read_text() == "ready\n"
