@@ -1,0 +1,241 @@
+"""A run's checkout of its base commit: an overlay over shared layers, or a plain copy.
+
+Overlay (preferred): the run gets an empty upper dir and a workdir; the base is the
+layer chain of its commit (see ``layers``), mounted read-only below the upper dir
+by Docker's ``local`` volume driver. Preparing costs two mkdirs once the base layer
+exists, and the run's change *is* its upper dir.
+
+Copy (fallback, for engines without overlay volumes): the whole tree is written
+into the run dir, and each file's lstat identity is recorded outside the checkout
+so the snapshot only hashes files the box touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pygit2
+
+from impyard.fsutil import atomic_write_bytes, atomic_write_json
+from impyard.home import Home
+from impyard.knowledge.layers import ensure_layer_locked, layer_chain, layers_lock
+from impyard.knowledge.treefs import (
+    CheckoutError,
+    Identity,
+    Owner,
+    open_dir,
+    parse_owner,
+    write_tree,
+)
+
+__all__ = [
+    "Checkout",
+    "CheckoutError",
+    "CheckoutKind",
+    "mount_options",
+    "prepare_checkout",
+    "read_identities",
+    "release_checkout",
+]
+
+CheckoutKind = Literal["overlay", "copy"]
+
+# mount(2) copies its data argument into one page; Docker's local driver passes the
+# whole ``o=`` string through.
+MOUNT_DATA_LIMIT = 4095
+# Characters overlay's option parser would split on (',' between options, ':'
+# between lowers) or unescape ('\\'); refused rather than escaped.
+_BAD_PATH_CHARS = frozenset(",:\\=\n")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    kind: CheckoutKind
+    base: str
+    root: Path  # overlay: the upper dir; copy: the plain copy
+    lowerdirs: tuple[Path, ...] = ()  # overlay only, top first
+    workdir: Path | None = None  # overlay only
+
+    @property
+    def index_path(self) -> Path:
+        """Copy kind: the recorded lstat identities (beside the checkout, never inside)."""
+        return self.root.parent / "checkout.idx"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "base": self.base,
+            "root": str(self.root),
+            "lowerdirs": [str(p) for p in self.lowerdirs],
+            "workdir": None if self.workdir is None else str(self.workdir),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Checkout:
+        kind = raw.get("kind")
+        if kind not in ("overlay", "copy"):
+            raise CheckoutError(f"checkout record has an unknown kind {kind!r}")
+        workdir = raw.get("workdir")
+        return cls(
+            kind=kind,
+            base=str(raw["base"]),
+            root=Path(str(raw["root"])),
+            lowerdirs=tuple(Path(str(p)) for p in raw.get("lowerdirs") or ()),
+            workdir=None if workdir is None else Path(str(workdir)),
+        )
+
+
+def mount_options(checkout: Checkout) -> str:
+    """The overlay mount data for this checkout (Docker local driver ``o=``).
+
+    ``redirect_dir=off``: renaming a lower dir is copy + whiteout, never a redirect
+    xattr the snapshot would have to interpret. ``metacopy=off``: a chmod copies
+    up the data too, so every regular file in the upper dir is complete.
+    ``index=off``: copy-up breaks hard links, so upper files have one link.
+    """
+    if checkout.kind != "overlay" or checkout.workdir is None:
+        raise CheckoutError("only an overlay checkout has mount options")
+    paths = [*checkout.lowerdirs, checkout.root, checkout.workdir]
+    for path in paths:
+        if _BAD_PATH_CHARS & set(str(path)):
+            raise CheckoutError(
+                f"overlay path {str(path)!r} contains one of , : \\ = or a newline; "
+                "use a data root without them"
+            )
+    options = (
+        f"lowerdir={':'.join(str(p) for p in checkout.lowerdirs)},"
+        f"upperdir={checkout.root},workdir={checkout.workdir},"
+        "redirect_dir=off,metacopy=off,index=off"
+    )
+    if len(options) > MOUNT_DATA_LIMIT:
+        raise CheckoutError(
+            f"overlay mount options are {len(options)} bytes, over the {MOUNT_DATA_LIMIT}-byte "
+            "limit of mount(2); use a shorter data root path"
+        )
+    return options
+
+
+def prepare_checkout(
+    home: Home,
+    imp: str,
+    run_id: str,
+    base: str,
+    kind: CheckoutKind,
+    owner: str | Owner,
+) -> Checkout:
+    """Create the run's checkout of ``base`` (owned by the box user) and record it.
+
+    The record (``runs/<id>/checkout.json``) is written before returning, under the
+    layer lock, so layer collection never removes a chain this run mounts.
+    """
+    own = parse_owner(owner)
+    run_dir = home.run_dir(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    root = home.run_checkout(run_id)
+    if kind == "overlay":
+        workdir = home.run_overlay_work(run_id)
+        with layers_lock(home, imp):
+            chain = layer_chain(home, imp, ensure_layer_locked(home, imp, base, own))
+            checkout = Checkout(
+                kind="overlay",
+                base=base,
+                root=root,
+                lowerdirs=tuple(layer.tree_dir for layer in chain),
+                workdir=workdir,
+            )
+            mount_options(checkout)  # refuse now, not at container start
+            _fresh_dir(root, own)
+            _fresh_dir(workdir, own)
+            _write_record(home, imp, run_id, checkout)
+        return checkout
+    if kind != "copy":
+        raise CheckoutError(f"unknown checkout kind {kind!r}")
+    checkout = Checkout(kind="copy", base=base, root=root)
+    repo = _open_repo(home, imp)
+    tree = _base_tree(repo, base)
+    _fresh_dir(root, own)
+    identities: dict[str, Identity] = {}
+    fd = open_dir(root)
+    try:
+        write_tree(repo, tree, fd, own, identities=identities)
+    finally:
+        os.close(fd)
+    _write_identities(checkout.index_path, identities)
+    _write_record(home, imp, run_id, checkout)
+    return checkout
+
+
+def release_checkout(checkout: Checkout) -> None:
+    """Remove the run's checkout pieces; the run dir (and its manifest) stays.
+
+    The overlay must already be unmounted (Docker unmounts when the box exits).
+    """
+    for path in (checkout.root, checkout.workdir):
+        if path is not None and path.exists():
+            # rmtree never follows symlinks the box left; as root it removes 0:0 devices too.
+            shutil.rmtree(path)
+    for path in (checkout.index_path, checkout.root.parent / "checkout.json"):
+        path.unlink(missing_ok=True)
+
+
+def read_identities(path: Path) -> dict[str, Identity]:
+    """The copy checkout's recorded identities: path → Identity."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CheckoutError(f"cannot read checkout index {path}: {exc}") from exc
+    parts = raw.split(b"\0")
+    if len(parts) % 2 != 1 or parts[-1] != b"":
+        raise CheckoutError(f"checkout index {path} is truncated")
+    result: dict[str, Identity] = {}
+    try:
+        for i in range(0, len(parts) - 1, 2):
+            ino, size, mtime, ctime = parts[i + 1].split(b" ")
+            result[parts[i].decode()] = Identity(int(ino), int(size), int(mtime), int(ctime))
+    except ValueError as exc:
+        raise CheckoutError(f"checkout index {path} is corrupt: {exc}") from exc
+    return result
+
+
+def _write_identities(path: Path, identities: dict[str, Identity]) -> None:
+    # NUL-separated: git paths never contain NUL; 100k entries load in tens of ms.
+    chunks = []
+    for rel, ident in identities.items():
+        chunks.append(
+            f"{rel}\0{ident.ino} {ident.size} {ident.mtime_ns} {ident.ctime_ns}\0".encode()
+        )
+    atomic_write_bytes(path, b"".join(chunks), mode=0o600)
+
+
+def _write_record(home: Home, imp: str, run_id: str, checkout: Checkout) -> None:
+    atomic_write_json(home.run_checkout_record(run_id), {"imp": imp, **checkout.to_dict()})
+
+
+def _fresh_dir(path: Path, owner: Owner) -> None:
+    if path.exists():
+        # A retried prepare after a crash: start again from nothing.
+        shutil.rmtree(path)
+    path.mkdir(mode=0o755)
+    os.chown(path, *owner)
+    os.chmod(path, 0o755)
+
+
+def _open_repo(home: Home, imp: str) -> pygit2.Repository:
+    try:
+        return pygit2.Repository(str(home.repo(imp)))
+    except pygit2.GitError as exc:
+        raise CheckoutError(f"imp {imp!r}: cannot open {home.repo(imp)}: {exc}") from exc
+
+
+def _base_tree(repo: pygit2.Repository, base: str) -> pygit2.Tree:
+    try:
+        commit = repo[base]
+    except (KeyError, ValueError) as exc:
+        raise CheckoutError(f"base commit {base} is not in {repo.path}") from exc
+    if not isinstance(commit, pygit2.Commit):
+        raise CheckoutError(f"base {base} is not a commit in {repo.path}")
+    return commit.tree

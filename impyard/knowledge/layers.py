@@ -1,0 +1,315 @@
+"""Immutable overlay lower layers, one per commit, stacked as deltas on the parent's layer.
+
+``<layers>/<id>/t`` is the lower directory; ``<layers>/<id>/meta.json`` says what it
+is. A FULL layer holds the whole tree of its commit; a DELTA layer holds only what
+its commit changed against its first parent (new/changed files, whiteouts for
+deletions, opaque dirs for replaced files), so preparing the next run's base costs
+what the last integration changed. Chains stay shorter than ``MAX_CHAIN``: past
+that a new FULL layer is built by hard-linking unchanged files from the chain's
+FULL layer (layers are never modified, so sharing inodes is safe).
+
+Layers are built in ``.tmp-*`` directories and renamed into place, so a crash
+never leaves a half layer where a mount could use it; builders and the collector
+serialize on one lock per imp, which also makes any ``.tmp-*`` found under the
+lock a crash leftover.
+
+Ids are short (12 hex of the commit + the owner) because Docker passes the whole
+``lowerdir=a:b:…`` option through mount(2), whose data is limited to one page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pygit2
+
+from impyard.fsutil import atomic_write_json, fsync_dir, locked
+from impyard.home import Home
+from impyard.knowledge.treefs import (
+    CheckoutError,
+    Owner,
+    format_owner,
+    open_dir,
+    parse_owner,
+    write_delta,
+    write_tree,
+)
+
+MAX_CHAIN = 16
+META_FORMAT = 1
+_TMP_PREFIX = ".tmp-"
+_TRASH_PREFIX = ".trash-"
+_LOCK_NAME = ".lock"
+
+LayerKind = Literal["full", "delta"]
+
+
+@dataclass(frozen=True)
+class Layer:
+    id: str
+    commit: str
+    kind: LayerKind
+    parent: str | None
+    depth: int  # delta layers below this one down to its FULL layer
+    owner: Owner
+    path: Path  # <layers>/<id>
+
+    @property
+    def tree_dir(self) -> Path:
+        """The directory overlay mounts as a lowerdir."""
+        return self.path / "t"
+
+
+def layer_id(commit: str, owner: Owner) -> str:
+    return f"{commit[:12]}-{owner[0]}.{owner[1]}"
+
+
+def ensure_layer(home: Home, imp: str, commit: str, owner: str | Owner) -> Layer:
+    """The layer of ``commit`` for ``owner``, built if missing. Idempotent.
+
+    Cheap when the layer exists (one small read) or when the first parent's layer
+    exists (a delta of what the commit changed).
+    """
+    own = parse_owner(owner)
+    _check_commit(commit)
+    existing = read_layer(home, imp, layer_id(commit, own))
+    if existing is not None and existing.commit == commit:
+        return existing
+    with layers_lock(home, imp):
+        return ensure_layer_locked(home, imp, commit, own)
+
+
+@contextlib.contextmanager
+def layers_lock(home: Home, imp: str) -> Iterator[None]:
+    """Serializes layer builds and collection for one imp (threads and processes)."""
+    root = home.layers(imp)
+    _make_layers_root(root)
+    with locked(root / _LOCK_NAME):
+        yield
+
+
+def ensure_layer_locked(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
+    """``ensure_layer`` for a caller already holding ``layers_lock``."""
+    _check_commit(commit)
+    existing = read_layer(home, imp, layer_id(commit, owner))
+    if existing is not None:
+        if existing.commit != commit:
+            raise CheckoutError(
+                f"layer id {existing.id} is taken by commit {existing.commit}, wanted {commit}"
+            )
+        return existing
+    _remove_temps(home.layers(imp))
+    return _build(home, imp, commit, owner)
+
+
+def read_layer(home: Home, imp: str, ident: str) -> Layer | None:
+    """The layer ``ident`` if it is complete (has its meta), else None."""
+    path = home.layers(imp) / ident
+    try:
+        raw = json.loads((path / "meta.json").read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise CheckoutError(f"layer {path} has an unreadable meta.json: {exc}") from exc
+    try:
+        return Layer(
+            id=ident,
+            commit=str(raw["commit"]),
+            kind="full" if raw["kind"] == "full" else "delta",
+            parent=None if raw["parent"] is None else str(raw["parent"]),
+            depth=int(raw["depth"]),
+            owner=parse_owner(str(raw["owner"])),
+            path=path,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckoutError(f"layer {path} has an invalid meta.json: {exc}") from exc
+
+
+def layer_chain(home: Home, imp: str, layer: Layer) -> tuple[Layer, ...]:
+    """``layer`` and every layer below it, top first, ending with a FULL layer."""
+    chain = [layer]
+    current = layer
+    while current.parent is not None:
+        below = read_layer(home, imp, current.parent)
+        if below is None:
+            raise CheckoutError(f"layer {current.id} needs missing layer {current.parent}")
+        chain.append(below)
+        current = below
+        if len(chain) > MAX_CHAIN:
+            raise CheckoutError(f"layer chain of {layer.id} is longer than {MAX_CHAIN}")
+    return tuple(chain)
+
+
+def list_layers(home: Home, imp: str) -> list[Layer]:
+    root = home.layers(imp)
+    if not root.is_dir():
+        return []
+    found = []
+    for name in sorted(os.listdir(root)):
+        if name.startswith("."):
+            continue
+        layer = read_layer(home, imp, name)
+        if layer is not None:
+            found.append(layer)
+    return found
+
+
+def collect_layers(home: Home, imp: str, keep_commits: Iterable[str]) -> list[str]:
+    """Remove every layer no kept chain needs; return the removed ids.
+
+    Kept: the chains of ``keep_commits`` (any owner) and of every run whose
+    checkout record (``runs/<id>/checkout.json``) still exists, so a prepared but
+    not yet finished run never loses its lower dirs. Also removes crash leftovers.
+    """
+    root = home.layers(imp)
+    if not root.is_dir():
+        return []
+    wanted = set(keep_commits)
+    with layers_lock(home, imp):
+        _remove_temps(root)
+        layers = {layer.id: layer for layer in list_layers(home, imp)}
+        keep: set[str] = set(_layers_used_by_runs(home, imp))
+        keep.update(layer.id for layer in layers.values() if layer.commit in wanted)
+        stack = list(keep)
+        while stack:
+            layer = layers.get(stack.pop())
+            if layer is not None and layer.parent is not None and layer.parent not in keep:
+                keep.add(layer.parent)
+                stack.append(layer.parent)
+        removed = []
+        for ident in sorted(layers):
+            if ident not in keep:
+                _remove_dir(root, ident)
+                removed.append(ident)
+        for name in os.listdir(root):
+            if name.startswith(_TRASH_PREFIX):
+                shutil.rmtree(root / name, ignore_errors=True)
+        return removed
+
+
+def _layers_used_by_runs(home: Home, imp: str) -> Iterator[str]:
+    runs = home.runs_dir
+    if not runs.is_dir():
+        return
+    for entry in os.scandir(runs):
+        record = Path(entry.path) / "checkout.json"
+        try:
+            raw = json.loads(record.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(raw, dict) or raw.get("imp") != imp:
+            continue
+        for lower in raw.get("lowerdirs") or []:
+            # lowerdirs are <layers>/<id>/t
+            yield Path(str(lower)).parent.name
+
+
+def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
+    repo = _open_repo(home, imp)
+    target = _commit(repo, commit)
+    root = home.layers(imp)
+    parent_layer: Layer | None = None
+    if target.parents:
+        parent_layer = read_layer(home, imp, layer_id(str(target.parent_ids[0]), owner))
+    tmp = root / f"{_TMP_PREFIX}{layer_id(commit, owner)}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(mode=0o700)
+    try:
+        (tmp / "t").mkdir(mode=0o755)
+        os.chown(tmp / "t", *owner)
+        os.chmod(tmp / "t", 0o755)
+        tree_fd = open_dir(tmp / "t")
+        try:
+            if parent_layer is not None and parent_layer.depth + 1 < MAX_CHAIN:
+                parent_tree = _commit(repo, parent_layer.commit).tree
+                write_delta(repo, parent_tree, target.tree, tree_fd, owner)
+                kind: LayerKind = "delta"
+                parent_id: str | None = parent_layer.id
+                depth = parent_layer.depth + 1
+            else:
+                link_from = None
+                if parent_layer is not None:
+                    # Compaction: hard-link what is unchanged since the chain's FULL layer.
+                    full = layer_chain(home, imp, parent_layer)[-1]
+                    link_from = (open_dir(full.tree_dir), _commit(repo, full.commit).tree)
+                try:
+                    write_tree(repo, target.tree, tree_fd, owner, link_from=link_from)
+                finally:
+                    if link_from is not None:
+                        os.close(link_from[0])
+                kind, parent_id, depth = "full", None, 0
+            os.fsync(tree_fd)
+        finally:
+            os.close(tree_fd)
+        atomic_write_json(
+            tmp / "meta.json",
+            {
+                "format": META_FORMAT,
+                "commit": commit,
+                "kind": kind,
+                "parent": parent_id,
+                "depth": depth,
+                "owner": format_owner(owner),
+            },
+        )
+        os.chmod(tmp, 0o755)
+        final = root / layer_id(commit, owner)
+        os.rename(tmp, final)
+        fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    layer = read_layer(home, imp, layer_id(commit, owner))
+    assert layer is not None
+    return layer
+
+
+def _make_layers_root(root: Path) -> None:
+    # Root-only: layer files belong to the box uid, and no host process running as
+    # that uid may reach (and modify) an immutable layer.
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+
+
+def _remove_temps(root: Path) -> None:
+    """Under the lock, a ``.tmp-*`` dir is a crashed build: nobody else is building."""
+    for name in os.listdir(root):
+        if name.startswith(_TMP_PREFIX):
+            shutil.rmtree(root / name, ignore_errors=True)
+
+
+def _remove_dir(root: Path, ident: str) -> None:
+    # Rename first, so the layer disappears at once and a crash mid-rmtree leaves
+    # only trash, never a layer with a meta and missing files.
+    trash = root / f"{_TRASH_PREFIX}{ident}-{uuid.uuid4().hex[:8]}"
+    os.rename(root / ident, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _open_repo(home: Home, imp: str) -> pygit2.Repository:
+    try:
+        return pygit2.Repository(str(home.repo(imp)))
+    except pygit2.GitError as exc:
+        raise CheckoutError(f"imp {imp!r}: cannot open {home.repo(imp)}: {exc}") from exc
+
+
+def _commit(repo: pygit2.Repository, commit: str) -> pygit2.Commit:
+    try:
+        obj = repo[commit]
+    except (KeyError, ValueError) as exc:
+        raise CheckoutError(f"commit {commit} is not in {repo.path}") from exc
+    if not isinstance(obj, pygit2.Commit):
+        raise CheckoutError(f"{commit} is not a commit in {repo.path}")
+    return obj
+
+
+def _check_commit(commit: str) -> None:
+    if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
+        raise CheckoutError(f"base commit {commit!r} is not a full lowercase hex sha")

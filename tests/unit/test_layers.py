@@ -1,0 +1,216 @@
+"""Overlay lower layers: materialization, deltas, compaction, GC and crash safety."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from impyard.home import Home
+from impyard.knowledge import layers as layers_mod
+from impyard.knowledge.checkout import prepare_checkout, release_checkout
+from impyard.knowledge.layers import (
+    MAX_CHAIN,
+    collect_layers,
+    ensure_layer,
+    layer_chain,
+    list_layers,
+)
+from impyard.knowledge.treefs import CheckoutError
+from tests.conftest import git
+from tests.unit.test_checkout_support import (
+    BASE_FILES,
+    IMP,
+    OWNER,
+    commit,
+    make_repo,
+    mounted,
+    need_root,
+    read_dir,
+)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    need_root()  # layers are chowned to the box user
+    return Home(tmp_path / "home")
+
+
+def git_archive(home: Home, commit_id: str) -> dict[str, bytes]:
+    raw = subprocess.run(
+        ["git", "-C", str(home.repo(IMP)), "archive", commit_id],
+        capture_output=True,
+        check=True,
+    ).stdout
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                handle = tar.extractfile(member)
+                assert handle is not None
+                out[member.name] = handle.read()
+    return out
+
+
+def merged_view(home: Home, tmp_path: Path, commit_id: str) -> dict[str, bytes]:
+    """What a box sees for ``commit_id``: the layer chain through a real overlay mount."""
+    checkout = prepare_checkout(home, IMP, f"view-{commit_id[:8]}", commit_id, "overlay", OWNER)
+    try:
+        with mounted(checkout, tmp_path / f"m-{commit_id[:8]}") as merged:
+            return read_dir(merged)
+    finally:
+        release_checkout(checkout)
+
+
+def test_full_layer_matches_git_archive_file_by_file(home: Home) -> None:
+    repo = make_repo(home)
+    c1 = commit(repo, BASE_FILES)
+    layer = ensure_layer(home, IMP, c1, OWNER)
+    assert layer.kind == "full" and layer.depth == 0
+    assert read_dir(layer.tree_dir) == git_archive(home, c1)
+    for dirpath, dirs, names in os.walk(layer.tree_dir):
+        for name in [*dirs, *names]:
+            st = os.lstat(Path(dirpath) / name)
+            assert (st.st_uid, st.st_gid) == OWNER
+            assert st.st_mode & 0o111 == (0o111 if stat.S_ISDIR(st.st_mode) else 0)
+    # git itself agrees the repo is sound (materializing wrote no index into it)
+    assert not (home.repo(IMP) / "index").exists()
+    git("-C", home.repo(IMP), "fsck", "--strict")
+
+
+def test_ensure_layer_is_idempotent_and_records_meta(home: Home) -> None:
+    repo = make_repo(home)
+    c1 = commit(repo, BASE_FILES)
+    first = ensure_layer(home, IMP, c1, "65532:65532")
+    again = ensure_layer(home, IMP, c1, OWNER)
+    assert first == again
+    meta = json.loads((first.path / "meta.json").read_text())
+    assert meta["commit"] == c1 and meta["owner"] == "65532:65532" and meta["kind"] == "full"
+    # a different owner never reuses the layer
+    other = ensure_layer(home, IMP, c1, (1000, 1000))
+    assert other.id != first.id
+    assert os.lstat(other.tree_dir / "README.md").st_uid == 1000
+
+
+def test_delta_layers_through_a_real_overlay_mount(home: Home, tmp_path: Path) -> None:
+    repo = make_repo(home)
+    c1 = commit(repo, BASE_FILES)
+    ensure_layer(home, IMP, c1, OWNER)
+    # additions, a changed file, a deleted file, a deleted directory, a file
+    # replacing a directory and a directory replacing a file
+    c2 = commit(
+        repo,
+        {
+            "records/vendors/initech--n_1_1.md": b"new\n",
+            "organization/index.md": b"index v2\n",
+            "records/vendors/globex--n_000000000000_2.md": None,
+            "records/papers": None,
+            "organization/topics": b"now a file\n",
+            "README.md/inner.md": b"dir replaces file\n",
+        },
+        parent=c1,
+    )
+    delta = ensure_layer(home, IMP, c2, OWNER)
+    assert delta.kind == "delta" and delta.depth == 1
+    # the delta holds only the change, not the tree
+    written = read_dir(delta.tree_dir)
+    assert "records/vendors/acme--n_000000000000_1.md" not in written
+    whiteout = os.lstat(delta.tree_dir / "records/vendors/globex--n_000000000000_2.md")
+    assert stat.S_ISCHR(whiteout.st_mode) and whiteout.st_rdev == 0
+    assert os.getxattr(delta.tree_dir / "README.md", "trusted.overlay.opaque") == b"y"
+    c3 = commit(repo, {"records/papers/again--n_1_2.md": b"back\n"}, parent=c2)
+    ensure_layer(home, IMP, c3, OWNER)
+    for c in (c1, c2, c3):
+        assert merged_view(home, tmp_path, c) == git_archive(home, c)
+
+
+def test_compaction_builds_a_full_layer_by_hard_links(home: Home, tmp_path: Path) -> None:
+    repo = make_repo(home)
+    head = commit(repo, BASE_FILES)
+    first_full = ensure_layer(home, IMP, head, OWNER)
+    commits = [head]
+    for i in range(MAX_CHAIN + 1):
+        head = commit(repo, {f"records/t/n--n_1_{i + 1}.md": f"{i}\n".encode()}, parent=head)
+        commits.append(head)
+        layer = ensure_layer(home, IMP, head, OWNER)
+        assert len(layer_chain(home, IMP, layer)) <= MAX_CHAIN
+    compacted = [layer for layer in list_layers(home, IMP) if layer.kind == "full"]
+    assert len(compacted) == 2
+    new_full = next(layer for layer in compacted if layer.id != first_full.id)
+    assert read_dir(new_full.tree_dir) == git_archive(home, new_full.commit)
+    # unchanged files share the inode of the first FULL layer: no bytes rewritten
+    shared = os.lstat(new_full.tree_dir / "README.md")
+    assert shared.st_ino == os.lstat(first_full.tree_dir / "README.md").st_ino
+    assert merged_view(home, tmp_path, commits[-1]) == git_archive(home, commits[-1])
+
+
+def test_copy_up_of_a_hard_linked_lower_file_has_one_link(home: Home, tmp_path: Path) -> None:
+    """Compaction shares inodes; a box editing such a file must not look like a hard link."""
+    repo = make_repo(home)
+    head = commit(repo, BASE_FILES)
+    ensure_layer(home, IMP, head, OWNER)
+    for i in range(MAX_CHAIN):
+        head = commit(repo, {f"records/t/n--n_1_{i + 1}.md": b"x\n"}, parent=head)
+        ensure_layer(home, IMP, head, OWNER)
+    layer = ensure_layer(home, IMP, head, OWNER)
+    assert layer.kind == "full" and os.lstat(layer.tree_dir / "README.md").st_nlink > 1
+    checkout = prepare_checkout(home, IMP, "r-link", head, "overlay", OWNER)
+    with mounted(checkout, tmp_path / "m") as merged:
+        (merged / "README.md").write_bytes(b"edited\n")
+    assert os.lstat(checkout.root / "README.md").st_nlink == 1
+    release_checkout(checkout)
+
+
+def test_gc_keeps_needed_chains_and_running_checkouts(home: Home) -> None:
+    repo = make_repo(home)
+    c1 = commit(repo, BASE_FILES)
+    c2 = commit(repo, {"records/a/x--n_1_1.md": b"x\n"}, parent=c1)
+    c3 = commit(repo, {"records/a/y--n_1_2.md": b"y\n"}, parent=c2)
+    other = commit(repo, {"records/b/z--n_2_1.md": b"z\n"})  # unrelated root
+    for c in (c1, c2, c3, other):
+        ensure_layer(home, IMP, c, OWNER)
+    running = prepare_checkout(home, IMP, "r-running", other, "overlay", OWNER)
+    removed = collect_layers(home, IMP, keep_commits=[c2])
+    assert {layer.commit for layer in list_layers(home, IMP)} == {c1, c2, other}
+    assert [r[:12] for r in removed] == [c3[:12]]
+    release_checkout(running)
+    collect_layers(home, IMP, keep_commits=[c2])
+    assert {layer.commit for layer in list_layers(home, IMP)} == {c1, c2}
+    assert [n for n in os.listdir(home.layers(IMP)) if n.startswith(".trash")] == []
+
+
+def test_a_crashed_build_leaves_nothing_usable(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = make_repo(home)
+    c1 = commit(repo, BASE_FILES)
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(layers_mod, "atomic_write_json", crash)
+    with pytest.raises(OSError):
+        ensure_layer(home, IMP, c1, OWNER)
+    monkeypatch.undo()
+    assert list_layers(home, IMP) == []
+    # a stale temp dir from a killed process (no cleanup ran) is ignored, then removed
+    stale = home.layers(IMP) / f".tmp-{c1[:12]}-65532.65532-deadbeef"
+    (stale / "t").mkdir(parents=True)
+    (stale / "meta.json").write_text("{}")
+    assert list_layers(home, IMP) == []
+    layer = ensure_layer(home, IMP, c1, OWNER)
+    assert not stale.exists()
+    assert read_dir(layer.tree_dir) == BASE_FILES
+
+
+def test_bad_commit_is_refused(home: Home) -> None:
+    repo = make_repo(home)
+    commit(repo, BASE_FILES)
+    with pytest.raises(CheckoutError, match="not a full"):
+        ensure_layer(home, IMP, "main", OWNER)
+    with pytest.raises(CheckoutError, match="not in"):
+        ensure_layer(home, IMP, "0" * 40, OWNER)
