@@ -75,17 +75,25 @@ def _is_hostname(name: str) -> bool:
 
 
 def _check_host(value: str) -> str:
-    host = value.lower()
+    """Lowercase, no trailing dot, IPv6 without brackets: rules compare the way DNS does."""
+    host = value.lower().rstrip(".")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     if host.startswith("*."):
-        if _is_hostname(host[2:]):
+        if _is_hostname(host[2:]) and not _is_ip(host[2:]):
             return host
         raise ValueError(f"{value!r} is not '*.' followed by a host name")
-    if host.startswith("[") and host.endswith("]"):
-        ipaddress.IPv6Address(host[1:-1])  # raises ValueError when it is not one
-        return host
-    if _is_hostname(host):
+    if _is_ip(host) or _is_hostname(host):
         return host
     raise ValueError(f"{value!r} is not an exact host name, IP address or '*.suffix'")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def host_covers(pattern: str, host: str) -> bool:
@@ -218,8 +226,8 @@ class GatewayRoute(_Strict):
 
     name: str = Field(description="Route name; the box calls /route/<name>/<path>.")
     upstream: str = Field(description="http(s) base URL the route forwards to.")
-    header: str = Field(default="Authorization", description="Header the gateway sets upstream.")
-    value: str = Field(default="Bearer {secret}", description="Header value; {secret} is replaced.")
+    header: str = Field(description="Header the gateway sets upstream, e.g. Authorization.")
+    value: str = Field(default="{secret}", description="Header value; {secret} is replaced.")
     secret_env: str | None = Field(default=None, description="Host env var holding the secret.")
     secret_file: str | None = Field(default=None, description="Host file holding the secret.")
     methods: Annotated[list[HttpMethod], Field(min_length=1)] = Field(
