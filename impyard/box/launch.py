@@ -155,20 +155,21 @@ def _copy_logs(container_id: str, log_path: Path) -> tuple[int, bool]:
     written = 0
     truncated = False
     with log_path.open("wb") as out:
+        # Drained to the end even past the cap (the engine's copy is bounded
+        # too): closing the stream early leaks its socket.
         for chunk in stream:
             room = LOG_CAP_BYTES - written
+            if truncated:
+                continue
             if len(chunk) > room:
                 out.write(chunk[:room])
                 written += room
                 truncated = True
-                break
+                continue
             out.write(chunk)
             written += len(chunk)
         if truncated:
             out.write(TRUNCATION_MARKER.format(cap=LOG_CAP_BYTES).encode())
-    if truncated:
-        with contextlib.suppress(Exception):
-            stream.close()
     return written, truncated
 
 

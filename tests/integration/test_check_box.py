@@ -1,0 +1,127 @@
+"""`impyard check box` against the real engine: passing, and each failure mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BOX_IMAGE, Cli
+
+pytestmark = pytest.mark.docker
+
+CHECKS = {
+    "filesystem is tmpfs",
+    "size is 2 GiB",
+    "probe reads back ok",
+    "mounted nosuid,nodev",
+    "mode 1777",
+    "second box does not see /tmp/probe",
+    "no /opt/impyard/scratch",
+    "checkout kind (info)",
+}
+
+
+def _one_line_error(stderr: str) -> str:
+    assert "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("impyard: error: "), stderr
+    return lines[0]
+
+
+def test_check_box_passes(cli: Cli) -> None:
+    result = cli("check", "box")
+    assert result.code == 0, result.stderr
+    assert "all box checks passed" in result.stdout
+    assert "FAIL" not in result.stdout
+
+    result = cli("check", "box", "--json", "--image", BOX_IMAGE)
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["image"] == BOX_IMAGE
+    assert report["ok"] is True
+    assert report["checkout"] in ("overlay", "copy")
+    assert {c["name"] for c in report["checks"]} == CHECKS
+    assert all(c["ok"] for c in report["checks"]), report
+    assert all(set(c) == {"name", "ok", "detail"} for c in report["checks"])
+
+
+def test_missing_image(cli: Cli) -> None:
+    image = f"impyard-test-absent:{uuid.uuid4().hex[:8]}"
+    result = cli("check", "box", "--image", image)
+    assert result.code != 0
+    line = _one_line_error(result.stderr)
+    assert image in line
+    assert "cannot be pulled" in line
+    assert result.stdout == ""
+
+
+def test_engine_unreachable(cli: Cli) -> None:
+    result = cli("check", "box", env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert result.code != 0
+    line = _one_line_error(result.stderr)
+    assert "cannot reach the Docker engine at tcp://127.0.0.1:9" in line
+
+
+# The shell of this image runs the probe chrooted into /plain, a directory of the
+# image's own root filesystem: --tmpfs /tmp is mounted, but the /tmp the probe
+# sees is /plain/tmp, a plain directory on the container's overlay root. The
+# check must notice from inside the box.
+_CHROOT_SH = '#!/bin/busybox sh\nexec /bin/busybox chroot /plain /bin/sh "$@"\n'
+
+
+@pytest.fixture
+def plain_tmp_image(tmp_path: Path) -> Iterator[str]:
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    ctx = tmp_path / "ctx"
+    bin_dir, plain_bin = ctx / "root/bin", ctx / "root/plain/bin"
+    for d in (bin_dir, plain_bin, ctx / "root/plain/tmp"):
+        d.mkdir(parents=True)
+    (ctx / "root/plain/tmp").chmod(0o1777)
+    shutil.copy(busybox, bin_dir / "busybox")
+    shutil.copy(busybox, plain_bin / "busybox")
+    (bin_dir / "sh").write_text(_CHROOT_SH)
+    (bin_dir / "sh").chmod(0o755)
+    applets = subprocess.run(
+        [busybox, "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for applet in applets:
+        if applet != "busybox":
+            (plain_bin / applet).symlink_to("busybox")
+    # Root, so the wrapper may chroot (CAP_SYS_CHROOT is in Docker's default set).
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY root/ /\nUSER 0\n")
+    tag = f"impyard-test-plain-tmp:{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    subprocess.run(
+        ["docker", "build", "-q", "-t", tag, str(ctx)], env=env, check=True, capture_output=True
+    )
+    try:
+        yield tag
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+def test_image_whose_tmp_is_not_tmpfs(cli: Cli, plain_tmp_image: str) -> None:
+    result = cli("check", "box", "--image", plain_tmp_image)
+    assert result.code != 0
+    line = _one_line_error(result.stderr)
+    assert "filesystem is tmpfs" in line
+    assert "FAIL" in result.stdout
+
+    result = cli("check", "box", "--json", "--image", plain_tmp_image)
+    assert result.code != 0
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["filesystem is tmpfs"]["ok"] is False
+    assert checks["filesystem is tmpfs"]["detail"] != "/tmp is 'tmpfs'"
+    assert checks["size is 2 GiB"]["ok"] is False
+    # The probe itself still works on the plain directory.
+    assert checks["probe reads back ok"]["ok"] is True
