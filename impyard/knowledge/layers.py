@@ -218,7 +218,10 @@ def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
     root = home.layers(imp)
     parent_layer: Layer | None = None
     if target.parents:
-        parent_layer = read_layer(home, imp, layer_id(str(target.parent_ids[0]), owner))
+        parent_commit = str(target.parent_ids[0])
+        parent_layer = read_layer(home, imp, layer_id(parent_commit, owner))
+        if parent_layer is not None and parent_layer.commit != parent_commit:
+            parent_layer = None  # a 12-hex id collision: never stack on a stranger
     tmp = root / f"{_TMP_PREFIX}{layer_id(commit, owner)}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(mode=0o700)
     try:

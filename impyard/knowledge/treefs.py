@@ -8,6 +8,7 @@ executable bit, whatever the tree says.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -179,12 +180,24 @@ def write_tree(
                         os.close(sub_link[0])
             finally:
                 os.close(child_fd)
-        elif src is not None and is_blob(src) and src.id == entry.id:
-            os.link(name, name, src_dir_fd=src_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        elif (
+            src is not None and is_blob(src) and src.id == entry.id and _link(src_fd, dir_fd, name)
+        ):
+            pass
         else:
             st = write_blob(repo, entry.id, dir_fd, name, owner)
             if identities is not None:
                 identities[where] = Identity.of(st)
+
+
+def _link(src_fd: int, dst_fd: int, name: str) -> bool:
+    try:
+        os.link(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno == errno.EMLINK:  # the inode's link count is full: write the bytes
+            return False
+        raise
+    return True
 
 
 def write_delta(
