@@ -1,9 +1,62 @@
-"""``impyard imp ...`` and ``impyard knowledge``: filled in by the knowledge core."""
+"""``impyard imp create|list`` and ``impyard knowledge <imp>``."""
 
 from __future__ import annotations
 
 import typer
 
+from impyard.cli._common import echo, initialized_home, print_json
+
 
 def register(app: typer.Typer) -> None:
-    del app
+    imp_app = typer.Typer(help="Create and list imps.", no_args_is_help=True)
+
+    @imp_app.command("create")
+    def create_command(
+        ctx: typer.Context,
+        imp: str = typer.Argument(..., help="Imp name: lowercase letters, digits and '-'."),
+        image: str | None = typer.Option(None, "--image", help="Box image for this imp."),
+        command: str | None = typer.Option(
+            None, "--command", help="Box command for this imp (run as /bin/sh -c CMD)."
+        ),
+    ) -> None:
+        """Create an imp and its knowledge repository (initial branch main)."""
+        from impyard.knowledge.repo import create_imp
+
+        home = initialized_home(ctx)
+        path = create_imp(home, imp, image=image, command=command)
+        echo(f"created imp {imp}: {path}")
+
+    @imp_app.command("list")
+    def list_command(
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    ) -> None:
+        """List imps with their knowledge repository and settings."""
+        from impyard.knowledge.repo import list_imps, read_imp_settings
+
+        home = initialized_home(ctx)
+        rows = []
+        for name in list_imps(home):
+            settings = read_imp_settings(home, name)
+            rows.append({"imp": name, "repo": str(home.repo(name)), **settings.as_dict()})
+        if as_json:
+            print_json(rows)
+            return
+        if not rows:
+            echo("no imps (create one with `impyard imp create <imp>`)")
+        for row in rows:
+            extra = "".join(f"  {k}={row[k]}" for k in ("image", "command") if row[k])
+            echo(f"{row['imp']}  {row['repo']}{extra}")
+
+    app.add_typer(imp_app, name="imp")
+
+    @app.command("knowledge")
+    def knowledge_command(
+        ctx: typer.Context,
+        imp: str = typer.Argument(..., help="Imp name."),
+    ) -> None:
+        """Print the imp's canonical bare repository path (and nothing else)."""
+        from impyard.knowledge.repo import require_imp
+
+        home = initialized_home(ctx)
+        echo(str(require_imp(home, imp).resolve()))

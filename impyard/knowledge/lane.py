@@ -1,0 +1,258 @@
+"""The integration lane: one per imp, serialized across threads and processes.
+
+A validated change is replayed onto the latest ``main`` — never textually
+merged: the change is a set of written and deleted paths, and only the trees
+on those paths are rebuilt — then re-checked against what landed since the
+run's base (path collisions, duplicate ids, repository size), committed with
+trusted trailers and published by compare-and-swap of ``main``.
+
+Crash safety: a host that dies after moving ``main`` but before recording the
+outcome re-integrates the run on restart; ``find_landed_commit`` sees the
+run's ``Impyard-Run`` trailer on main and returns that commit instead of
+landing the run twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+import pygit2
+
+from impyard.errors import KnowledgeError, UsageError
+from impyard.fsutil import locked
+from impyard.home import Home
+from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
+from impyard.knowledge.origin import sync_origin
+from impyard.knowledge.quarantine import preserved_commit
+from impyard.knowledge.records import ORGANIZATION, parse_record_path
+from impyard.knowledge.repo import (
+    MAIN,
+    PathConflict,
+    build_tree,
+    host_signature,
+    imp_signature,
+    main_commit,
+    open_repo,
+    record_tree_bytes,
+    size_delta,
+    tree_bytes,
+)
+from impyard.knowledge.validate import REPO_PATH, validate
+from impyard.names import check_run_id
+
+LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]
+
+
+@dataclass(frozen=True)
+class Trailers:
+    """The trusted provenance written into every lane commit (all host-issued)."""
+
+    imp: str
+    run: str
+    task: str | None
+    channel: str | None
+    base: str
+    mode: Mode
+
+    def lines(self) -> list[str]:
+        values = {
+            "Impyard-Imp": self.imp,
+            "Impyard-Run": self.run,
+            "Impyard-Task": self.task or "-",
+            "Impyard-Channel": self.channel or "-",
+            "Impyard-Base": self.base,
+            "Impyard-Mode": self.mode,
+        }
+        for key, value in values.items():
+            if not value or any(ch in value for ch in "\r\n") or value != value.strip():
+                raise UsageError(f"trailer {key} has an unusable value {value!r}")
+        return [f"{key}: {value}" for key, value in values.items()]
+
+
+@dataclass
+class LaneResult:
+    checkpoint: LaneCheckpoint
+    commit: str | None = None
+    violations: list[Violation] = field(default_factory=list)
+    candidate_ref: str | None = None
+
+
+def candidate_ref(run_id: str) -> str:
+    return f"refs/candidates/{run_id}"
+
+
+def integrate(
+    home: Home,
+    imp: str,
+    change: Change,
+    *,
+    base: str,
+    namespace: str,
+    mode: Mode,
+    limits: KnowledgeLimits,
+    trailers: Trailers,
+) -> LaneResult:
+    """Validate, then land ``change`` on main (or keep it as a candidate); never lands twice."""
+    check_run_id(trailers.run)
+    if (trailers.imp, trailers.base, trailers.mode) != (imp, base, mode):
+        raise UsageError("trailers disagree with the run being integrated (imp, base or mode)")
+    trailers.lines()  # refuse unusable trailer values before any work
+    repo = open_repo(home, imp)
+    if change.is_empty:
+        return LaneResult("empty")
+    landed = find_landed_commit(repo, trailers.run, base)
+    if landed is not None:
+        return LaneResult("integrated", commit=landed)
+
+    violations = validate(repo, base, change, namespace=namespace, mode=mode, limits=limits)
+    if violations:
+        return _keep_candidate(repo, change, trailers, "rejected", violations)
+
+    with locked(home.lane_lock(imp)):
+        landed = find_landed_commit(repo, trailers.run, base)
+        if landed is not None:
+            return LaneResult("integrated", commit=landed)
+        head = main_commit(repo)
+        head_commit = cast(pygit2.Commit, repo[head])
+        conflicts = _recheck(repo, base, head, change, namespace, mode)
+        if conflicts:
+            return _keep_candidate(repo, change, trailers, "conflict", conflicts)
+        try:
+            tree = build_tree(repo, head_commit.tree, change.written, change.deleted)
+        except PathConflict as exc:
+            clash = Violation(exc.path, "collision", "main now has a file/directory clash here")
+            return _keep_candidate(repo, change, trailers, "conflict", [clash])
+        if tree == head_commit.tree_id:
+            return LaneResult("empty")
+        total = tree_bytes(repo, head) + size_delta(
+            repo, head_commit.tree, change.written, change.deleted
+        )
+        if total > limits.max_repo_bytes:
+            too_large = Violation(
+                REPO_PATH,
+                "repo-too-large",
+                f"main would hold {total} bytes; max_repo_bytes is {limits.max_repo_bytes}",
+            )
+            return _keep_candidate(repo, change, trailers, "rejected", [too_large])
+        message = "\n\n".join([_summary(change, trailers), "\n".join(trailers.lines())]) + "\n"
+        commit = repo.create_commit(
+            None, imp_signature(imp), host_signature(), message, tree, [head_commit.id]
+        )
+        _compare_and_swap_main(repo, head, commit)
+        record_tree_bytes(repo, str(commit), total)
+        sync_origin(repo, home.origin(imp))
+    return LaneResult("integrated", commit=str(commit))
+
+
+def _summary(change: Change, trailers: Trailers) -> str:
+    added = sum(1 for p in change.written if p.startswith("records/"))
+    other = len(change.written) - added
+    parts = [f"{added} record(s)"]
+    if other:
+        parts.append(f"{other} organization file(s)")
+    if change.deleted:
+        parts.append(f"{len(change.deleted)} deletion(s)")
+    return f"{trailers.imp}: {trailers.mode} run {trailers.run} ({', '.join(parts)})"
+
+
+def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -> None:
+    """Move main from ``old`` to ``new`` only if it still points at ``old``."""
+    ref = repo.lookup_reference(MAIN)
+    if str(ref.target) != old:
+        raise KnowledgeError(f"main moved outside the lane (expected {old}, found {ref.target})")
+    try:
+        ref.set_target(new, f"impyard lane: {old[:12]} -> {str(new)[:12]}")
+    except pygit2.GitError as exc:  # libgit2 refuses when the stored value is not ``old``
+        raise KnowledgeError(f"main moved outside the lane while integrating: {exc}") from exc
+
+
+def _keep_candidate(
+    repo: pygit2.Repository,
+    change: Change,
+    trailers: Trailers,
+    checkpoint: LaneCheckpoint,
+    violations: list[Violation],
+) -> LaneResult:
+    listing = "\n".join(f"- {v.path!r}: {v.rule}: {v.message}" for v in violations)
+    commit = preserved_commit(
+        repo,
+        trailers.base,
+        change,
+        summary=f"Candidate of run {trailers.run} ({checkpoint}; not on main)",
+        details=[f"Violations:\n{listing}"],
+        author=imp_signature(trailers.imp),
+        trailers=trailers.lines(),
+    )
+    ref = candidate_ref(trailers.run)
+    repo.references.create(ref, pygit2.Oid(hex=commit), force=True)
+    return LaneResult(checkpoint, violations=violations, candidate_ref=ref)
+
+
+def commits_since(repo: pygit2.Repository, base: str, head: str) -> list[pygit2.Commit]:
+    """Commits on main's first-parent chain after ``base`` up to ``head``, newest first."""
+    found: list[pygit2.Commit] = []
+    current = cast(pygit2.Commit, repo[head])
+    while str(current.id) != base:
+        found.append(current)
+        if not current.parents:
+            raise KnowledgeError(f"base {base} is not an ancestor of main ({head})")
+        current = current.parents[0]
+    return found
+
+
+def find_landed_commit(repo: pygit2.Repository, run_id: str, base: str) -> str | None:
+    """The commit on main since ``base`` carrying ``Impyard-Run: <run_id>``, if any."""
+    try:
+        since = commits_since(repo, base, main_commit(repo))
+    except KnowledgeError:
+        return None
+    for commit in since:
+        if commit.message_trailers.get("Impyard-Run") == run_id:
+            return str(commit.id)
+    return None
+
+
+def _recheck(
+    repo: pygit2.Repository, base: str, head: str, change: Change, namespace: str, mode: Mode
+) -> list[Violation]:
+    """What landed since ``base`` that this change now clashes with: O(changes since base)."""
+    if head == base:
+        return []
+    touched = set(change.written) | set(change.deleted)
+    ours = {
+        name.note_id: path
+        for path in change.written
+        if (name := parse_record_path(path)) is not None and name.namespace == namespace
+    }
+    org_prefix = ORGANIZATION + "/"
+    touches_org = any(p.startswith(org_prefix) for p in touched)
+    found: list[Violation] = []
+    for commit in commits_since(repo, base, head):
+        parent = commit.parents[0]
+        diff = parent.tree.diff_to_tree(commit.tree)
+        for delta in diff.deltas:
+            for path in {delta.old_file.path, delta.new_file.path}:
+                if path in touched:
+                    found.append(
+                        Violation(path, "collision", f"changed on main by {str(commit.id)[:12]}")
+                    )
+                elif mode == "reorganize" and touches_org and path.startswith(org_prefix):
+                    # Impossible under the reorganization lease; checked anyway.
+                    found.append(
+                        Violation(
+                            path,
+                            "collision",
+                            f"organization/ changed on main by {str(commit.id)[:12]}",
+                        )
+                    )
+                name = parse_record_path(path)
+                if name is not None and name.note_id in ours and path != ours[name.note_id]:
+                    found.append(
+                        Violation(
+                            ours[name.note_id],
+                            "duplicate-id",
+                            f"id {name.note_id} landed on main as {path}",
+                        )
+                    )
+    return found

@@ -1,0 +1,90 @@
+"""Preserving refused work off main: quarantine and the candidate commits the lane keeps.
+
+A preserved commit holds the base tree plus the readable part of the change.
+Entries the snapshot refused (links, special files, bad names, oversize files)
+and paths no tree may hold (Git metadata, hidden or instruction files — which
+``git fsck --strict`` or an owner's own agent tooling would trip over) are
+listed in the message, never stored. ``main`` is never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import pygit2
+
+from impyard.knowledge.change import Change, FileState
+from impyard.knowledge.repo import PathConflict, build_tree, host_signature
+from impyard.knowledge.validate import is_storable_path
+from impyard.names import check_run_id
+
+
+def quarantine_ref(run_id: str) -> str:
+    return f"refs/quarantine/{run_id}"
+
+
+def preserved_commit(
+    repo: pygit2.Repository,
+    base: str,
+    change: Change,
+    *,
+    summary: str,
+    details: Sequence[str],
+    author: pygit2.Signature,
+    trailers: Sequence[str],
+) -> str:
+    """A commit (parent ``base``) of base tree + the storable part of ``change``; not on any ref."""
+    base_commit = cast(pygit2.Commit, repo[base])
+    written: dict[str, FileState] = {}
+    omitted: list[str] = []
+    for path, state in sorted(change.written.items()):
+        if is_storable_path(path):
+            written[path] = state
+        else:
+            omitted.append(path)
+    deleted = set(change.deleted)
+    while True:
+        try:
+            tree = build_tree(repo, base_commit.tree, written, deleted)
+            break
+        except PathConflict as exc:
+            # Keep what fits; the clash itself is in the violations listed below.
+            dropped = [p for p in written if p == exc.path or p.startswith(exc.path + "/")]
+            if not dropped:
+                dropped = [p for p in written if exc.path.startswith(p + "/")]
+            for path in dropped or list(written):
+                written.pop(path)
+                omitted.append(path)
+    parts = [summary, *details]
+    if omitted:
+        parts.append(
+            "Not stored (unsafe path or clash):\n" + "\n".join(f"- {p!r}" for p in omitted)
+        )
+    parts.append("\n".join(trailers))
+    message = "\n\n".join(parts) + "\n"
+    oid = repo.create_commit(None, author, host_signature(), message, tree, [base_commit.id])
+    return str(oid)
+
+
+def quarantine(repo: pygit2.Repository, run_id: str, base: str, change: Change, reason: str) -> str:
+    """Write refs/quarantine/<run-id> (a retry rewrites it); return the commit sha."""
+    check_run_id(run_id)
+    first = reason.splitlines()[0] if reason.strip() else "abnormal exit"
+    details = [reason] if reason.strip() and reason.strip() != first else []
+    if change.problems:
+        details.append(
+            "Refused entries (not stored):\n"
+            + "\n".join(f"- {v.path!r}: {v.rule}: {v.message}" for v in change.problems)
+        )
+    commit = preserved_commit(
+        repo,
+        base,
+        change,
+        summary=f"Quarantine run {run_id}: {first}",
+        details=details,
+        author=host_signature(),
+        trailers=[f"Impyard-Run: {run_id}", f"Impyard-Base: {base}"],
+    )
+    repo.references.create(quarantine_ref(run_id), pygit2.Oid(hex=commit), force=True)
+    return commit
