@@ -212,10 +212,13 @@ def write_delta(
 
     Equal subtrees are skipped by id, so the cost follows the change, not the tree.
     """
+    old_entries = dict(entries(old))
+    new_names = set()
     for name, entry in entries(new):
+        new_names.add(name)
         where = prefix + name
         _check_entry(entry, where)
-        before = _lookup(old, name)
+        before = old_entries.get(name)
         if (
             before is not None
             and before.id == entry.id
@@ -239,9 +242,8 @@ def write_delta(
         else:
             # A file in a higher layer hides a lower file or a whole lower directory.
             write_blob(repo, entry.id, dir_fd, name, owner)
-    for name, _ in entries(old):
-        if _lookup(new, name) is None:
-            write_whiteout(dir_fd, name)
+    for name in old_entries.keys() - new_names:
+        write_whiteout(dir_fd, name)
 
 
 def entries(tree: pygit2.Tree) -> Iterator[tuple[str, pygit2.Object]]:
