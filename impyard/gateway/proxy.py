@@ -31,6 +31,7 @@ from impyard.gateway.rules import GatewayRules, normalize_host
 from impyard.gateway.upstream import UpstreamError, open_connection
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.names import check_imp_name
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class Gateway:
         **options: Any,
     ) -> Gateway:
         """Prepare a run's gateway; it serves nothing until ``attach``."""
+        check_imp_name(imp)  # it names the daily counter's directory
         gateway = cls(rules, home=home, imp=imp, run_id=run_id, journal=journal, **options)
         if rules.enabled:
             try:

@@ -152,7 +152,10 @@ class GatewayRules:
         """Build from the ``[gateway]`` table (or the policy model's ``model_dump()``)."""
         if not isinstance(data, Mapping):
             raise ConfigError("gateway: expected a table")
-        port = _int(data.get("port", DEFAULT_PORT), "gateway.port", low=1, high=65535)
+        raw_port = data.get("port")
+        port = _int(
+            DEFAULT_PORT if raw_port is None else raw_port, "gateway.port", low=1, high=65535
+        )
         allow = tuple(
             _allow_rule(i, raw) for i, raw in enumerate(_list(data.get("allow"), "gateway.allow"))
         )
@@ -174,7 +177,7 @@ class GatewayRules:
             }
         )
         return cls(
-            enabled=bool(data.get("enabled", True)),
+            enabled=data.get("enabled") is not False,
             port=port,
             allow=allow,
             routes=routes,
@@ -270,7 +273,10 @@ def _allow_rule(index: int, raw: Mapping[str, Any]) -> AllowRule:
     host = normalize_host(host)
     if "*" in host and (not host.startswith("*.") or "*" in host[1:] or is_ip_literal(host[2:])):
         raise ConfigError(f"{where}.host: a wildcard must be a leading '*.' label, got {host!r}")
-    ports_raw = raw.get("ports", list(DEFAULT_ALLOW_PORTS))
+    # A pydantic model_dump() writes None for unset optional fields: same as absent.
+    ports_raw = raw.get("ports")
+    if ports_raw is None:
+        ports_raw = list(DEFAULT_ALLOW_PORTS)
     if not isinstance(ports_raw, list | tuple):
         raise ConfigError(f"{where}.ports: expected a list of ports")
     ports = tuple(_int(p, f"{where}.ports", low=1, high=65535) for p in ports_raw)
@@ -291,7 +297,9 @@ def _route(raw: Mapping[str, Any]) -> Route:
     header = raw.get("header")
     if not isinstance(header, str) or not header or any(c in header for c in ":\r\n "):
         raise ConfigError(f"{where}: invalid header name {header!r}")
-    value = raw.get("value", "{secret}")
+    value = raw.get("value")
+    if value is None:
+        value = "{secret}"
     if not isinstance(value, str) or "{secret}" not in value or any(c in value for c in "\r\n"):
         raise ConfigError(f"{where}: value must be one line containing {{secret}}")
     secret_env, secret_file = raw.get("secret_env"), raw.get("secret_file")

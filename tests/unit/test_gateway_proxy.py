@@ -48,8 +48,18 @@ class Upstream:
                 pass
 
             def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    body = b""
+                    for _ in range(1000):
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            break
+                        body += self.rfile.read(size)
+                        self.rfile.readline()
+                else:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    body = self.rfile.read(length) if length else b""
                 with lock:
                     seen.append(Seen(self.command, self.path, dict(self.headers.items()), body))
                 if self.path.startswith("/big"):
@@ -351,3 +361,45 @@ def test_proxy_env_and_ready_file(served: Served, tmp_path: Path) -> None:
     signal = tmp_path / "signal"
     signal.mkdir()
     assert write_ready(signal).read_text() == "ready\n"
+
+
+def test_connect_tunnel_client_waits_for_200(served: Served, upstream: Upstream) -> None:
+    target = f"127.0.0.1:{upstream.port}"
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        head = b""
+        for _ in range(100):  # the 200 arrives before the client says anything more
+            head += sock.recv(1)
+            if head.endswith(b"\r\n\r\n"):
+                break
+        assert head.startswith(b"HTTP/1.1 200")
+        sock.sendall(f"GET /later HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        for _ in range(1000):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            data += piece
+    assert b"hello from upstream GET /later" in data
+
+
+def test_expect_continue_and_chunked_bodies_reach_a_route(
+    served: Served, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMPYARD_TEST_GATEWAY_SECRET", SECRET)
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            "/route/llm/upload",
+            body=iter([b"part1-", b"part2"]),
+            headers={"Expect": "100-continue"},
+            encode_chunked=True,
+        )
+        response = conn.getresponse()
+        assert response.status == 200 and response.read().endswith(b"/v1/upload\n")
+    finally:
+        conn.close()
+    seen = upstream.seen[-1]
+    assert seen.body == b"part1-part2" and seen.headers["Transfer-Encoding"] == "chunked"
+    assert "Expect" not in seen.headers and seen.headers["Authorization"] == f"Bearer {SECRET}"

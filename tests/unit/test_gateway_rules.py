@@ -142,3 +142,28 @@ def test_route_secret_is_read_at_request_time(
 def test_invalid_shapes_are_config_errors(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         GatewayRules.from_dict(bad)
+
+
+def test_model_dump_nones_mean_defaults() -> None:
+    rules = GatewayRules.from_dict(
+        {
+            "enabled": None,
+            "port": None,
+            "allow": [{"host": "docs.example.com", "ports": None, "methods": None}],
+            "route": [
+                {
+                    "name": "r",
+                    "upstream": "http://api.example.com",
+                    "header": "X-Key",
+                    "value": None,
+                    "secret_env": "E",
+                    "secret_file": None,
+                    "methods": None,
+                }
+            ],
+            "budget": {"requests_per_run": None},
+        }
+    )
+    assert rules.enabled and rules.port == 3128
+    assert rules.allow[0].ports == (80, 443) and rules.allow[0].methods == ("GET", "HEAD")
+    assert rules.routes[0].value == "{secret}" and rules.budget.requests_per_run is None
