@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from impyard.box import engine
 from impyard.box.spec import TMP_TMPFS
 from impyard.errors import EngineError, ImpyardError
-from impyard.home import Home
-from impyard.settings import Settings
+
+if TYPE_CHECKING:
+    from impyard.home import Home
+    from impyard.settings import Settings
 
 TMP_SIZE_BYTES = 2147483648
 

@@ -104,11 +104,13 @@ def set_default_timeout(seconds: float) -> None:
 
 
 def _timeout() -> float:
-    if _default_timeout is not None:
-        return _default_timeout
-    from impyard.settings import Settings
+    global _default_timeout
+    if _default_timeout is None:
+        # Read once: building Settings parses the environment, too slow per call.
+        from impyard.settings import Settings
 
-    return Settings().docker_timeout_seconds
+        _default_timeout = Settings().docker_timeout_seconds
+    return _default_timeout
 
 
 def client() -> docker.DockerClient:

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from impyard.box import engine
 from impyard.box.engine import EngineObjectNotFoundError, call
@@ -25,7 +25,9 @@ from impyard.box.spec import DEFAULT_IMAGE, DEFAULT_USER, BoxMount, BoxSpec, box
 from impyard.errors import ImpyardError
 from impyard.fsutil import atomic_write_json
 from impyard.home import Home
-from impyard.settings import Settings
+
+if TYPE_CHECKING:
+    from impyard.settings import Settings
 
 CheckoutKind = Literal["overlay", "copy"]
 
