@@ -1,4 +1,22 @@
-"""The governed gateway: a box's only way out, with host, method, credential and budget rules."""
+"""The governed gateway: a box's only way out, with host, method, credential and budget rules.
+
+Wiring for one run (the pipeline does this; fail closed at every step)::
+
+    rules = GatewayRules.from_dict(effective_policy.gateway.model_dump())
+    gateway = Gateway.start(rules, home=home, imp=imp, run_id=run_id, journal=journal)
+    env = {**box_env, **gateway.proxy_env()}
+    if rules.enabled:
+        env[WAIT_FOR_ENV] = BOX_READY_PATH   # box-init waits for the ready file
+        # bind-mount <run dir>/signal read-only at BOX_SIGNAL_DIR
+    container = create(..., entrypoint=box-init, network_mode="none", environment=env)
+    container.start(); container.reload()
+    try:
+        gateway.attach(container.attrs["State"]["Pid"])   # GatewayError: kill the box, fail the run
+        write_ready(signal_dir)
+        ... wait for the box ...
+    finally:
+        gateway.close()   # returns after in-flight requests have written their journal lines
+"""
 
 from __future__ import annotations
 
