@@ -63,6 +63,7 @@ def _phases(log: Path) -> dict[str, float]:
         command=spec.command,
         user=spec.user,
         labels=spec.labels,
+        network_disabled=True,
         host_config=launch._host_config(spec),
     )
     cid = created["Id"]

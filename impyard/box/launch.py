@@ -80,6 +80,11 @@ def start_box(spec: BoxSpec) -> StartedBox:
         labels={**spec.labels, "impyard.image": spec.image},
         working_dir=spec.working_dir,
         name=spec.name,
+        # With NetworkMode "none" this skips libnetwork's sandbox entirely: runc
+        # gives the box a fresh netns holding only `lo`, as "none" does, but the
+        # start is ~250 ms faster on engine 20.10 (measured 190 vs 440 ms
+        # start+wait). The netns is reachable as /proc/<pid>/ns/net (no SandboxKey).
+        network_disabled=True,
         host_config=_host_config(spec),
         image=spec.image,
         retry_server_errors=False,
