@@ -26,4 +26,11 @@ def init_home(home: Home) -> bool:
         directory.mkdir(parents=True, exist_ok=True)
     if not home.org_policy.exists():
         atomic_write_bytes(home.org_policy, default_org_policy())
+    if not home.compiled_policy.exists():
+        from impyard.policy.compile import deploy
+
+        deploy(home)
+    from impyard.queue.db import connect
+
+    connect(home.db).close()  # creates the schema, so other tools can read it at once
     return fresh

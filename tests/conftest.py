@@ -50,7 +50,9 @@ def _impyard_containers() -> set[str]:
 
     client = docker.from_env(timeout=10)
     try:
-        return {c.id for c in client.containers.list(all=True, filters={"label": "impyard.run"})}
+        # The low-level listing: no per-container inspect that races with removal.
+        found = client.api.containers(all=True, filters={"label": "impyard.run"})
+        return {c["Id"] for c in found}
     finally:
         client.close()
 

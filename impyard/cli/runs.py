@@ -1,9 +1,131 @@
-"""CLI group placeholder; its owner fills it in."""
+"""``impyard runs list|show|logs``: every run is inspectable."""
 
 from __future__ import annotations
 
+import shutil
+import sys
+from typing import Any
+
 import typer
+
+from impyard.cli._common import echo, initialized_home, print_json
+from impyard.errors import NotFoundError
+from impyard.runs.model import Manifest
+
+# The documented `runs show --json` keys come first; the rest is operational detail.
+PUBLIC_KEYS = (
+    "run_id",
+    "imp",
+    "task_id",
+    "channel",
+    "mode",
+    "base_commit",
+    "namespace",
+    "state",
+    "exit_code",
+    "checkpoint",
+    "produced_commit",
+    "validation_errors",
+    "started_at",
+    "ended_at",
+)
+
+
+def public_record(manifest: Manifest) -> dict[str, Any]:
+    data = manifest.to_dict()
+    return {key: data[key] for key in PUBLIC_KEYS} | {
+        key: value for key, value in data.items() if key not in PUBLIC_KEYS
+    }
 
 
 def register(app: typer.Typer) -> None:
-    del app
+    runs_app = typer.Typer(help="Inspect runs.", no_args_is_help=True)
+    app.add_typer(runs_app, name="runs")
+
+    @runs_app.command("list")
+    def list_command(
+        ctx: typer.Context,
+        imp: str | None = typer.Option(None, "--imp", help="Only this imp's runs."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """List runs, oldest first."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from impyard.runs import manifest
+
+        runs = manifest.list_all(initialized_home(ctx), imp)
+        if as_json:
+            print_json([public_record(m) for m in runs])
+            return
+        table = Table("run", "imp", "mode", "state", "checkpoint", "exit", "commit", box=None)
+        for m in runs:
+            table.add_row(
+                m.run_id,
+                m.imp,
+                m.mode,
+                m.state,
+                m.checkpoint,
+                "" if m.exit_code is None else str(m.exit_code),
+                (m.produced_commit or "")[:12],
+            )
+        Console(width=200).print(table)
+
+    @runs_app.command("show")
+    def show_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help="The run id."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """Show one run: knowledge mode, base, namespace, checkpoint, commit, errors."""
+        from impyard.runs import manifest
+
+        m = manifest.read(initialized_home(ctx), run_id)
+        if as_json:
+            print_json(public_record(m))
+            return
+        rows: list[tuple[str, Any]] = [
+            ("run", m.run_id),
+            ("imp", m.imp),
+            ("task", m.task_id or "-"),
+            ("channel", m.channel or "-"),
+            ("knowledge mode", m.mode),
+            ("base commit", m.base_commit),
+            ("record namespace", m.namespace),
+            ("state", m.state),
+            ("checkpoint", m.checkpoint),
+            ("produced commit", m.produced_commit or "-"),
+            ("exit code", "-" if m.exit_code is None else m.exit_code),
+            ("oom killed", m.oom_killed),
+            ("timed out", m.timed_out),
+            ("reason", m.reason or "-"),
+            ("candidate ref", m.candidate_ref or "-"),
+            ("quarantine ref", m.quarantine_ref or "-"),
+            ("container", m.container_id or "-"),
+            ("image", m.image or "-"),
+            ("started", m.started_at or "-"),
+            ("ended", m.ended_at or "-"),
+            ("timings (ms)", ", ".join(f"{k}={v}" for k, v in m.timings_ms.items()) or "-"),
+        ]
+        width = max(len(label) for label, _ in rows)
+        for label, value in rows:
+            echo(f"{label:<{width}}  {value}")
+        if m.validation_errors:
+            echo("validation errors:")
+            for error in m.validation_errors:
+                echo(f"  {error['path'] or '-'}: {error['rule']}: {error['message']}")
+
+    @runs_app.command("logs")
+    def logs_command(
+        ctx: typer.Context, run_id: str = typer.Argument(..., help="The run id.")
+    ) -> None:
+        """Print the box's stdout and stderr."""
+        from impyard.runs import manifest
+
+        home = initialized_home(ctx)
+        manifest.read(home, run_id)
+        path = home.box_log(run_id)
+        if not path.is_file():
+            raise NotFoundError(f"run {run_id} has no box log yet")
+        with path.open("rb") as handle:
+            shutil.copyfileobj(handle, sys.stdout.buffer)

@@ -334,7 +334,8 @@ def test_deploy_writes_sources_fingerprints(tmp_path: Path) -> None:
 
 def test_policy_error_carries_every_violation(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
-    init_home(home)
+    init_home(home)  # init compiles the default policy once
+    compiled_before = home.compiled_policy.read_bytes()
     write_overlay(home.root, "yuko", "[knowledge]\nmax_file_chars = 0\nmax_repo_bytes = -1\n")
     with pytest.raises(PolicyError) as info:
         deploy(home)
@@ -342,4 +343,4 @@ def test_policy_error_carries_every_violation(tmp_path: Path) -> None:
         "knowledge.max_file_chars",
         "knowledge.max_repo_bytes",
     ]
-    assert not home.compiled_policy.exists()
+    assert home.compiled_policy.read_bytes() == compiled_before

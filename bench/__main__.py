@@ -1,0 +1,20 @@
+"""`just bench`: every benchmark, one after another (`python -m bench [name ...]`)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = ("checkout_bench", "lane_bench", "launch_bench", "run_bench", "serve_bench")
+
+
+def main() -> None:
+    chosen = sys.argv[1:] or list(BENCHES)
+    for name in chosen:
+        module = importlib.import_module(f"bench.{name}")
+        print(f"\n# {name}", flush=True)
+        module.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Shared bench helpers: data roots off the machine's slow /tmp, medians, tables."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pygit2
+
+BENCH_DIR = Path(os.environ.get("IMPYARD_BENCH_DIR", "/var/tmp"))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A data root on a journaled filesystem (see shared MEASUREMENTS.md on /tmp)."""
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=BENCH_DIR))
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def impyard(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "impyard"), "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
+def add_records(repo_path: Path, count: int, topics: int = 100) -> str:
+    """Commit ``count`` ~1 KB records onto main with pygit2 directly; returns the commit."""
+    repo = pygit2.Repository(str(repo_path))
+    head = repo.references["refs/heads/main"].peel(pygit2.Commit)
+    body = ("lorem ipsum dolor sit amet " * 40).encode()
+    per_topic: dict[int, pygit2.TreeBuilder] = {}
+    for i in range(count):
+        topic = i % topics
+        builder = per_topic.get(topic)
+        if builder is None:
+            builder = per_topic[topic] = repo.TreeBuilder()
+        namespace = f"n_{i // 1000:012x}"
+        text = (
+            f"---\nid: {namespace}_{i % 1000 + 1}\ncreated_at: 2026-01-01T00:00:00Z\n---\n"
+        ).encode() + body
+        builder.insert(
+            f"note-{i}--{namespace}_{i % 1000 + 1}.md",
+            repo.create_blob(text),
+            pygit2.GIT_FILEMODE_BLOB,
+        )
+    records = repo.TreeBuilder(head.tree["records"])
+    for topic, builder in per_topic.items():
+        records.insert(f"topic-{topic}", builder.write(), pygit2.GIT_FILEMODE_TREE)
+    root = repo.TreeBuilder(head.tree)
+    root.insert("records", records.write(), pygit2.GIT_FILEMODE_TREE)
+    signature = pygit2.Signature("bench", "bench@localhost")
+    oid = repo.create_commit(
+        "refs/heads/main", signature, signature, f"bench: {count} records", root.write(), [head.id]
+    )
+    return str(oid)
+
+
+def print_table(title: str, header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+    print(f"\n## {title}")
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    for row in (header, *rows):
+        print("  ".join(str(x).rjust(w) for x, w in zip(row, widths, strict=False)))

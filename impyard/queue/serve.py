@@ -1,0 +1,259 @@
+"""The ``impyard serve`` worker: recover, then run queued tasks up to N boxes at once.
+
+It reuses the run pipeline (``impyard.runs.pipeline.execute``) for every task.
+Shutdown: the first SIGINT/SIGTERM stops dequeuing and lets running boxes
+finish for the grace period, then kills them (their runs are quarantined,
+never integrated half-done); a second signal kills at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from impyard.errors import EngineError, ImpyardError, LeaseHeldError
+from impyard.queue import tasks
+from impyard.queue.db import connect
+from impyard.runs.model import Manifest, RunRequest
+from impyard.runs.pipeline import RunContext, execute
+from impyard.runs.recovery import Resolution, recover_all
+
+log = logging.getLogger(__name__)
+
+ENGINE_RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
+
+
+@dataclass
+class ServeStatus:
+    """What the live summary shows; ``counts`` is keyed by checkpoint outcome."""
+
+    running: int = 0
+    queued: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    stopping: bool = False
+    engine_down: bool = False
+
+
+@dataclass(frozen=True)
+class ServeEvent:
+    kind: str  # recovered | started | finished | failed | requeued | engine | stopping | killed
+    message: str
+
+
+Reporter = Callable[[ServeEvent, ServeStatus], None]
+
+
+class Server:
+    def __init__(
+        self, ctx: RunContext, concurrency: int, once: bool, report: Reporter | None = None
+    ) -> None:
+        self.ctx = ctx
+        self.concurrency = concurrency
+        self.once = once
+        self.report_cb = report
+        self.status = ServeStatus()
+        self._lock = threading.Lock()
+        self._boxes: dict[str, str] = {}  # run id -> container id of running boxes
+        self._stop = threading.Event()
+        self._kill_now = threading.Event()
+        self._deadline: float | None = None
+        self.ctx.on_box_started = self._box_started
+
+    # -- signals (called from the main thread's signal handler) -------------------------
+
+    def request_stop(self) -> None:
+        if self._stop.is_set():
+            self._kill_now.set()
+            self.report("stopping", "second signal: killing running boxes now")
+            return
+        self._deadline = time.monotonic() + self.ctx.settings.shutdown_grace_seconds
+        self._stop.set()
+        self.status.stopping = True
+        self.report(
+            "stopping",
+            f"stopping: no new tasks; {self.status.running} running box(es) get "
+            f"{self.ctx.settings.shutdown_grace_seconds:g}s to finish",
+        )
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def report(self, kind: str, message: str) -> None:
+        if self.report_cb is not None:
+            self.report_cb(ServeEvent(kind, message), self.status)
+
+    def _box_started(self, manifest: Manifest) -> None:
+        if manifest.container_id:
+            with self._lock:
+                self._boxes[manifest.run_id] = manifest.container_id
+        if self._kill_now.is_set() and manifest.container_id:
+            self._kill(manifest.container_id)
+
+    # -- main loop ----------------------------------------------------------------------
+
+    def serve(self) -> ServeStatus:
+        recover_all(self.ctx, self._recovered)
+        running: dict[Future[None], tasks.Task] = {}
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool:
+            while True:
+                self._enforce_deadline()
+                if not self._stop.is_set() and self._engine_ok():
+                    while len(running) < self.concurrency:
+                        task = self._claim()
+                        if task is None:
+                            break
+                        running[pool.submit(self._run_task, task)] = task
+                self._refresh(len(running))
+                if not running and (self._stop.is_set() or (self.once and not self._claimable())):
+                    break
+                if running:
+                    done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        running.pop(future)
+                        future.result()
+                else:
+                    self._stop.wait(0.5)
+        self._refresh(0)
+        return self.status
+
+    def _recovered(self, resolution: Resolution) -> None:
+        self.status.counts[resolution.checkpoint] += 1
+        self.report(
+            "recovered",
+            f"recovered {resolution.run_id} ({resolution.imp}) from {resolution.found_state}: "
+            f"{resolution.action}, {resolution.checkpoint}",
+        )
+
+    def _held_lease_imps(self) -> set[str]:
+        from impyard.queue import leases
+
+        conn = connect(self.ctx.home.db)
+        try:
+            rows = conn.execute("SELECT imp FROM leases").fetchall()
+            ttl = self.ctx.settings.lease_ttl_seconds
+            return {r["imp"] for r in rows if leases.holder_of(conn, r["imp"], ttl)}
+        finally:
+            conn.close()
+
+    def _claim(self) -> tasks.Task | None:
+        conn = connect(self.ctx.home.db)
+        try:
+            return tasks.claim_next(conn, self._held_lease_imps() | self._running_reorganize())
+        finally:
+            conn.close()
+
+    def _running_reorganize(self) -> set[str]:
+        conn = connect(self.ctx.home.db)
+        try:
+            rows = conn.execute(
+                "SELECT imp FROM tasks WHERE state = 'running' AND reorganize = 1"
+            ).fetchall()
+            return {r["imp"] for r in rows}
+        finally:
+            conn.close()
+
+    def _claimable(self) -> bool:
+        blocked = self._held_lease_imps() | self._running_reorganize()
+        conn = connect(self.ctx.home.db)
+        try:
+            return any(
+                not (t.reorganize and t.imp in blocked) for t in tasks.list_tasks(conn, "queued")
+            )
+        finally:
+            conn.close()
+
+    def _refresh(self, running: int) -> None:
+        conn = connect(self.ctx.home.db)
+        try:
+            queued = conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'queued'").fetchone()
+        finally:
+            conn.close()
+        changed = (self.status.running, self.status.queued) != (running, queued[0])
+        self.status.running, self.status.queued = running, queued[0]
+        if changed:
+            self.report("status", "")
+
+    def _engine_ok(self) -> bool:
+        """A lost engine makes serve wait and retry, never exit."""
+        from impyard.box import engine
+
+        try:
+            engine.call("ping", engine.api().ping)
+        except EngineError as exc:
+            if not self.status.engine_down:
+                self.report("engine", f"engine unreachable, waiting: {exc}")
+            self.status.engine_down = True
+            self._stop.wait(ENGINE_RETRY_SECONDS[0])
+            return False
+        if self.status.engine_down:
+            self.report("engine", "engine reachable again")
+            self.status.engine_down = False
+        return True
+
+    def _enforce_deadline(self) -> None:
+        late = self._deadline is not None and time.monotonic() >= self._deadline
+        if self._kill_now.is_set() or late:
+            with self._lock:
+                boxes = list(self._boxes.items())
+            for run_id, container_id in boxes:
+                self.report("killed", f"killing box of {run_id} (shutdown)")
+                self._kill(container_id)
+
+    def _kill(self, container_id: str) -> None:
+        from impyard.box.launch import kill_box
+
+        try:
+            kill_box(container_id)
+        except ImpyardError as exc:
+            log.warning("could not kill %s: %s", container_id, exc)
+
+    # -- one task -----------------------------------------------------------------------
+
+    def _run_task(self, task: tasks.Task) -> None:
+        request = RunRequest(
+            imp=task.imp,
+            prompt=task.prompt,
+            reorganize=task.reorganize,
+            channel=task.channel,
+            task_id=task.id,
+        )
+        self.report("started", f"task {task.id} ({task.imp}) started")
+        checkpoint: str | None = None
+        error: str | None = None
+        run_id: str | None = None
+        try:
+            outcome = execute(self.ctx, request)
+            checkpoint, run_id = outcome.manifest.checkpoint, outcome.manifest.run_id
+            self._forget(run_id)
+        except LeaseHeldError as exc:
+            conn = connect(self.ctx.home.db)
+            try:
+                tasks.requeue(conn, task.id)
+            finally:
+                conn.close()
+            self.report("requeued", f"task {task.id} waits: {exc}")
+            return
+        except ImpyardError as exc:
+            error = str(exc)
+        except Exception as exc:  # a bug must not take the server down with other boxes
+            log.exception("task %s failed unexpectedly", task.id)
+            error = f"unexpected {type(exc).__name__}: {exc}"
+        conn = connect(self.ctx.home.db)
+        try:
+            tasks.finish(conn, task.id, checkpoint=checkpoint, error=error, run_id=run_id)
+        finally:
+            conn.close()
+        if checkpoint is not None:
+            self.status.counts[checkpoint] += 1
+            self.report("finished", f"task {task.id} ({task.imp}): {checkpoint}")
+        else:
+            self.status.counts["failed"] += 1
+            self.report("failed", f"task {task.id} ({task.imp}) failed: {error}")
+
+    def _forget(self, run_id: str) -> None:
+        with self._lock:
+            self._boxes.pop(run_id, None)

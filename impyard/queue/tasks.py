@@ -1,0 +1,154 @@
+"""The task queue: what owners ask imps to do, in order."""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from impyard.errors import NotFoundError, UsageError
+from impyard.names import utc_now
+
+TaskState = Literal["queued", "running", "done", "cancelled"]
+TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "cancelled")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    imp: str
+    prompt: str
+    reorganize: bool
+    channel: str | None
+    state: str
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    run_id: str | None
+    checkpoint: str | None
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Task:
+        return cls(
+            id=row["id"],
+            imp=row["imp"],
+            prompt=row["prompt"],
+            reorganize=bool(row["reorganize"]),
+            channel=row["channel"],
+            state=row["state"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            run_id=row["run_id"],
+            checkpoint=row["checkpoint"],
+            error=row["error"],
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def new_task_id() -> str:
+    return f"task-{secrets.token_hex(6)}"
+
+
+def add(
+    conn: sqlite3.Connection,
+    imp: str,
+    prompt: str,
+    *,
+    reorganize: bool = False,
+    channel: str | None = None,
+) -> Task:
+    if not prompt.strip():
+        raise UsageError("the task prompt is empty")
+    task_id = new_task_id()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks").fetchone()[0]
+        conn.execute(
+            "INSERT INTO tasks (id, imp, prompt, reorganize, channel, state, created_at, seq)"
+            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+            (task_id, imp, prompt, int(reorganize), channel, utc_now(), seq),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return get(conn, task_id)
+
+
+def get(conn: sqlite3.Connection, task_id: str) -> Task:
+    row = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no task {task_id!r}")
+    return Task.from_row(row)
+
+
+def list_tasks(conn: sqlite3.Connection, state: str | None = None) -> list[Task]:
+    if state is not None and state not in TASK_STATES:
+        raise UsageError(f"unknown task state {state!r}: choose from {', '.join(TASK_STATES)}")
+    query = "SELECT * FROM tasks" + (" WHERE state = ?" if state else "") + " ORDER BY seq"
+    rows = conn.execute(query, (state,) if state else ()).fetchall()
+    return [Task.from_row(row) for row in rows]
+
+
+def cancel(conn: sqlite3.Connection, task_id: str) -> Task:
+    task = get(conn, task_id)
+    cursor = conn.execute(
+        "UPDATE tasks SET state = 'cancelled', finished_at = ? WHERE id = ? AND state = 'queued'",
+        (utc_now(), task_id),
+    )
+    if cursor.rowcount != 1:
+        raise UsageError(f"task {task_id} is {task.state}; only a queued task can be cancelled")
+    return get(conn, task_id)
+
+
+def claim_next(conn: sqlite3.Connection, skip_imps_for_reorganize: set[str]) -> Task | None:
+    """Take the oldest queued task, passing over reorganize tasks whose imp's lease is held
+    (they stay queued; no head-of-line blocking)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for row in conn.execute("SELECT * FROM tasks WHERE state = 'queued' ORDER BY seq"):
+            if row["reorganize"] and row["imp"] in skip_imps_for_reorganize:
+                continue
+            conn.execute(
+                "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?",
+                (utc_now(), row["id"]),
+            )
+            conn.execute("COMMIT")
+            return get(conn, row["id"])
+        conn.execute("COMMIT")
+        return None
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def attach_run(conn: sqlite3.Connection, task_id: str, run_id: str) -> None:
+    conn.execute("UPDATE tasks SET run_id = ? WHERE id = ?", (run_id, task_id))
+
+
+def finish(
+    conn: sqlite3.Connection,
+    task_id: str,
+    *,
+    checkpoint: str | None,
+    error: str | None = None,
+    run_id: str | None = None,
+) -> None:
+    conn.execute(
+        "UPDATE tasks SET state = 'done', finished_at = ?, checkpoint = ?, error = ?,"
+        " run_id = COALESCE(?, run_id) WHERE id = ?",
+        (utc_now(), checkpoint, error, run_id, task_id),
+    )
+
+
+def requeue(conn: sqlite3.Connection, task_id: str) -> None:
+    """Give a claimed task back (its run never started, e.g. the lease was taken meanwhile)."""
+    conn.execute(
+        "UPDATE tasks SET state = 'queued', started_at = NULL, run_id = NULL WHERE id = ?",
+        (task_id,),
+    )

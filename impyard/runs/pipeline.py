@@ -1,0 +1,554 @@
+"""One run, end to end: prepare, box, checkpoint or quarantine.
+
+Every step first records its state in the manifest, then acts, so a host that
+dies anywhere leaves a manifest that recovery can resume or quarantine
+(``impyard.runs.recovery``). Both ``impyard run`` and ``impyard serve`` go
+through ``execute``; there is no second pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from impyard import names
+from impyard.errors import ImpyardError, UsageError
+from impyard.home import Home
+from impyard.journal import Journal
+from impyard.runs import manifest as manifests
+from impyard.runs.model import Manifest, RunOutcome, RunRequest
+from impyard.settings import Settings
+
+if TYPE_CHECKING:
+    import pygit2
+
+    from impyard.box.spec import BoxExit, BoxSpec
+    from impyard.knowledge.change import Change, KnowledgeLimits
+    from impyard.knowledge.checkout import Checkout
+    from impyard.knowledge.lane import Trailers
+    from impyard.policy.models import EffectivePolicy
+
+log = logging.getLogger(__name__)
+
+BOX_KNOWLEDGE = "/opt/impyard/knowledge"
+BOX_ORIGIN = "/opt/impyard/origin.git"
+BOX_TASK = "/opt/impyard/task.md"
+BOX_SIGNAL = "/opt/impyard/signal"
+MEMORY_BLOCK_CHARS = 4000
+
+
+@dataclass
+class RunContext:
+    """What a pipeline needs from its host process."""
+
+    settings: Settings
+    journal: Journal
+    # Called with the manifest after the box started (serve tracks running boxes).
+    on_box_started: Callable[[Manifest], None] | None = None
+
+    @property
+    def home(self) -> Home:
+        return Home(self.settings.home)
+
+
+def parse_user(user: str) -> tuple[int, int]:
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)
+
+
+class Run:
+    """The state machine of one run. Each ``_step`` writes the manifest before acting."""
+
+    def __init__(self, ctx: RunContext, manifest: Manifest, policy: EffectivePolicy) -> None:
+        self.ctx = ctx
+        self.home = ctx.home
+        self.manifest = manifest
+        self.policy = policy
+        self._t0 = time.monotonic()
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def save(self, **changes: Any) -> None:
+        for key, value in changes.items():
+            setattr(self.manifest, key, value)
+        manifests.write(self.home, self.manifest)
+
+    def event(self, name: str, **fields: Any) -> None:
+        self.ctx.journal.record(name, run=self.manifest.run_id, imp=self.manifest.imp, **fields)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.manifest.timings_ms[name] = round((time.monotonic() - start) * 1000, 1)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home.run_dir(self.manifest.run_id)
+
+    @property
+    def limits(self) -> KnowledgeLimits:
+        return self.policy.knowledge.limits()
+
+    def checkout(self) -> Checkout:
+        from impyard.knowledge.checkout import Checkout
+
+        assert self.manifest.checkout is not None
+        return Checkout.from_dict(self.manifest.checkout)
+
+    # -- steps -------------------------------------------------------------------------
+
+    def prepare(self, request: RunRequest) -> None:
+        from impyard.box.spec import box_labels
+        from impyard.box.volumes import create_overlay_volume, select_checkout_kind
+        from impyard.knowledge.checkout import mount_options, prepare_checkout
+
+        self.save(state="preparing")
+        with self.phase("prepare"):
+            kind = select_checkout_kind(self.ctx.settings, self.home)
+            owner = parse_user(self.policy.box.user)
+            checkout = prepare_checkout(
+                self.home,
+                self.manifest.imp,
+                self.manifest.run_id,
+                self.manifest.base_commit,
+                kind,
+                owner,
+            )
+            self.manifest.checkout = checkout.to_dict()
+            if checkout.kind == "overlay":
+                volume = f"impyard-{self.manifest.run_id}"
+                self.save(volume=volume)
+                create_overlay_volume(
+                    volume,
+                    mount_options(checkout),
+                    labels=box_labels(self.manifest.run_id, self.manifest.imp),
+                )
+            write_task_file(self.home, self.run_dir / "task.md", request, self.manifest)
+
+    def start_box(self, request: RunRequest) -> None:
+        from impyard.box.launch import start_box
+
+        spec = self.box_spec(request)
+        self.save(state="starting", container_name=spec.name, image=spec.image)
+        with self.phase("start"):
+            started = start_box(spec)
+        self.save(
+            state="running",
+            container_id=started.container_id,
+            image_id=started.image_id,
+            started_at=names.utc_now(),
+        )
+        self.event("box.started", container=started.container_id, image=spec.image)
+        if self.ctx.on_box_started is not None:
+            self.ctx.on_box_started(self.manifest)
+
+    def box_spec(self, request: RunRequest) -> BoxSpec:
+        from impyard.box.spec import BoxMount, BoxSpec, box_labels
+        from impyard.knowledge.repo import read_imp_settings
+
+        m = self.manifest
+        box = self.policy.box
+        imp_settings = read_imp_settings(self.home, m.imp)
+        if request.command is not None:
+            command = ["/bin/sh", "-c", request.command]
+        elif imp_settings.command:
+            command = ["/bin/sh", "-c", imp_settings.command]
+        else:
+            command = list(box.command)
+        checkout = self.checkout()
+        if checkout.kind == "overlay":
+            assert m.volume is not None
+            knowledge = BoxMount(
+                source=m.volume, target=BOX_KNOWLEDGE, read_only=False, kind="volume"
+            )
+        else:
+            knowledge = BoxMount(source=str(checkout.root), target=BOX_KNOWLEDGE, read_only=False)
+        timeout = request.timeout_seconds or float(box.timeout_seconds)
+        return BoxSpec(
+            name=m.container_name or f"impyard-{m.run_id}",
+            image=imp_settings.image or box.image,
+            command=command,
+            user=box.user,
+            env={
+                "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
+                "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
+                "IMPYARD_KNOWLEDGE_NAMESPACE": m.namespace,
+                "IMPYARD_KNOWLEDGE_MODE": m.mode,
+                "IMPYARD_IMP": m.imp,
+                "IMPYARD_RUN_ID": m.run_id,
+                "IMPYARD_TASK_FILE": BOX_TASK,
+                "TMPDIR": "/tmp",
+                "HOME": "/tmp",
+            },
+            mounts=[
+                knowledge,
+                BoxMount(source=str(self.home.origin(m.imp)), target=BOX_ORIGIN, read_only=True),
+                BoxMount(source=str(self.run_dir / "task.md"), target=BOX_TASK, read_only=True),
+            ],
+            memory_bytes=box.memory_bytes,
+            cpus=box.cpus,
+            pids_limit=box.pids_limit,
+            network=box.network,
+            labels=box_labels(m.run_id, m.imp),
+            timeout_seconds=timeout,
+        )
+
+    def wait_box(self, timeout_seconds: float) -> BoxExit:
+        from impyard.box.launch import wait_box
+
+        assert self.manifest.container_id is not None
+        with self.phase("box"):
+            return wait_box(
+                self.manifest.container_id, timeout_seconds, self.home.box_log(self.manifest.run_id)
+            )
+
+    def record_exit(self, box_exit: BoxExit, interrupted: str | None = None) -> bool:
+        """Record how the box ended; True when it is a clean exit that may be checkpointed."""
+        clean = (
+            interrupted is None
+            and box_exit.error is None
+            and box_exit.exit_code == 0
+            and not box_exit.oom_killed
+            and not box_exit.timed_out
+        )
+        reason = interrupted or abnormal_reason(box_exit)
+        self.event(
+            "box.exited",
+            exit_code=box_exit.exit_code,
+            oom_killed=box_exit.oom_killed,
+            timed_out=box_exit.timed_out,
+        )
+        self.save(
+            state="checkpointing" if clean else "quarantining",
+            exit_code=box_exit.exit_code,
+            oom_killed=box_exit.oom_killed,
+            timed_out=box_exit.timed_out,
+            reason=None if clean else reason,
+        )
+        self.drop_volume()
+        return clean
+
+    def drop_volume(self) -> None:
+        if self.manifest.volume:
+            from impyard.box.volumes import remove_volume
+
+            remove_volume(self.manifest.volume)
+
+    def trailers(self) -> Trailers:
+        from impyard.knowledge.lane import Trailers
+
+        m = self.manifest
+        return Trailers(
+            imp=m.imp,
+            run=m.run_id,
+            task=m.task_id or "",
+            channel=m.channel or "",
+            base=m.base_commit,
+            mode=m.mode,
+        )
+
+    def checkpoint(self) -> None:
+        """Snapshot, validate and integrate a clean exit through the imp's lane."""
+        from impyard.knowledge.lane import integrate
+        from impyard.knowledge.repo import open_repo
+        from impyard.knowledge.snapshot import snapshot
+
+        m = self.manifest
+        with self.phase("checkpoint"):
+            repo = open_repo(self.home, m.imp)
+            change = snapshot(repo, self.checkout(), self.limits)
+            if not self.policy.knowledge.checkpoint_on_clean_exit and not change.is_empty:
+                self.keep_candidate(repo, change, "policy disables checkpoint_on_clean_exit")
+                return
+            result = integrate(
+                self.home,
+                m.imp,
+                change,
+                base=m.base_commit,
+                namespace=m.namespace,
+                mode=m.mode,
+                limits=self.limits,
+                trailers=self.trailers(),
+            )
+        errors = [v.as_dict() for v in result.violations]
+        self.event("knowledge.validated", violations=len(errors), checkpoint=result.checkpoint)
+        if result.checkpoint == "integrated":
+            self.event("knowledge.integrated", commit=result.commit, base=m.base_commit)
+        elif result.checkpoint == "rejected":
+            self.event("knowledge.rejected", candidate=result.candidate_ref, violations=errors)
+        elif result.checkpoint == "conflict":
+            self.event("knowledge.conflict", candidate=result.candidate_ref, violations=errors)
+        self.finish(
+            checkpoint=result.checkpoint,
+            produced_commit=result.commit,
+            validation_errors=errors,
+            candidate_ref=result.candidate_ref,
+            reason="integration conflict" if result.checkpoint == "conflict" else None,
+        )
+        if result.checkpoint == "integrated" and result.commit:
+            self.prepare_next_base(result.commit)
+
+    def keep_candidate(self, repo: pygit2.Repository, change: Change, reason: str) -> None:
+        """Keep a change policy will not integrate at refs/candidates/<run-id>."""
+        import pygit2
+
+        from impyard.knowledge.lane import candidate_ref
+        from impyard.knowledge.quarantine import preserved_commit
+        from impyard.knowledge.repo import imp_signature
+
+        m = self.manifest
+        commit = preserved_commit(
+            repo,
+            m.base_commit,
+            change,
+            summary=f"Candidate of run {m.run_id} (not on main: {reason})",
+            details=[],
+            author=imp_signature(m.imp),
+            trailers=self.trailers().lines(),
+        )
+        ref = candidate_ref(m.run_id)
+        repo.references.create(ref, pygit2.Oid(hex=commit), force=True)
+        error = {"path": "", "rule": "checkpoint-disabled", "message": reason}
+        self.event("knowledge.rejected", candidate=ref, violations=[error])
+        self.finish(checkpoint="rejected", validation_errors=[error], candidate_ref=ref)
+
+    def quarantine(self) -> None:
+        from impyard.knowledge.quarantine import quarantine, quarantine_ref
+        from impyard.knowledge.repo import open_repo
+        from impyard.knowledge.snapshot import snapshot
+
+        m = self.manifest
+        with self.phase("quarantine"):
+            ref = None
+            skipped: list[dict[str, str]] = []
+            if m.checkout is not None:
+                repo = open_repo(self.home, m.imp)
+                change = snapshot(repo, self.checkout(), self.limits)
+                skipped = [v.as_dict() for v in change.problems]
+                quarantine(repo, m.run_id, m.base_commit, change, m.reason or "abnormal exit")
+                ref = quarantine_ref(m.run_id)
+        self.event("run.quarantined", reason=m.reason, ref=ref, skipped=len(skipped))
+        self.finish(checkpoint="quarantined", quarantine_ref=ref, validation_errors=skipped)
+
+    def finish(self, **changes: Any) -> None:
+        self.manifest.timings_ms["total"] = round((time.monotonic() - self._t0) * 1000, 1)
+        self.save(state="finished", ended_at=names.utc_now(), **changes)
+        self.release_lease()
+        self.cleanup()
+
+    def release_lease(self) -> None:
+        if self.manifest.mode != "reorganize":
+            return
+        from impyard.queue import leases
+        from impyard.queue.db import connect
+
+        conn = connect(self.home.db)
+        try:
+            if leases.release(conn, self.manifest.imp, self.manifest.run_id):
+                self.event("lease.released")
+        finally:
+            conn.close()
+
+    def cleanup(self) -> None:
+        """Integrated, empty, rejected and conflicting runs drop their checkout; refs keep the
+        change. A quarantined run keeps its directory for the owner."""
+        if self.manifest.checkpoint == "quarantined" or self.manifest.checkout is None:
+            return
+        from impyard.knowledge.checkout import release_checkout
+
+        release_checkout(self.checkout())
+
+    def prepare_next_base(self, commit: str) -> None:
+        """Build the checkout layer of the new main now, so the next run starts fast."""
+        if (self.manifest.checkout or {}).get("kind") != "overlay":
+            return
+        from impyard.knowledge.layers import ensure_layer
+
+        try:
+            ensure_layer(self.home, self.manifest.imp, commit, parse_user(self.policy.box.user))
+        except ImpyardError as exc:  # an optimisation only: the next run builds it itself
+            log.warning("could not pre-build the checkout layer of %s: %s", commit, exc)
+
+
+def abnormal_reason(box_exit: BoxExit) -> str:
+    if box_exit.error:
+        return f"engine error: {box_exit.error}"
+    if box_exit.timed_out:
+        return "timed out and killed"
+    if box_exit.oom_killed:
+        return "killed by the out-of-memory killer"
+    return f"exited with status {box_exit.exit_code}"
+
+
+def write_task_file(home: Home, path: Path, request: RunRequest, manifest: Manifest) -> None:
+    from impyard.fsutil import atomic_write_text
+
+    text = request.prompt.rstrip("\n") + "\n"
+    if request.channel:
+        from impyard.memory.block import memory_block
+
+        block = memory_block(home, manifest.imp, request.channel, max_chars=MEMORY_BLOCK_CHARS)
+        if block:
+            text += "\n" + block.rstrip("\n") + "\n"
+    atomic_write_text(path, text)
+    path.chmod(0o644)
+
+
+def new_manifest(
+    ctx: RunContext, request: RunRequest, policy: EffectivePolicy, base: str
+) -> Manifest:
+    """Allocate the run's identity on the host: run id and a namespace registered as unique."""
+    from impyard.queue.db import connect
+
+    mode = "reorganize" if request.reorganize else policy.knowledge.normal_mode
+    conn = connect(ctx.home.db)
+    try:
+        while True:
+            run_id, namespace = names.new_run_id(), names.new_namespace()
+            try:
+                conn.execute(
+                    "INSERT INTO namespaces (namespace, imp, run_id) VALUES (?, ?, ?)",
+                    (namespace, request.imp, run_id),
+                )
+                break
+            except Exception as exc:  # sqlite3.IntegrityError: astronomically rare
+                log.warning("namespace collision, drawing again: %s", exc)
+    finally:
+        conn.close()
+    return Manifest(
+        run_id=run_id,
+        imp=request.imp,
+        task_id=request.task_id,
+        channel=request.channel,
+        mode=mode,
+        base_commit=base,
+        namespace=namespace,
+        created_at=names.utc_now(),
+    )
+
+
+class LeaseKeeper:
+    """Heartbeats the reorganization lease while the box runs."""
+
+    def __init__(self, home: Home, imp: str, holder: str, interval: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(home, imp, holder, interval), daemon=True
+        )
+
+    def _beat(self, home: Home, imp: str, holder: str, interval: float) -> None:
+        from impyard.queue import leases
+        from impyard.queue.db import connect
+
+        conn = connect(home.db)
+        try:
+            while not self._stop.wait(interval):
+                leases.heartbeat(conn, imp, holder)
+        finally:
+            conn.close()
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def acquire_lease(ctx: RunContext, manifest: Manifest) -> None:
+    from impyard.queue import leases
+    from impyard.queue.db import connect
+
+    conn = connect(ctx.home.db)
+    try:
+        leases.acquire(conn, manifest.imp, manifest.run_id, ctx.settings.lease_ttl_seconds)
+    finally:
+        conn.close()
+
+
+def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
+    """Run one task in a box and checkpoint or quarantine what it leaves."""
+    from impyard.knowledge.repo import main_commit, open_repo
+    from impyard.policy.compile import policy_for_run
+
+    home = ctx.home
+    if not request.prompt.strip():
+        raise UsageError("the task prompt is empty")
+    policy, warnings = policy_for_run(home, request.imp, strict=ctx.settings.strict_policy)
+    repo = open_repo(home, request.imp)
+    if request.reorganize and not policy.knowledge.enabled:
+        raise UsageError(f"imp {request.imp!r}: knowledge is disabled by policy")
+    base = main_commit(repo)
+    manifest = new_manifest(ctx, request, policy, base)
+    manifest.warnings = list(warnings)
+    if manifest.mode == "reorganize":
+        # Fail fast, before anything is written: a refused lease leaves no run behind.
+        acquire_lease(ctx, manifest)
+    home.run_dir(manifest.run_id).mkdir(parents=True)
+    run = Run(ctx, manifest, policy)
+    run.save()
+    run.event("run.created", task=request.task_id, mode=manifest.mode, base=base)
+    if manifest.mode == "reorganize":
+        run.event("lease.acquired")
+    keeper = (
+        LeaseKeeper(home, manifest.imp, manifest.run_id, ctx.settings.lease_ttl_seconds / 4)
+        if manifest.mode == "reorganize"
+        else contextlib.nullcontext()
+    )
+    with keeper:
+        return drive(run, request)
+
+
+def drive(run: Run, request: RunRequest) -> RunOutcome:
+    """From a recorded manifest to a terminal one. A host interrupt kills the box and
+    quarantines the run: a half-done box is never integrated."""
+    from impyard.box.launch import kill_box
+
+    try:
+        run.prepare(request)
+        run.start_box(request)
+    except BaseException as exc:
+        reason = "host interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        fail_before_exit(run, reason)
+        if isinstance(exc, ImpyardError | KeyboardInterrupt):
+            return RunOutcome(run.manifest)
+        raise
+    timeout = request.timeout_seconds or float(run.policy.box.timeout_seconds)
+    try:
+        box_exit = run.wait_box(timeout)
+        clean = run.record_exit(box_exit)
+    except KeyboardInterrupt:
+        if run.manifest.container_id:
+            kill_box(run.manifest.container_id)
+            box_exit = run.wait_box(30)
+        else:  # pragma: no cover - running always has a container id
+            raise
+        clean = run.record_exit(box_exit, interrupted="host interrupted")
+    if clean:
+        run.checkpoint()
+    else:
+        run.quarantine()
+    return RunOutcome(run.manifest)
+
+
+def fail_before_exit(run: Run, reason: str) -> None:
+    """The box never ran to an exit (engine error, interrupt): quarantine what exists."""
+    from impyard.box.launch import remove_box
+
+    if run.manifest.container_id:
+        with contextlib.suppress(ImpyardError):
+            remove_box(run.manifest.container_id)
+    run.save(state="quarantining", reason=reason)
+    with contextlib.suppress(ImpyardError):
+        run.drop_volume()
+    run.quarantine()

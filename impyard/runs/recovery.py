@@ -1,0 +1,125 @@
+"""Crash recovery: bring every non-terminal run to a terminal state before new work.
+
+The manifest names the step that was about to happen when the host died; the
+engine tells what became of the box. Each resolution is journaled. Nothing is
+landed twice: the lane recognises a run that already landed by its trailer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from impyard.errors import ImpyardError
+from impyard.runs import manifest as manifests
+from impyard.runs.model import Manifest
+from impyard.runs.pipeline import Run, RunContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    run_id: str
+    imp: str
+    found_state: str
+    action: str  # reattached | checkpointed | quarantined | finished
+    checkpoint: str
+
+
+def _seconds_left(manifest: Manifest, timeout: float) -> float:
+    if not manifest.started_at:
+        return timeout
+    started = datetime.strptime(manifest.started_at, "%Y-%m-%dT%H:%M:%S.%fZ")
+    elapsed = time.time() - (started - datetime(1970, 1, 1)).total_seconds()
+    return max(1.0, timeout - elapsed)
+
+
+def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
+    """Finish one interrupted run by what really happened to its box."""
+    from impyard.box.launch import find_boxes
+    from impyard.policy.compile import policy_for_run
+
+    policy, _warnings = policy_for_run(ctx.home, manifest.imp, strict=False)
+    run = Run(ctx, manifest, policy)
+    found = manifest.state
+    run.event("run.recovering", state=found)
+    if found in ("checkpointing", "quarantining"):
+        (run.checkpoint if found == "checkpointing" else run.quarantine)()
+        return Resolution(manifest.run_id, manifest.imp, found, "finished", manifest.checkpoint)
+    boxes = []
+    if found not in ("created", "preparing"):
+        boxes = find_boxes({"impyard.run": manifest.run_id})
+    if not boxes:
+        run.save(state="quarantining", reason=f"host died while the run was {found}; no box left")
+        with contextlib.suppress(ImpyardError):
+            run.drop_volume()
+        run.quarantine()
+        return Resolution(manifest.run_id, manifest.imp, found, "quarantined", "quarantined")
+    box = boxes[0]
+    if manifest.container_id is None:
+        run.save(container_id=box.container_id)
+    action = "reattached" if box.status == "running" else "checkpointed"
+    timeout = _seconds_left(manifest, float(policy.box.timeout_seconds))
+    box_exit = run.wait_box(timeout)
+    if run.record_exit(box_exit):
+        run.checkpoint()
+    else:
+        run.quarantine()
+    return Resolution(manifest.run_id, manifest.imp, found, action, run.manifest.checkpoint)
+
+
+def recover_all(
+    ctx: RunContext, on_resolved: Callable[[Resolution], None] | None = None
+) -> list[Resolution]:
+    """Resolve every non-terminal run and release leases of dead holders."""
+    from impyard.queue import leases
+    from impyard.queue.db import connect
+
+    resolutions = []
+    for manifest in manifests.list_all(ctx.home):
+        if manifest.is_terminal:
+            continue
+        try:
+            resolution = resolve(ctx, manifest)
+        except ImpyardError as exc:
+            log.error("could not recover run %s: %s", manifest.run_id, exc)
+            continue
+        resolutions.append(resolution)
+        ctx.journal.record(
+            "run.recovered",
+            run=resolution.run_id,
+            imp=resolution.imp,
+            found_state=resolution.found_state,
+            action=resolution.action,
+            checkpoint=resolution.checkpoint,
+        )
+        if on_resolved is not None:
+            on_resolved(resolution)
+    conn = connect(ctx.home.db)
+    try:
+        for imp, holder in leases.expire_dead(conn, ctx.settings.lease_ttl_seconds):
+            ctx.journal.record("lease.expired", imp=imp, run=holder)
+        settle_tasks(ctx, conn)
+    finally:
+        conn.close()
+    return resolutions
+
+
+def settle_tasks(ctx: RunContext, conn: sqlite3.Connection) -> None:
+    """A task left 'running' by a dead server is done if its run finished, else queued again."""
+    from impyard.queue import tasks
+
+    by_task = {m.task_id: m for m in manifests.list_all(ctx.home) if m.task_id}
+    for task in tasks.list_tasks(conn, "running"):
+        manifest = by_task.get(task.id)
+        if manifest is not None and manifest.is_terminal:
+            tasks.finish(conn, task.id, checkpoint=manifest.checkpoint, run_id=manifest.run_id)
+        elif manifest is None:
+            tasks.requeue(conn, task.id)
+            ctx.journal.record("task.requeued", task=task.id, imp=task.imp)

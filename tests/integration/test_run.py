@@ -1,0 +1,242 @@
+"""`impyard run` end to end against the real engine (issue 5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import GIT_ENV, Cli, git
+
+pytestmark = pytest.mark.docker
+
+NOTE = 'printf "body\\n" | impyard-note vendors acme-sso --source https://example.com/report'
+
+
+@pytest.fixture
+def yard(cli: Cli) -> Cli:
+    assert cli("init").code == 0
+    created = cli("imp", "create", "yuko")
+    assert created.code == 0, created.stderr
+    return cli
+
+
+def repo_of(cli: Cli, imp: str = "yuko") -> Path:
+    result = cli("knowledge", imp)
+    assert result.code == 0, result.stderr
+    return Path(result.stdout.strip())
+
+
+def head(repo: Path) -> str:
+    return git("-C", repo, "rev-parse", "main").stdout.strip()
+
+
+def run_json(cli: Cli, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any]]:
+    result = cli("run", "yuko", "--prompt", "research acme", "--json", *args, timeout=timeout)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def assert_fsck_clean(repo: Path) -> None:
+    fsck = git("-C", repo, "fsck", "--strict", check=False)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+
+
+def test_clean_run_lands_one_note_with_trusted_trailers(yard: Cli) -> None:
+    repo = repo_of(yard)
+    before = head(repo)
+    code, record = run_json(yard, "--command", NOTE)
+    assert code == 0, record
+    assert record["checkpoint"] == "integrated"
+    assert record["base_commit"] == before
+    assert record["produced_commit"] == head(repo)
+    namespace = record["namespace"]
+    files = git("-C", repo, "ls-tree", "-r", "--name-only", "main").stdout.split()
+    assert f"records/vendors/acme-sso--{namespace}_1.md" in files
+    message = git("-C", repo, "log", "-1", "--format=%B", "main").stdout
+    assert f"Impyard-Run: {record['run_id']}" in message
+    assert "Impyard-Imp: yuko" in message
+    assert f"Impyard-Base: {before}" in message
+    assert "Impyard-Mode: append" in message
+    assert git("-C", repo, "log", "-1", "--format=%an", "main").stdout.strip() == "yuko"
+    assert_fsck_clean(repo)
+    shown = yard("runs", "show", str(record["run_id"]))
+    assert shown.code == 0 and "integrated" in shown.stdout and namespace in shown.stdout
+    listed = json.loads(yard("runs", "list", "--json").stdout)
+    assert [r["run_id"] for r in listed] == [record["run_id"]]
+    events = [e["event"] for e in json.loads(yard("journal", "--json").stdout)]
+    for expected in ("run.created", "box.started", "box.exited", "knowledge.integrated"):
+        assert expected in events
+    # Integrated runs drop their checkout; the commit keeps the change.
+    assert not (yard.home / "runs" / str(record["run_id"]) / "knowledge").exists()
+
+
+def test_run_without_changes_is_empty(yard: Cli) -> None:
+    repo = repo_of(yard)
+    before = head(repo)
+    code, record = run_json(yard, "--command", "true")
+    assert (code, record["checkpoint"], head(repo)) == (0, "empty", before)
+
+
+def test_failing_box_is_quarantined_and_main_untouched(yard: Cli) -> None:
+    repo = repo_of(yard)
+    before = head(repo)
+    code, record = run_json(yard, "--command", f"{NOTE} >/dev/null; echo half-done >&2; exit 1")
+    assert code == 4
+    assert record["checkpoint"] == "quarantined"
+    assert record["exit_code"] == 1
+    assert head(repo) == before
+    ref = f"refs/quarantine/{record['run_id']}"
+    quarantined = git("-C", repo, "ls-tree", "-r", "--name-only", ref).stdout
+    assert f"acme-sso--{record['namespace']}_1.md" in quarantined
+    assert (yard.home / "runs" / str(record["run_id"]) / "knowledge").exists()
+    logs = yard("runs", "logs", str(record["run_id"]))
+    assert "half-done" in logs.stdout
+    assert_fsck_clean(repo)
+
+
+def test_timeout_kills_and_quarantines(yard: Cli) -> None:
+    repo = repo_of(yard)
+    before = head(repo)
+    code, record = run_json(yard, "--timeout", "1", "--command", "sleep 60")
+    assert code == 4
+    assert record["timed_out"] is True
+    assert record["checkpoint"] == "quarantined"
+    assert head(repo) == before
+
+
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        ('mkdir -p "$K/records/t" && ln -s /etc/passwd "$K/records/t/x--${NS}_1.md"', "symlink"),
+        (
+            'mkdir -p "$K/organization" && echo index > "$K/organization/index.md"',
+            "organization-in-append",
+        ),
+        ('echo changed >> "$K/README.md"', "protected-path"),
+    ],
+)
+def test_box_output_breaking_rules_is_rejected_with_reasons(
+    yard: Cli, command: str, rule: str
+) -> None:
+    repo = repo_of(yard)
+    before = head(repo)
+    script = f"K=$IMPYARD_KNOWLEDGE_DIR NS=$IMPYARD_KNOWLEDGE_NAMESPACE; {command}"
+    code, record = run_json(yard, "--command", script)
+    assert code == 3, record
+    assert record["checkpoint"] == "rejected"
+    assert rule in {e["rule"] for e in record["validation_errors"]}
+    assert head(repo) == before
+    assert (
+        git("-C", repo, "rev-parse", "--verify", f"refs/candidates/{record['run_id']}").returncode
+        == 0
+    )
+    shown = yard("runs", "show", str(record["run_id"]))
+    assert rule in shown.stdout
+
+
+def test_modifying_an_existing_record_is_rejected(yard: Cli) -> None:
+    code, first = run_json(yard, "--command", NOTE)
+    assert code == 0
+    path = f"records/vendors/acme-sso--{first['namespace']}_1.md"
+    code, second = run_json(yard, "--command", f'echo more >> "$IMPYARD_KNOWLEDGE_DIR/{path}"')
+    assert code == 3
+    reasons = {(e["path"], e["rule"]) for e in second["validation_errors"]}
+    assert (path, "modified-existing") in reasons
+
+
+def test_reorganize_run_rebuilds_organization(yard: Cli) -> None:
+    repo = repo_of(yard)
+    assert run_json(yard, "--command", NOTE)[0] == 0
+    code, record = run_json(yard, "--reorganize", "--command", "imp")
+    assert code == 0, record
+    assert record["mode"] == "reorganize"
+    index = git("-C", repo, "show", "main:organization/index.md").stdout
+    assert "acme-sso" in index
+    assert "Impyard-Mode: reorganize" in git("-C", repo, "log", "-1", "--format=%B").stdout
+    events = json.loads(yard("journal", "--run", str(record["run_id"]), "--json").stdout)
+    names = [e["event"] for e in events]
+    assert names.index("lease.acquired") < names.index("box.started")
+    assert "lease.released" in names
+
+
+def test_two_reorganize_runs_never_overlap(yard: Cli) -> None:
+    env = {**GIT_ENV}
+    cmd = [
+        sys.executable,
+        "-m",
+        "impyard",
+        "--home",
+        str(yard.home),
+        "run",
+        "yuko",
+        "--prompt",
+        "reorganize",
+        "--reorganize",
+        "--json",
+        "--command",
+        "sleep 3; imp",
+    ]
+    first = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**dict(__import__("os").environ), **env},
+    )
+    try:
+        # Wait until the first holds the lease (its box has started).
+        import time
+
+        for _ in range(100):
+            journal = yard.home / "journal.jsonl"
+            if journal.exists() and "box.started" in journal.read_text():
+                break
+            time.sleep(0.1)
+        second = yard("run", "yuko", "--prompt", "again", "--reorganize", "--command", "imp")
+        assert second.code != 0
+        assert "lease" in second.stderr and "held by run" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert json.loads(out)["checkpoint"] == "integrated"
+
+
+def test_box_sees_only_its_contract(yard: Cli) -> None:
+    sections = {
+        "tmp": "grep ' /tmp ' /proc/mounts",
+        "tmpmode": "stat -c %a /tmp",
+        "tmpdir": 'echo "$TMPDIR"',
+        "origin": "touch /opt/impyard/origin.git/x 2>/dev/null && echo writable || echo ro",
+        "root": "touch /rootfs-probe 2>/dev/null && echo writable || echo ro",
+        "checkout": 'ls -a "$IMPYARD_KNOWLEDGE_DIR"',
+        "scratch": "test -e /opt/impyard/scratch && echo exists || echo absent",
+        "caps": "grep CapEff /proc/self/status",
+        "uid": "id -u",
+        "mounts": "cat /proc/self/mountinfo",
+        "env": "env",
+    }
+    probe = "; ".join(f"echo '=={name}'; {cmd}" for name, cmd in sections.items())
+    code, record = run_json(yard, "--command", probe)
+    assert code == 0, record
+    out = yard("runs", "logs", str(record["run_id"])).stdout
+    seen = dict(part.split("\n", 1) for part in out.split("==")[1:])
+    assert "tmpfs" in seen["tmp"]
+    for option in ("nosuid", "nodev", "size=2097152k"):
+        assert option in seen["tmp"].split()[3].split(",")
+    assert seen["tmpmode"].strip() == "1777"
+    assert seen["tmpdir"].strip() == "/tmp"
+    assert seen["origin"].strip() == "ro"
+    assert seen["root"].strip() == "ro"
+    assert ".git" not in seen["checkout"].split()
+    assert {"records", "organization", "README.md"} <= set(seen["checkout"].split())
+    assert seen["scratch"].strip() == "absent"
+    assert seen["caps"].split() == ["CapEff:", "0000000000000000"]
+    assert seen["uid"].strip() == "65532"
+    assert "repo.git" not in out, "the canonical repository must never reach the box"
+    assert str(yard.home) not in seen["env"]

@@ -1,0 +1,177 @@
+"""`impyard serve` against the real engine (issue 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import GIT_ENV, Cli, git
+
+pytestmark = pytest.mark.docker
+
+
+def make_yard(cli: Cli, *imps: str, command: str | None = None) -> None:
+    assert cli("init").code == 0
+    for imp in imps:
+        args = ["imp", "create", imp] + (["--command", command] if command else [])
+        result = cli(*args)
+        assert result.code == 0, result.stderr
+
+
+def add_task(cli: Cli, imp: str, prompt: str, *extra: str) -> str:
+    result = cli("task", "add", imp, "--prompt", prompt, *extra)
+    assert result.code == 0, result.stderr
+    return result.stdout.strip()
+
+
+def tasks_json(cli: Cli) -> list[dict[str, Any]]:
+    return json.loads(cli("task", "list", "--json").stdout)  # type: ignore[no-any-return]
+
+
+def repo(cli: Cli, imp: str) -> Path:
+    return Path(cli("knowledge", imp).stdout.strip())
+
+
+def records(cli: Cli, imp: str) -> list[str]:
+    out = git("-C", repo(cli, imp), "ls-tree", "-r", "--name-only", "main", "records/").stdout
+    return [p for p in out.split() if p.endswith(".md") and "--n_" in p]
+
+
+def assert_linear_and_clean(path: Path) -> None:
+    parents = git("-C", path, "rev-list", "--parents", "main").stdout.splitlines()
+    assert all(len(line.split()) <= 2 for line in parents), "main must be linear"
+    fsck = git("-C", path, "fsck", "--strict", check=False)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+
+
+def serve_process(cli: Cli, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full_env = {**os.environ, **GIT_ENV, **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "impyard", "--home", str(cli.home), "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+    )
+
+
+def running_boxes(imp_label: str) -> int:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return len(client.containers.list(filters={"label": f"impyard.imp={imp_label}"}))
+    finally:
+        client.close()
+
+
+def wait_for(predicate: Any, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def test_twenty_tasks_for_two_imps_all_land(cli: Cli) -> None:
+    make_yard(cli, "ada", "bob")
+    for i in range(10):
+        add_task(cli, "ada", f"ada fact number {i}")
+        add_task(cli, "bob", f"bob fact number {i}")
+    result = cli("serve", "--concurrency", "4", "--once", timeout=300)
+    assert result.code == 0, result.stderr
+    assert "landed 20" in result.stdout
+    assert {t["state"] for t in tasks_json(cli)} == {"done"}
+    assert {t["checkpoint"] for t in tasks_json(cli)} == {"integrated"}
+    for imp in ("ada", "bob"):
+        notes = records(cli, imp)
+        assert len(notes) == 10 and len(set(notes)) == 10
+        path = repo(cli, imp)
+        assert int(git("-C", path, "rev-list", "--count", "main").stdout) == 11
+        assert_linear_and_clean(path)
+        bodies = "".join(git("-C", path, "show", f"main:{n}").stdout for n in notes)
+        for i in range(10):
+            assert bodies.count(f"{imp} fact number {i}\n") == 1
+
+
+def test_reorganize_task_behind_held_lease_does_not_block_appends(cli: Cli) -> None:
+    make_yard(cli, "ada")
+    conn = sqlite3.connect(cli.home / "impyard.db")
+    now = time.time()
+    conn.execute(
+        "INSERT INTO leases (imp, holder, acquired_at, heartbeat_at) VALUES (?, ?, ?, ?)",
+        ("ada", "run-elsewhere", now, now + 3600),
+    )
+    conn.commit()
+    conn.close()
+    reorganize = add_task(cli, "ada", "rebuild the index", "--reorganize")
+    appends = [add_task(cli, "ada", f"append {i}") for i in range(2)]
+    result = cli("serve", "--once", timeout=120)
+    assert result.code == 0, result.stderr
+    by_id = {t["id"]: t for t in tasks_json(cli)}
+    assert by_id[reorganize]["state"] == "queued"
+    assert all(by_id[t]["checkpoint"] == "integrated" for t in appends)
+
+
+def test_kill_9_then_restart_loses_and_doubles_nothing(cli: Cli) -> None:
+    make_yard(cli, "ada", command="sleep 2; imp")
+    total = 6
+    for i in range(total):
+        add_task(cli, "ada", f"durable fact {i}")
+    server = serve_process(cli, "--concurrency", "3")
+    try:
+        wait_for(lambda: running_boxes("ada") >= 2)
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.communicate(timeout=30)
+    result = cli("serve", "--once", "--concurrency", "3", timeout=300)
+    assert result.code == 0, result.stderr
+    tasks = tasks_json(cli)
+    assert len(tasks) == total and {t["state"] for t in tasks} == {"done"}
+    outcomes = Counter(t["checkpoint"] for t in tasks)
+    assert set(outcomes) <= {"integrated", "quarantined"}
+    notes = records(cli, "ada")
+    assert len(notes) == len(set(notes)) == outcomes["integrated"]
+    journal = [json.loads(line) for line in (cli.home / "journal.jsonl").read_text().splitlines()]
+    integrated = Counter(e["run"] for e in journal if e["event"] == "knowledge.integrated")
+    assert all(n == 1 for n in integrated.values()), "a run landed twice"
+    assert len(integrated) == outcomes["integrated"]
+    bodies = "".join(git("-C", repo(cli, "ada"), "show", f"main:{n}").stdout for n in notes)
+    for i in range(total):
+        assert bodies.count(f"durable fact {i}\n") <= 1
+    runs = json.loads(cli("runs", "list", "--json").stdout)
+    assert all(r["state"] == "finished" for r in runs)
+    assert_linear_and_clean(repo(cli, "ada"))
+    assert running_boxes("ada") == 0
+
+
+def test_sigterm_quarantines_the_running_box_and_exits_zero(cli: Cli) -> None:
+    make_yard(cli, "ada", command="sleep 60")
+    add_task(cli, "ada", "a long task")
+    server = serve_process(cli, env={"IMPYARD_SHUTDOWN_GRACE_SECONDS": "1"})
+    try:
+        wait_for(lambda: running_boxes("ada") == 1)
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0, err
+    (task,) = tasks_json(cli)
+    assert task["checkpoint"] == "quarantined"
+    shown = json.loads(cli("runs", "show", task["run_id"], "--json").stdout)
+    assert shown["checkpoint"] == "quarantined"
+    assert running_boxes("ada") == 0
+    del out
