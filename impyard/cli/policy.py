@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from impyard.cli._common import initialized_home, print_json, warn
-from impyard.policy import (
-    DeployReport,
-    Policy,
-    PolicyError,
-    ShownPolicy,
-    deploy,
-    effective_policy_with_sources,
-)
-from impyard.policy.violation import render
+
+if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic and rich
+    from rich.console import Console
+    from rich.table import Table
+
+    from impyard.policy import DeployReport, Policy, ShownPolicy
 
 ORG_ROW = "(org)"
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     console = Console()
     # Piped output (CI logs, tests) would otherwise be squeezed to 80 columns and ellipsized.
     return console if console.is_terminal else Console(width=200)
@@ -53,6 +50,8 @@ def _cell(value: Any) -> str:
 
 
 def _deploy_table(report: DeployReport) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"compiled {report.compiled_path}")
     rows = [(ORG_ROW, "org.toml", report.org)] + [
         (imp, f"imps/{imp}.toml", policy) for imp, policy in sorted(report.imps.items())
@@ -77,6 +76,10 @@ def _deploy_json(report: DeployReport) -> dict[str, Any]:
 
 
 def _show_table(shown: ShownPolicy) -> Table:
+    from rich.table import Table
+
+    from impyard.policy.violation import render
+
     overlay = shown.overlay_file or "none"
     table = Table(title=f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})")
     table.add_column("key", no_wrap=True)
@@ -98,6 +101,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Check org and every imp overlay; write policy/compiled.json only if all are valid."""
+        from impyard.policy import PolicyError, deploy
+
         home = initialized_home(ctx)
         try:
             report = deploy(home)
@@ -119,6 +124,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """The imp's effective policy from the current files, and where each value came from."""
+        from impyard.policy import effective_policy_with_sources
+
         home = initialized_home(ctx)
         shown = effective_policy_with_sources(home, imp)
         if shown.stale:

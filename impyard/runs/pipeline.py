@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pygit2
 
     from impyard.box.spec import BoxExit, BoxSpec
+    from impyard.gateway import Gateway
     from impyard.knowledge.change import Change, KnowledgeLimits
     from impyard.knowledge.checkout import Checkout
     from impyard.knowledge.lane import Trailers
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 BOX_KNOWLEDGE = "/opt/impyard/knowledge"
 BOX_ORIGIN = "/opt/impyard/origin.git"
 BOX_TASK = "/opt/impyard/task.md"
-BOX_SIGNAL = "/opt/impyard/signal"
+BOX_INIT = "/opt/impyard/bin/box-init"
 MEMORY_BLOCK_CHARS = 4000
 
 
@@ -70,6 +71,7 @@ class Run:
         self.home = ctx.home
         self.manifest = manifest
         self.policy = policy
+        self.gateway: Gateway | None = None
         self._t0 = time.monotonic()
 
     # -- bookkeeping -------------------------------------------------------------------
@@ -137,6 +139,7 @@ class Run:
     def start_box(self, request: RunRequest) -> None:
         from impyard.box.launch import start_box
 
+        self.open_gateway()
         spec = self.box_spec(request)
         self.save(state="starting", container_name=spec.name, image=spec.image)
         with self.phase("start"):
@@ -150,6 +153,41 @@ class Run:
         self.event("box.started", container=started.container_id, image=spec.image)
         if self.ctx.on_box_started is not None:
             self.ctx.on_box_started(self.manifest)
+        self.attach_gateway(started.container_id)
+
+    def open_gateway(self) -> None:
+        """The box's only way out. Its command waits in box-init until the listener is bound
+        inside its network namespace; if that fails, the command never runs (fail closed)."""
+        if not self.policy.gateway.enabled:
+            return
+        from impyard.gateway import Gateway, GatewayRules
+
+        rules = GatewayRules.from_dict(self.policy.gateway.model_dump())
+        self.gateway = Gateway.start(
+            rules,
+            home=self.home,
+            imp=self.manifest.imp,
+            run_id=self.manifest.run_id,
+            journal=self.ctx.journal,
+        )
+        (self.run_dir / "signal").mkdir(exist_ok=True)
+
+    def attach_gateway(self, container_id: str) -> None:
+        if self.gateway is None:
+            return
+        from impyard.box import engine
+        from impyard.gateway import write_ready
+
+        with self.phase("gateway"):
+            state = engine.call(
+                "inspect", engine.api().inspect_container, container_id, container_id=container_id
+            )["State"]
+            self.gateway.attach(int(state["Pid"]))
+            write_ready(self.run_dir / "signal")
+
+    def close_gateway(self) -> None:
+        if self.gateway is not None:
+            self.gateway.close()
 
     def box_spec(self, request: RunRequest) -> BoxSpec:
         from impyard.box.spec import BoxMount, BoxSpec, box_labels
@@ -173,27 +211,39 @@ class Run:
         else:
             knowledge = BoxMount(source=str(checkout.root), target=BOX_KNOWLEDGE, read_only=False)
         timeout = request.timeout_seconds or float(box.timeout_seconds)
+        env = {
+            "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
+            "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
+            "IMPYARD_KNOWLEDGE_NAMESPACE": m.namespace,
+            "IMPYARD_KNOWLEDGE_MODE": m.mode,
+            "IMPYARD_IMP": m.imp,
+            "IMPYARD_RUN_ID": m.run_id,
+            "IMPYARD_TASK_FILE": BOX_TASK,
+            "TMPDIR": "/tmp",
+            "HOME": "/tmp",
+        }
+        mounts = [
+            knowledge,
+            BoxMount(source=str(self.home.origin(m.imp)), target=BOX_ORIGIN, read_only=True),
+            BoxMount(source=str(self.run_dir / "task.md"), target=BOX_TASK, read_only=True),
+        ]
+        entrypoint = None
+        if self.gateway is not None:
+            from impyard.gateway import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV
+
+            env |= self.gateway.proxy_env() | {WAIT_FOR_ENV: BOX_READY_PATH}
+            mounts.append(
+                BoxMount(source=str(self.run_dir / "signal"), target=BOX_SIGNAL_DIR, read_only=True)
+            )
+            entrypoint = [BOX_INIT]
         return BoxSpec(
             name=m.container_name or f"impyard-{m.run_id}",
             image=imp_settings.image or box.image,
             command=command,
             user=box.user,
-            env={
-                "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
-                "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
-                "IMPYARD_KNOWLEDGE_NAMESPACE": m.namespace,
-                "IMPYARD_KNOWLEDGE_MODE": m.mode,
-                "IMPYARD_IMP": m.imp,
-                "IMPYARD_RUN_ID": m.run_id,
-                "IMPYARD_TASK_FILE": BOX_TASK,
-                "TMPDIR": "/tmp",
-                "HOME": "/tmp",
-            },
-            mounts=[
-                knowledge,
-                BoxMount(source=str(self.home.origin(m.imp)), target=BOX_ORIGIN, read_only=True),
-                BoxMount(source=str(self.run_dir / "task.md"), target=BOX_TASK, read_only=True),
-            ],
+            env=env,
+            mounts=mounts,
+            entrypoint=entrypoint,
             memory_bytes=box.memory_bytes,
             cpus=box.cpus,
             pids_limit=box.pids_limit,
@@ -371,10 +421,13 @@ class Run:
         """Build the checkout layer of the new main now, so the next run starts fast."""
         if (self.manifest.checkout or {}).get("kind") != "overlay":
             return
-        from impyard.knowledge.layers import ensure_layer
+        from impyard.knowledge.layers import collect_layers, ensure_layer
 
         try:
             ensure_layer(self.home, self.manifest.imp, commit, parse_user(self.policy.box.user))
+            # Layers no chain needs any more (old bases of finished runs) go now; a prepared
+            # run's chain is kept by its checkout record.
+            collect_layers(self.home, self.manifest.imp, [commit])
         except ImpyardError as exc:  # an optimisation only: the next run builds it itself
             log.warning("could not pre-build the checkout layer of %s: %s", commit, exc)
 
@@ -512,40 +565,47 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
 def drive(run: Run, request: RunRequest) -> RunOutcome:
     """From a recorded manifest to a terminal one. A host interrupt kills the box and
     quarantines the run: a half-done box is never integrated."""
-    from impyard.box.launch import kill_box
-
     try:
-        run.prepare(request)
-        run.start_box(request)
-    except BaseException as exc:
-        reason = "host interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
-        fail_before_exit(run, reason)
-        if isinstance(exc, ImpyardError | KeyboardInterrupt):
-            return RunOutcome(run.manifest)
-        raise
-    timeout = request.timeout_seconds or float(run.policy.box.timeout_seconds)
-    try:
-        box_exit = run.wait_box(timeout)
-        clean = run.record_exit(box_exit)
-    except KeyboardInterrupt:
-        if run.manifest.container_id:
-            kill_box(run.manifest.container_id)
-            box_exit = run.wait_box(30)
-        else:  # pragma: no cover - running always has a container id
+        try:
+            run.prepare(request)
+            run.start_box(request)
+        except BaseException as exc:
+            reason = "host interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            fail_before_exit(run, reason)
+            if isinstance(exc, ImpyardError | KeyboardInterrupt):
+                return RunOutcome(run.manifest)
             raise
-        clean = run.record_exit(box_exit, interrupted="host interrupted")
-    if clean:
+        timeout = request.timeout_seconds or float(run.policy.box.timeout_seconds)
+        try:
+            box_exit = run.wait_box(timeout)
+            interrupted = None
+        except KeyboardInterrupt:
+            box_exit = stop_box(run)
+            interrupted = "host interrupted"
+    finally:
+        run.close_gateway()
+    if run.record_exit(box_exit, interrupted=interrupted):
         run.checkpoint()
     else:
         run.quarantine()
     return RunOutcome(run.manifest)
 
 
+def stop_box(run: Run) -> BoxExit:
+    from impyard.box.launch import kill_box
+
+    assert run.manifest.container_id is not None
+    kill_box(run.manifest.container_id)
+    return run.wait_box(30)
+
+
 def fail_before_exit(run: Run, reason: str) -> None:
     """The box never ran to an exit (engine error, interrupt): quarantine what exists."""
-    from impyard.box.launch import remove_box
+    from impyard.box.launch import kill_box, remove_box
 
     if run.manifest.container_id:
+        with contextlib.suppress(ImpyardError):
+            kill_box(run.manifest.container_id)
         with contextlib.suppress(ImpyardError):
             remove_box(run.manifest.container_id)
     run.save(state="quarantining", reason=reason)

@@ -1,0 +1,68 @@
+"""`impyard run` wires the governed gateway into the box (issue 8 through the real CLI)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.docker
+
+
+class Upstream(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello from upstream\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+@pytest.fixture
+def upstream() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_run_reaches_an_allowed_upstream_only_through_the_gateway(cli: Cli, upstream: int) -> None:
+    assert cli("init").code == 0
+    org = cli.home / "policy" / "org.toml"
+    org.write_text(
+        org.read_text()
+        + f'\n[[gateway.allow]]\nhost = "127.0.0.1"\nports = [{upstream}]\nmethods = ["GET"]\n'
+    )
+    deployed = cli("deploy")
+    assert deployed.code == 0, deployed.stderr
+    assert cli("imp", "create", "yuko").code == 0
+    script = (
+        f"wget -q -O - http://127.0.0.1:{upstream}/allowed?secret=1; echo rc=$?; "
+        "wget -q -O - http://example.com/ 2>&1; echo rc=$?"
+    )
+    result = cli("run", "yuko", "--prompt", "fetch", "--command", script, "--json")
+    assert result.code == 0, result.stderr
+    run_id = json.loads(result.stdout)["run_id"]
+    logs = cli("runs", "logs", run_id).stdout
+    assert "hello from upstream" in logs
+    assert "403" in logs
+    events = json.loads(cli("journal", "--run", run_id, "--json").stdout)
+    requests = [e for e in events if e["event"] == "gateway.request"]
+    assert [(r["host"], r["decision"]) for r in requests] == [
+        ("127.0.0.1", "allowed"),
+        ("example.com", "refused"),
+    ]
+    assert requests[0]["path"] == "/allowed"  # the query is never journaled
+    assert requests[1]["status"] == 403
