@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     )
     strict_policy: bool = Field(
         default=False,
-        description="Refuse to run when policy sources are newer than compiled.json (else warn).",
+        description="Refuse to run when policy files changed since `impyard deploy` (else warn).",
     )
     docker_timeout_seconds: float = Field(
         default=60.0,

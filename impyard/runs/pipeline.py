@@ -210,7 +210,7 @@ class Run:
             )
         else:
             knowledge = BoxMount(source=str(checkout.root), target=BOX_KNOWLEDGE, read_only=False)
-        timeout = request.timeout_seconds or float(box.timeout_seconds)
+        timeout = box_timeout(request, self.policy)
         env = {
             "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
             "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
@@ -432,6 +432,12 @@ class Run:
             log.warning("could not pre-build the checkout layer of %s: %s", commit, exc)
 
 
+def box_timeout(request: RunRequest, policy: EffectivePolicy) -> float:
+    """``--timeout`` may shorten the policy's wall-clock limit, never lengthen it."""
+    ceiling = float(policy.box.timeout_seconds)
+    return min(request.timeout_seconds, ceiling) if request.timeout_seconds else ceiling
+
+
 def abnormal_reason(box_exit: BoxExit) -> str:
     if box_exit.error:
         return f"engine error: {box_exit.error}"
@@ -575,7 +581,7 @@ def drive(run: Run, request: RunRequest) -> RunOutcome:
             if isinstance(exc, ImpyardError | KeyboardInterrupt):
                 return RunOutcome(run.manifest)
             raise
-        timeout = request.timeout_seconds or float(run.policy.box.timeout_seconds)
+        timeout = box_timeout(request, run.policy)
         try:
             box_exit = run.wait_box(timeout)
             interrupted = None

@@ -85,14 +85,18 @@ def test_note_files_are_named_numbered_and_have_frontmatter(tmp_path: Path) -> N
     assert "source_urls: []\n" in third
 
 
-def test_numbers_continue_after_existing_records(tmp_path: Path) -> None:
+def test_a_number_whose_path_is_taken_is_skipped(tmp_path: Path) -> None:
     kdir = _knowledge(tmp_path)
-    (kdir / "records/old").mkdir()
-    (kdir / f"records/old/a--{NS}_41.md").write_text("x")
-    (kdir / "records/old/b--n_ffffffffffff_99.md").write_text("other namespace")
-    exit_, log = _run(_spec(kdir, "echo b | impyard-note new s"), tmp_path)
+    (kdir / "records/new").mkdir()
+    os.chown(kdir / "records/new", 65532, 65532)
+    (kdir / f"records/new/s--{NS}_1.md").write_text("written by hand")
+    (kdir / "records/new/s--n_ffffffffffff_2.md").write_text("other namespace")
+    exit_, log = _run(
+        _spec(kdir, "echo b | impyard-note new s; echo c | impyard-note new s"), tmp_path
+    )
     assert exit_.clean, log
-    assert log.strip() == f"{KDIR}/records/new/s--{NS}_42.md"
+    assert log.split() == [f"{KDIR}/records/new/s--{NS}_2.md", f"{KDIR}/records/new/s--{NS}_3.md"]
+    assert (kdir / f"records/new/s--{NS}_1.md").read_text() == "written by hand"
 
 
 def test_concurrent_notes_never_clash(tmp_path: Path) -> None:

@@ -240,3 +240,19 @@ def test_box_sees_only_its_contract(yard: Cli) -> None:
     assert seen["uid"].strip() == "65532"
     assert "repo.git" not in out, "the canonical repository must never reach the box"
     assert str(yard.home) not in seen["env"]
+
+
+def test_tightened_imp_limit_rejects_a_note_other_imps_may_write(yard: Cli) -> None:
+    assert yard("imp", "create", "kai").code == 0
+    overlay = yard.home / "policy" / "imps" / "yuko.toml"
+    overlay.write_text("[knowledge]\nmax_file_chars = 300\n")
+    deployed = yard("deploy")
+    assert deployed.code == 0, deployed.stderr
+    long_note = 'head -c 600 /dev/zero | tr "\\0" "a" | impyard-note vendors long'
+    yuko = yard("run", "yuko", "--prompt", "p", "--json", "--command", long_note)
+    kai = yard("run", "kai", "--prompt", "p", "--json", "--command", long_note)
+    assert yuko.code == 3, yuko.stdout + yuko.stderr
+    rules = {e["rule"] for e in json.loads(yuko.stdout)["validation_errors"]}
+    assert rules == {"file-too-large"}
+    assert kai.code == 0, kai.stdout + kai.stderr
+    assert json.loads(kai.stdout)["checkpoint"] == "integrated"
