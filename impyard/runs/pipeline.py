@@ -575,7 +575,7 @@ def drive(run: Run, request: RunRequest) -> RunOutcome:
         try:
             run.prepare(request)
             run.start_box(request)
-        except BaseException as exc:
+        except (Exception, KeyboardInterrupt) as exc:
             reason = "host interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
             fail_before_exit(run, reason)
             if isinstance(exc, ImpyardError | KeyboardInterrupt):

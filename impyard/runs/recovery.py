@@ -101,6 +101,8 @@ def recover_all(
         )
         if on_resolved is not None:
             on_resolved(resolution)
+    sweep_finished_checkouts(ctx)
+    republish_origins(ctx)
     conn = connect(ctx.home.db)
     try:
         for imp, holder in leases.expire_dead(conn, ctx.settings.lease_ttl_seconds):
@@ -123,3 +125,32 @@ def settle_tasks(ctx: RunContext, conn: sqlite3.Connection) -> None:
         elif manifest is None:
             tasks.requeue(conn, task.id)
             ctx.journal.record("task.requeued", task=task.id, imp=task.imp)
+
+
+def sweep_finished_checkouts(ctx: RunContext) -> None:
+    """A host that died between a run's last manifest write and its cleanup leaves a
+    checkout behind; only quarantined runs keep theirs."""
+    from impyard.knowledge.checkout import Checkout, release_checkout
+
+    for manifest in manifests.list_all(ctx.home):
+        if not manifest.is_terminal or manifest.checkpoint == "quarantined":
+            continue
+        if manifest.checkout is None:
+            continue
+        checkout = Checkout.from_dict(manifest.checkout)
+        if checkout.root.exists():
+            release_checkout(checkout)
+            ctx.journal.record("run.swept", run=manifest.run_id, imp=manifest.imp)
+
+
+def republish_origins(ctx: RunContext) -> None:
+    """A host that died between moving main and refreshing the published origin leaves
+    boxes a stale origin; refreshing is idempotent and cheap."""
+    from impyard.knowledge.origin import publish_origin
+    from impyard.knowledge.repo import list_imps
+
+    for imp in list_imps(ctx.home):
+        try:
+            publish_origin(ctx.home, imp)
+        except ImpyardError as exc:
+            log.error("could not refresh the published origin of %s: %s", imp, exc)

@@ -1,0 +1,114 @@
+"""Crash recovery at each step of the pipeline (issue 6), against the real engine.
+
+The host's death is simulated by an exception escaping the pipeline at a chosen
+step (nothing after it runs, as with kill -9); a fresh context then recovers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from impyard.datadir import init_home
+from impyard.home import Home
+from impyard.journal import Journal
+from impyard.knowledge.repo import create_imp, main_commit, open_repo
+from impyard.runs import manifest as manifests
+from impyard.runs.model import RunRequest
+from impyard.runs.pipeline import Run, RunContext, execute
+from impyard.runs.recovery import recover_all
+from impyard.settings import Settings
+from tests.conftest import git
+
+pytestmark = pytest.mark.docker
+
+NOTE = 'printf "recovered fact\\n" | impyard-note facts one'
+
+
+class HostDied(BaseException):
+    """Stands for kill -9: not an Exception, so no handler in the pipeline catches it."""
+
+
+def context(root: Path) -> RunContext:
+    settings = Settings(home=root)
+    return RunContext(settings=settings, journal=Journal(Home(root).journal))
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    home = Home(tmp_path / "home")
+    init_home(home)
+    create_imp(home, "yuko")
+    return home
+
+
+def die_at(monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    def dead(*args: object, **kwargs: object) -> None:
+        raise HostDied(method)
+
+    monkeypatch.setattr(Run, method, dead)
+
+
+def only_run(home: Home) -> manifests.Manifest:
+    (manifest,) = manifests.list_all(home)
+    return manifest
+
+
+def landed_commits(home: Home, run_id: str) -> int:
+    log = git("-C", home.repo("yuko"), "log", "--format=%B", "main").stdout
+    return log.count(f"Impyard-Run: {run_id}")
+
+
+def test_run_between_commit_and_bookkeeping_is_finished_once(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lane moved main; the host died before the manifest said so.
+    die_at(monkeypatch, "finish")
+    with pytest.raises(HostDied):
+        execute(context(home.root), RunRequest(imp="yuko", prompt="p", command=NOTE))
+    dead = only_run(home)
+    assert dead.state == "checkpointing"
+    assert landed_commits(home, dead.run_id) == 1
+    monkeypatch.undo()
+    (resolution,) = recover_all(context(home.root))
+    assert resolution.checkpoint == "integrated"
+    after = only_run(home)
+    assert after.state == "finished" and after.checkpoint == "integrated"
+    assert after.produced_commit == main_commit(open_repo(home, "yuko"))
+    assert landed_commits(home, dead.run_id) == 1, "never landed twice"
+    events = [json.loads(line)["event"] for line in home.journal.read_text().splitlines()]
+    assert "run.recovered" in events
+
+
+@pytest.mark.parametrize(("exit_status", "checkpoint"), [(0, "integrated"), (3, "quarantined")])
+def test_box_that_exited_while_host_was_down_is_checkpointed_by_its_status(
+    home: Home, monkeypatch: pytest.MonkeyPatch, exit_status: int, checkpoint: str
+) -> None:
+    die_at(monkeypatch, "wait_box")
+    request = RunRequest(imp="yuko", prompt="p", command=f"{NOTE}; exit {exit_status}")
+    with pytest.raises(HostDied):
+        execute(context(home.root), request)
+    assert only_run(home).state == "running"
+    monkeypatch.undo()
+    (resolution,) = recover_all(context(home.root))
+    assert resolution.found_state == "running"
+    assert resolution.checkpoint == checkpoint
+    after = only_run(home)
+    assert after.exit_code == exit_status
+    assert landed_commits(home, after.run_id) == (1 if checkpoint == "integrated" else 0)
+
+
+def test_run_whose_box_never_started_is_quarantined(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    die_at(monkeypatch, "start_box")
+    before = main_commit(open_repo(home, "yuko"))
+    with pytest.raises(HostDied):
+        execute(context(home.root), RunRequest(imp="yuko", prompt="p", command=NOTE))
+    monkeypatch.undo()
+    (resolution,) = recover_all(context(home.root))
+    assert resolution.checkpoint == "quarantined"
+    assert only_run(home).reason is not None
+    assert main_commit(open_repo(home, "yuko")) == before
