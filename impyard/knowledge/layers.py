@@ -216,12 +216,7 @@ def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
     repo = _open_repo(home, imp)
     target = _commit(repo, commit)
     root = home.layers(imp)
-    parent_layer: Layer | None = None
-    if target.parents:
-        parent_commit = str(target.parent_ids[0])
-        parent_layer = read_layer(home, imp, layer_id(parent_commit, owner))
-        if parent_layer is not None and parent_layer.commit != parent_commit:
-            parent_layer = None  # a 12-hex id collision: never stack on a stranger
+    parent_layer = _nearest_ancestor_layer(home, imp, repo, target, owner)
     tmp = root / f"{_TMP_PREFIX}{layer_id(commit, owner)}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(mode=0o700)
     try:
@@ -272,6 +267,27 @@ def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
     layer = read_layer(home, imp, layer_id(commit, owner))
     assert layer is not None
     return layer
+
+
+def _nearest_ancestor_layer(
+    home: Home, imp: str, repo: pygit2.Repository, target: pygit2.Commit, owner: Owner
+) -> Layer | None:
+    """The layer of the closest first-parent ancestor that has one (within MAX_CHAIN steps).
+
+    Concurrent runs land commits faster than their layers are built, so the direct
+    parent's layer may not exist yet; a delta against an older ancestor's layer is just
+    as correct (it is a tree-to-tree diff) and avoids rebuilding the whole tree.
+    """
+    current = target
+    for _ in range(MAX_CHAIN):
+        if not current.parents:
+            return None
+        current = current.parents[0]
+        found = read_layer(home, imp, layer_id(str(current.id), owner))
+        if found is not None:
+            # A 12-hex id collision: never stack on a stranger.
+            return found if found.commit == str(current.id) else None
+    return None
 
 
 def _make_layers_root(root: Path) -> None:

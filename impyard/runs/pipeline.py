@@ -344,8 +344,8 @@ class Run:
             candidate_ref=result.candidate_ref,
             reason="integration conflict" if result.checkpoint == "conflict" else None,
         )
-        if result.checkpoint == "integrated" and result.commit:
-            self.prepare_next_base(result.commit)
+        if result.checkpoint == "integrated":
+            self.prepare_next_base()
 
     def keep_candidate(self, repo: pygit2.Repository, change: Change, reason: str) -> None:
         """Keep a change policy will not integrate at refs/candidates/<run-id>."""
@@ -417,19 +417,24 @@ class Run:
 
         release_checkout(self.checkout())
 
-    def prepare_next_base(self, commit: str) -> None:
-        """Build the checkout layer of the new main now, so the next run starts fast."""
+    def prepare_next_base(self) -> None:
+        """Build the checkout layer of the current main now, so the next run starts fast.
+
+        The current main, not this run's commit: under concurrency main may already be
+        ahead, and that is the base the next run gets."""
         if (self.manifest.checkout or {}).get("kind") != "overlay":
             return
         from impyard.knowledge.layers import collect_layers, ensure_layer
+        from impyard.knowledge.repo import main_commit, open_repo
 
         try:
-            ensure_layer(self.home, self.manifest.imp, commit, parse_user(self.policy.box.user))
-            # Layers no chain needs any more (old bases of finished runs) go now; a prepared
-            # run's chain is kept by its checkout record.
-            collect_layers(self.home, self.manifest.imp, [commit])
+            head = main_commit(open_repo(self.home, self.manifest.imp))
+            ensure_layer(self.home, self.manifest.imp, head, parse_user(self.policy.box.user))
+            # Layers no chain needs any more go now; a prepared run's chain is kept by its
+            # checkout record.
+            collect_layers(self.home, self.manifest.imp, [head])
         except ImpyardError as exc:  # an optimisation only: the next run builds it itself
-            log.warning("could not pre-build the checkout layer of %s: %s", commit, exc)
+            log.warning("could not pre-build the checkout layer of main: %s", exc)
 
 
 def box_timeout(request: RunRequest, policy: EffectivePolicy) -> float:

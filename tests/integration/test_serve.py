@@ -175,3 +175,25 @@ def test_sigterm_quarantines_the_running_box_and_exits_zero(cli: Cli) -> None:
     assert shown["checkpoint"] == "quarantined"
     assert running_boxes("ada") == 0
     del out
+
+
+def test_lost_engine_makes_serve_wait_not_exit(cli: Cli) -> None:
+    make_yard(cli, "ada")
+    task = add_task(cli, "ada", "waits for the engine")
+    server = serve_process(cli, "--once", env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert "engine unreachable, waiting" in line
+        time.sleep(1.5)
+        assert server.poll() is None, "serve must keep waiting for the engine"
+        server.send_signal(signal.SIGTERM)
+        _out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0, err
+    assert "Traceback" not in err
+    (queued,) = tasks_json(cli)
+    assert (queued["id"], queued["state"]) == (task, "queued")

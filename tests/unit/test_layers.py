@@ -214,3 +214,26 @@ def test_bad_commit_is_refused(home: Home) -> None:
         ensure_layer(home, IMP, "main", OWNER)
     with pytest.raises(CheckoutError, match="not in"):
         ensure_layer(home, IMP, "0" * 40, OWNER)
+
+
+def test_a_commit_whose_parent_has_no_layer_stacks_on_the_nearest_ancestor(
+    home: Home, tmp_path: Path
+) -> None:
+    # Concurrent runs land commits faster than their layers are built: C3's parent C2
+    # has no layer yet, so C3 must be a delta on C1 (not a whole-tree rebuild).
+    repo = make_repo(home)
+    c1 = commit(repo, BASE_FILES)
+    base = ensure_layer(home, IMP, c1, OWNER)
+    c2 = commit(repo, {"records/a/one--n_000000000001_1.md": b"one\n"}, parent=c1)
+    c3 = commit(
+        repo,
+        {"records/a/two--n_000000000002_1.md": b"two\n", "organization/index.md": None},
+        parent=c2,
+    )
+    layer = ensure_layer(home, IMP, c3, OWNER)
+    assert (layer.kind, layer.parent, layer.depth) == ("delta", base.id, 1)
+    assert set(read_dir(layer.tree_dir)) >= {
+        "records/a/one--n_000000000001_1.md",
+        "records/a/two--n_000000000002_1.md",
+    }
+    assert merged_view(home, tmp_path, c3) == git_archive(home, c3)
