@@ -25,7 +25,7 @@ import pygit2
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkout import prepare_checkout, release_checkout
-from impyard.knowledge.layers import MAX_CHAIN, ensure_layer
+from impyard.knowledge.layers import chain_limit, ensure_layer
 from impyard.knowledge.snapshot import snapshot
 
 IMP = "bench"
@@ -150,12 +150,13 @@ def bench_size(root: Path, records: int, reps: int) -> list[tuple[str, float, st
 
     head = base
     delta_times = []
-    for n in range(1, MAX_CHAIN):
+    limit = chain_limit(home, IMP)
+    for n in range(1, limit):
         head = add_note(repo, head, n)
         delta_times.append(timed(lambda h=head: ensure_layer(home, IMP, h, OWNER)))  # type: ignore[misc]
     t_delta = statistics.median(delta_times)
     rows.append(("delta layer after a one-note commit", t_delta, f"{t_archive / t_delta:.0f}x"))
-    head = add_note(repo, head, MAX_CHAIN)
+    head = add_note(repo, head, limit)
     layer_holder: list[object] = []
     t_compact = timed(lambda: layer_holder.append(ensure_layer(home, IMP, head, OWNER)))
     rows.append(("compaction to FULL (hard links)", t_compact, f"{t_archive / t_compact:.1f}x"))

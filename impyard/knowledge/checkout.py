@@ -22,7 +22,12 @@ import pygit2
 
 from impyard.fsutil import atomic_write_bytes, atomic_write_json
 from impyard.home import Home
-from impyard.knowledge.layers import ensure_layer_locked, layer_chain, layers_lock
+from impyard.knowledge.layers import (
+    MOUNT_DATA_LIMIT,
+    ensure_layer_locked,
+    layer_chain,
+    layers_lock,
+)
 from impyard.knowledge.treefs import (
     CheckoutError,
     Identity,
@@ -44,9 +49,6 @@ __all__ = [
 
 CheckoutKind = Literal["overlay", "copy"]
 
-# mount(2) copies its data argument into one page; Docker's local driver passes the
-# whole ``o=`` string through.
-MOUNT_DATA_LIMIT = 4095
 # Characters overlay's option parser would split on (',' between options, ':'
 # between lowers) or unescape ('\\'); refused rather than escaped.
 _BAD_PATH_CHARS = frozenset(",:\\=\n")

@@ -4,9 +4,11 @@
 is. A FULL layer holds the whole tree of its commit; a DELTA layer holds only what
 its commit changed against its first parent (new/changed files, whiteouts for
 deletions, opaque dirs for replaced files), so preparing the next run's base costs
-what the last integration changed. Chains stay shorter than ``MAX_CHAIN``: past
-that a new FULL layer is built by hard-linking unchanged files from the chain's
-FULL layer (layers are never modified, so sharing inodes is safe).
+what the last integration changed. Chains stay within ``chain_limit`` (as many
+lowerdirs as one mount's option page holds for this data root, at most
+``CHAIN_CEILING``): past that a new FULL layer is built by hard-linking unchanged
+files from the chain's FULL layer (layers are never modified, so sharing inodes is
+safe).
 
 Layers are built in ``.tmp-*`` directories and renamed into place, so a crash
 never leaves a half layer where a mount could use it; builders and the collector
@@ -43,7 +45,14 @@ from impyard.knowledge.treefs import (
     write_tree,
 )
 
-MAX_CHAIN = 16
+# mount(2) copies its data argument into one page; Docker's local driver passes the
+# whole ``o=`` string through.
+MOUNT_DATA_LIMIT = 4095
+# Overlay takes up to 500 lowers; past a few dozen, each lookup miss costs more than
+# the rarer compactions save.
+CHAIN_CEILING = 48
+# The longest layer id: 12 hex, '-', two 10-digit ids joined by '.'.
+_MAX_ID_LEN = 12 + 1 + 10 + 1 + 10
 META_FORMAT = 1
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
@@ -66,6 +75,19 @@ class Layer:
     def tree_dir(self) -> Path:
         """The directory overlay mounts as a lowerdir."""
         return self.path / "t"
+
+
+def chain_limit(home: Home, imp: str) -> int:
+    """The longest layer chain whose overlay options fit one page for this data root.
+
+    Compaction (a new FULL layer, seconds at 100,000 records) happens once per this
+    many integrations, so the longer the better; a short data root path allows more.
+    """
+    per_layer = len(str(home.layers(imp))) + 1 + _MAX_ID_LEN + len("/t") + len(":")
+    run_dir = len(str(home.runs_dir)) + len("/run-YYYYMMDDTHHMMSSZ-0123456789/knowledge")
+    fixed = len("lowerdir=,upperdir=,workdir=,redirect_dir=off,metacopy=off,index=off")
+    room = MOUNT_DATA_LIMIT - fixed - 2 * run_dir
+    return max(2, min(CHAIN_CEILING, room // per_layer))
 
 
 def layer_id(commit: str, owner: Owner) -> str:
@@ -143,8 +165,8 @@ def layer_chain(home: Home, imp: str, layer: Layer) -> tuple[Layer, ...]:
             raise CheckoutError(f"layer {current.id} needs missing layer {current.parent}")
         chain.append(below)
         current = below
-        if len(chain) > MAX_CHAIN:
-            raise CheckoutError(f"layer chain of {layer.id} is longer than {MAX_CHAIN}")
+        if len(chain) > CHAIN_CEILING:
+            raise CheckoutError(f"layer chain of {layer.id} is longer than {CHAIN_CEILING}")
     return tuple(chain)
 
 
@@ -187,12 +209,14 @@ def collect_layers(home: Home, imp: str, keep_commits: Iterable[str]) -> list[st
         removed = []
         for ident in sorted(layers):
             if ident not in keep:
-                _remove_dir(root, ident)
+                _trash_dir(root, ident)
                 removed.append(ident)
-        for name in os.listdir(root):
-            if name.startswith(_TRASH_PREFIX):
-                shutil.rmtree(root / name, ignore_errors=True)
-        return removed
+        trash = [root / name for name in os.listdir(root) if name.startswith(_TRASH_PREFIX)]
+    # Deleting a full layer unlinks every file of the tree (seconds at 100,000 records):
+    # done outside the lock, so runs preparing their checkouts meanwhile never wait for it.
+    for path in trash:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 def _layers_used_by_runs(home: Home, imp: str) -> Iterator[str]:
@@ -225,7 +249,7 @@ def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
         os.chmod(tmp / "t", 0o755)
         tree_fd = open_dir(tmp / "t")
         try:
-            if parent_layer is not None and parent_layer.depth + 1 < MAX_CHAIN:
+            if parent_layer is not None and parent_layer.depth + 1 < chain_limit(home, imp):
                 parent_tree = _commit(repo, parent_layer.commit).tree
                 write_delta(repo, parent_tree, target.tree, tree_fd, owner)
                 kind: LayerKind = "delta"
@@ -272,14 +296,14 @@ def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
 def _nearest_ancestor_layer(
     home: Home, imp: str, repo: pygit2.Repository, target: pygit2.Commit, owner: Owner
 ) -> Layer | None:
-    """The layer of the closest first-parent ancestor that has one (within MAX_CHAIN steps).
+    """The layer of the closest first-parent ancestor that has one (within CHAIN_CEILING steps).
 
     Concurrent runs land commits faster than their layers are built, so the direct
     parent's layer may not exist yet; a delta against an older ancestor's layer is just
     as correct (it is a tree-to-tree diff) and avoids rebuilding the whole tree.
     """
     current = target
-    for _ in range(MAX_CHAIN):
+    for _ in range(CHAIN_CEILING):
         if not current.parents:
             return None
         current = current.parents[0]
@@ -304,12 +328,10 @@ def _remove_temps(root: Path) -> None:
             shutil.rmtree(root / name, ignore_errors=True)
 
 
-def _remove_dir(root: Path, ident: str) -> None:
-    # Rename first, so the layer disappears at once and a crash mid-rmtree leaves
-    # only trash, never a layer with a meta and missing files.
-    trash = root / f"{_TRASH_PREFIX}{ident}-{uuid.uuid4().hex[:8]}"
-    os.rename(root / ident, trash)
-    shutil.rmtree(trash, ignore_errors=True)
+def _trash_dir(root: Path, ident: str) -> None:
+    # Rename only: the layer disappears at once, and a crash before the rmtree leaves
+    # only trash (removed by the next collection), never a layer missing files.
+    os.rename(root / ident, root / f"{_TRASH_PREFIX}{ident}-{uuid.uuid4().hex[:8]}")
 
 
 def _open_repo(home: Home, imp: str) -> pygit2.Repository:

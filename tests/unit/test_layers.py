@@ -16,7 +16,7 @@ from impyard.home import Home
 from impyard.knowledge import layers as layers_mod
 from impyard.knowledge.checkout import prepare_checkout, release_checkout
 from impyard.knowledge.layers import (
-    MAX_CHAIN,
+    chain_limit,
     collect_layers,
     ensure_layer,
     layer_chain,
@@ -135,11 +135,12 @@ def test_compaction_builds_a_full_layer_by_hard_links(home: Home, tmp_path: Path
     head = commit(repo, BASE_FILES)
     first_full = ensure_layer(home, IMP, head, OWNER)
     commits = [head]
-    for i in range(MAX_CHAIN + 1):
+    limit = chain_limit(home, IMP)
+    for i in range(limit + 1):
         head = commit(repo, {f"records/t/n--n_1_{i + 1}.md": f"{i}\n".encode()}, parent=head)
         commits.append(head)
         layer = ensure_layer(home, IMP, head, OWNER)
-        assert len(layer_chain(home, IMP, layer)) <= MAX_CHAIN
+        assert len(layer_chain(home, IMP, layer)) <= limit
     compacted = [layer for layer in list_layers(home, IMP) if layer.kind == "full"]
     assert len(compacted) == 2
     new_full = next(layer for layer in compacted if layer.id != first_full.id)
@@ -155,7 +156,7 @@ def test_copy_up_of_a_hard_linked_lower_file_has_one_link(home: Home, tmp_path: 
     repo = make_repo(home)
     head = commit(repo, BASE_FILES)
     ensure_layer(home, IMP, head, OWNER)
-    for i in range(MAX_CHAIN):
+    for i in range(chain_limit(home, IMP)):
         head = commit(repo, {f"records/t/n--n_1_{i + 1}.md": b"x\n"}, parent=head)
         ensure_layer(home, IMP, head, OWNER)
     layer = ensure_layer(home, IMP, head, OWNER)
