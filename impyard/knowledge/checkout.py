@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import pygit2
-
 from impyard.fsutil import atomic_write_bytes, atomic_write_json
 from impyard.home import Home
+from impyard.knowledge.gitobj import commit_at
 from impyard.knowledge.layers import (
     MOUNT_DATA_LIMIT,
     ensure_layer_locked,
     layer_chain,
     layers_lock,
 )
+from impyard.knowledge.repo import open_repo
 from impyard.knowledge.treefs import (
     CheckoutError,
     Identity,
@@ -157,8 +157,8 @@ def prepare_checkout(
     if kind != "copy":
         raise CheckoutError(f"unknown checkout kind {kind!r}")
     checkout = Checkout(kind="copy", base=base, root=root)
-    repo = _open_repo(home, imp)
-    tree = _base_tree(repo, base)
+    repo = open_repo(home, imp)
+    tree = commit_at(repo, base, CheckoutError).tree
     _fresh_dir(root, own)
     identities: dict[str, Identity] = {}
     fd = open_dir(root)
@@ -224,20 +224,3 @@ def _fresh_dir(path: Path, owner: Owner) -> None:
     path.mkdir(mode=0o755)
     os.chown(path, *owner)
     os.chmod(path, 0o755)
-
-
-def _open_repo(home: Home, imp: str) -> pygit2.Repository:
-    try:
-        return pygit2.Repository(str(home.repo(imp)))
-    except pygit2.GitError as exc:
-        raise CheckoutError(f"imp {imp!r}: cannot open {home.repo(imp)}: {exc}") from exc
-
-
-def _base_tree(repo: pygit2.Repository, base: str) -> pygit2.Tree:
-    try:
-        commit = repo[base]
-    except (KeyError, ValueError) as exc:
-        raise CheckoutError(f"base commit {base} is not in {repo.path}") from exc
-    if not isinstance(commit, pygit2.Commit):
-        raise CheckoutError(f"base {base} is not a commit in {repo.path}")
-    return commit.tree

@@ -23,6 +23,7 @@ from impyard.errors import KnowledgeError, UsageError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
+from impyard.knowledge.gitobj import changed_paths
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
 from impyard.knowledge.records import ORGANIZATION, parse_record_path
@@ -230,29 +231,27 @@ def _recheck(
     found: list[Violation] = []
     for commit in commits_since(repo, base, head):
         parent = commit.parents[0]
-        diff = parent.tree.diff_to_tree(commit.tree)
-        for delta in diff.deltas:
-            for path in {delta.old_file.path, delta.new_file.path}:
-                if path in touched:
-                    found.append(
-                        Violation(path, "collision", f"changed on main by {str(commit.id)[:12]}")
+        for path in changed_paths(parent.tree, commit.tree):
+            if path in touched:
+                found.append(
+                    Violation(path, "collision", f"changed on main by {str(commit.id)[:12]}")
+                )
+            elif mode == "reorganize" and touches_org and path.startswith(org_prefix):
+                # Impossible under the reorganization lease; checked anyway.
+                found.append(
+                    Violation(
+                        path,
+                        "collision",
+                        f"organization/ changed on main by {str(commit.id)[:12]}",
                     )
-                elif mode == "reorganize" and touches_org and path.startswith(org_prefix):
-                    # Impossible under the reorganization lease; checked anyway.
-                    found.append(
-                        Violation(
-                            path,
-                            "collision",
-                            f"organization/ changed on main by {str(commit.id)[:12]}",
-                        )
+                )
+            name = parse_record_path(path)
+            if name is not None and name.note_id in ours and path != ours[name.note_id]:
+                found.append(
+                    Violation(
+                        ours[name.note_id],
+                        "duplicate-id",
+                        f"id {name.note_id} landed on main as {path}",
                     )
-                name = parse_record_path(path)
-                if name is not None and name.note_id in ours and path != ours[name.note_id]:
-                    found.append(
-                        Violation(
-                            ours[name.note_id],
-                            "duplicate-id",
-                            f"id {name.note_id} landed on main as {path}",
-                        )
-                    )
+                )
     return found

@@ -6,9 +6,11 @@ its commit changed against its first parent (new/changed files, whiteouts for
 deletions, opaque dirs for replaced files), so preparing the next run's base costs
 what the last integration changed. Chains stay within ``chain_limit`` (as many
 lowerdirs as one mount's option page holds for this data root, at most
-``CHAIN_CEILING``): past that a new FULL layer is built by hard-linking unchanged
-files from the chain's FULL layer (layers are never modified, so sharing inodes is
-safe).
+``CHAIN_CEILING``): past that the next layer is one delta straight on the chain's
+FULL layer, squashing everything since it (depth 1 again), and only once that
+squashed delta would exceed ``SQUASH_LIMIT`` files is a new FULL layer built, by
+hard-linking unchanged files from the old one (layers are never modified, so
+sharing inodes is safe).
 
 Layers are built in ``.tmp-*`` directories and renamed into place, so a crash
 never leaves a half layer where a mount could use it; builders and the collector
@@ -22,6 +24,7 @@ Ids are short (12 hex of the commit + the owner) because Docker passes the whole
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -35,6 +38,8 @@ import pygit2
 
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
+from impyard.knowledge.gitobj import changed_paths, commit_at
+from impyard.knowledge.repo import open_repo
 from impyard.knowledge.treefs import (
     CheckoutError,
     Owner,
@@ -51,6 +56,9 @@ MOUNT_DATA_LIMIT = 4095
 # Overlay takes up to 500 lowers; past a few dozen, each lookup miss costs more than
 # the rarer compactions save.
 CHAIN_CEILING = 48
+# A squashed delta (every change since the chain's FULL layer) may hold this many
+# files; past it a new FULL layer is cheaper to look through than a large delta.
+SQUASH_LIMIT = 2000
 # The longest layer id: 12 hex, '-', two 10-digit ids joined by '.'.
 _MAX_ID_LEN = 12 + 1 + 10 + 1 + 10
 META_FORMAT = 1
@@ -187,9 +195,13 @@ def list_layers(home: Home, imp: str) -> list[Layer]:
 def collect_layers(home: Home, imp: str, keep_commits: Iterable[str]) -> list[str]:
     """Remove every layer no kept chain needs; return the removed ids.
 
-    Kept: the chains of ``keep_commits`` (any owner) and of every run whose
-    checkout record (``runs/<id>/checkout.json``) still exists, so a prepared but
-    not yet finished run never loses its lower dirs. Also removes crash leftovers.
+    Kept: the chains of ``keep_commits`` (any owner), of every run whose checkout
+    record (``runs/<id>/checkout.json``) still exists, so a prepared but not yet
+    finished run never loses its lower dirs, and of the layer nearest to ``main`` as
+    read under the lock. The last one matters under concurrency: a caller's idea of
+    main may be stale by the time it collects, and losing every layer near main would
+    make the next run rebuild the whole tree (seconds at 100,000 records) instead of
+    stacking a small delta. Also removes crash leftovers.
     """
     root = home.layers(imp)
     if not root.is_dir():
@@ -198,6 +210,8 @@ def collect_layers(home: Home, imp: str, keep_commits: Iterable[str]) -> list[st
     with layers_lock(home, imp):
         _remove_temps(root)
         layers = {layer.id: layer for layer in list_layers(home, imp)}
+        layered = {layer.commit for layer in layers.values()}
+        wanted.update(_nearest_layered_commit(home, imp, layered))
         keep: set[str] = set(_layers_used_by_runs(home, imp))
         keep.update(layer.id for layer in layers.values() if layer.commit in wanted)
         stack = list(keep)
@@ -219,6 +233,22 @@ def collect_layers(home: Home, imp: str, keep_commits: Iterable[str]) -> list[st
     return removed
 
 
+def _nearest_layered_commit(home: Home, imp: str, layered: set[str]) -> list[str]:
+    """``main`` or its closest first-parent ancestor that has a layer (empty if none)."""
+    repo = open_repo(home, imp)
+    try:
+        current = repo.references["refs/heads/main"].peel(pygit2.Commit)
+    except (KeyError, pygit2.GitError):
+        return []
+    for _ in range(CHAIN_CEILING + 1):
+        if str(current.id) in layered:
+            return [str(current.id)]
+        if not current.parents:
+            return []
+        current = current.parents[0]
+    return []
+
+
 def _layers_used_by_runs(home: Home, imp: str) -> Iterator[str]:
     runs = home.runs_dir
     if not runs.is_dir():
@@ -237,8 +267,8 @@ def _layers_used_by_runs(home: Home, imp: str) -> Iterator[str]:
 
 
 def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
-    repo = _open_repo(home, imp)
-    target = _commit(repo, commit)
+    repo = open_repo(home, imp)
+    target = commit_at(repo, commit, CheckoutError)
     root = home.layers(imp)
     parent_layer = _nearest_ancestor_layer(home, imp, repo, target, owner)
     tmp = root / f"{_TMP_PREFIX}{layer_id(commit, owner)}-{uuid.uuid4().hex[:8]}"
@@ -249,18 +279,20 @@ def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
         os.chmod(tmp / "t", 0o755)
         tree_fd = open_dir(tmp / "t")
         try:
-            if parent_layer is not None and parent_layer.depth + 1 < chain_limit(home, imp):
-                parent_tree = _commit(repo, parent_layer.commit).tree
-                write_delta(repo, parent_tree, target.tree, tree_fd, owner)
+            below = _delta_base(home, imp, repo, target, parent_layer)
+            if below is not None:
+                below_tree = commit_at(repo, below.commit, CheckoutError).tree
+                write_delta(repo, below_tree, target.tree, tree_fd, owner)
                 kind: LayerKind = "delta"
-                parent_id: str | None = parent_layer.id
-                depth = parent_layer.depth + 1
+                parent_id: str | None = below.id
+                depth = below.depth + 1
             else:
                 link_from = None
                 if parent_layer is not None:
                     # Compaction: hard-link what is unchanged since the chain's FULL layer.
                     full = layer_chain(home, imp, parent_layer)[-1]
-                    link_from = (open_dir(full.tree_dir), _commit(repo, full.commit).tree)
+                    full_tree = commit_at(repo, full.commit, CheckoutError).tree
+                    link_from = (open_dir(full.tree_dir), full_tree)
                 try:
                     write_tree(repo, target.tree, tree_fd, owner, link_from=link_from)
                 finally:
@@ -291,6 +323,28 @@ def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
     layer = read_layer(home, imp, layer_id(commit, owner))
     assert layer is not None
     return layer
+
+
+def _delta_base(
+    home: Home, imp: str, repo: pygit2.Repository, target: pygit2.Commit, parent: Layer | None
+) -> Layer | None:
+    """The layer to stack ``target``'s delta on, or None for a new FULL layer.
+
+    The nearest ancestor's layer while the chain has room; past that, the chain's FULL
+    layer itself (one delta squashing every change since it, so the chain starts
+    again at depth 1) as long as that delta stays small. Only when it would not does
+    a FULL layer get built: a FULL layer at 100,000 records costs seconds to link and
+    seconds more to delete later, a squashed delta costs what changed.
+    """
+    if parent is None:
+        return None
+    if parent.depth + 1 < chain_limit(home, imp):
+        return parent
+    full = layer_chain(home, imp, parent)[-1]
+    changed = changed_paths(commit_at(repo, full.commit, CheckoutError).tree, target.tree)
+    if sum(1 for _ in itertools.islice(changed, SQUASH_LIMIT + 1)) > SQUASH_LIMIT:
+        return None
+    return full
 
 
 def _nearest_ancestor_layer(
@@ -332,23 +386,6 @@ def _trash_dir(root: Path, ident: str) -> None:
     # Rename only: the layer disappears at once, and a crash before the rmtree leaves
     # only trash (removed by the next collection), never a layer missing files.
     os.rename(root / ident, root / f"{_TRASH_PREFIX}{ident}-{uuid.uuid4().hex[:8]}")
-
-
-def _open_repo(home: Home, imp: str) -> pygit2.Repository:
-    try:
-        return pygit2.Repository(str(home.repo(imp)))
-    except pygit2.GitError as exc:
-        raise CheckoutError(f"imp {imp!r}: cannot open {home.repo(imp)}: {exc}") from exc
-
-
-def _commit(repo: pygit2.Repository, commit: str) -> pygit2.Commit:
-    try:
-        obj = repo[commit]
-    except (KeyError, ValueError) as exc:
-        raise CheckoutError(f"commit {commit} is not in {repo.path}") from exc
-    if not isinstance(obj, pygit2.Commit):
-        raise CheckoutError(f"{commit} is not a commit in {repo.path}")
-    return obj
 
 
 def _check_commit(commit: str) -> None:

@@ -23,6 +23,7 @@ from impyard.errors import KnowledgeError, NotFoundError, UsageError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
 from impyard.knowledge.change import FileState
+from impyard.knowledge.gitobj import lookup_entry
 from impyard.names import check_imp_name
 
 MAIN = "refs/heads/main"
@@ -288,14 +289,6 @@ def _plan(written: Mapping[str, FileState], deleted: Iterable[str]) -> _Node:
             node = node.dirs.setdefault(part, _Node())
         node.deleted.add(name)
     return root
-
-
-def lookup_entry(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
-    """The entry at ``path`` (a blob or tree), or None; O(depth)."""
-    try:
-        return tree[path]
-    except KeyError:
-        return None
 
 
 def build_tree(

@@ -27,6 +27,7 @@ from impyard.errors import KnowledgeError
 from impyard.knowledge.change import RULES, Change, FileState, Violation
 from impyard.knowledge.change import KnowledgeLimits as Limits
 from impyard.knowledge.checkout import Checkout, read_identities
+from impyard.knowledge.gitobj import commit_at, lookup_entry
 from impyard.knowledge.treefs import OPAQUE_XATTR, Identity, entries, is_executable
 
 # Deep enough for any sane layout; bounded so a hostile nest of directories cannot
@@ -46,7 +47,7 @@ class SnapshotError(KnowledgeError):
 
 def snapshot(repo: pygit2.Repository, checkout: Checkout, limits: Limits) -> Change:
     """Hash the run's change into ``repo``'s odb and describe it against ``checkout.base``."""
-    base = _base_tree(repo, checkout.base)
+    base = commit_at(repo, checkout.base, SnapshotError).tree
     walker = _Walker(repo, limits)
     try:
         root_fd = os.open(checkout.root, _DIR_FLAGS)
@@ -86,7 +87,7 @@ class _Walker:
         for name, st in self._list(dir_fd, rel):
             path = rel + name
             seen.add(name)
-            before = _lookup(base, name)
+            before = lookup_entry(base, name)
             mode = st.st_mode
             if stat.S_ISCHR(mode) and st.st_rdev == 0:
                 # An overlay whiteout: the lower entry (file or whole subtree) is deleted.
@@ -151,7 +152,7 @@ class _Walker:
                 ):
                     self.present.add(path)
                     continue
-                before = _lookup_path(base, path)
+                before = lookup_entry(base, path)
                 self._file(dir_fd, name, st, path, before)
             else:
                 self._refuse_special(st, path)
@@ -312,32 +313,6 @@ def _special_kind(mode: int) -> str:
 def _shown(rel: str, name: str) -> str:
     """A refused name as printable text: the repr of its bytes."""
     return repr(os.fsencode(rel + name))
-
-
-def _lookup(tree: pygit2.Tree | None, name: str) -> pygit2.Object | None:
-    if tree is None:
-        return None
-    try:
-        return tree[name]
-    except KeyError:
-        return None
-
-
-def _lookup_path(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
-    try:
-        return tree[path]
-    except KeyError:
-        return None
-
-
-def _base_tree(repo: pygit2.Repository, base: str) -> pygit2.Tree:
-    try:
-        commit = repo[base]
-    except (KeyError, ValueError) as exc:
-        raise SnapshotError(f"base commit {base} is not in {repo.path}") from exc
-    if not isinstance(commit, pygit2.Commit):
-        raise SnapshotError(f"base {base} is not a commit in {repo.path}")
-    return commit.tree
 
 
 __all__ = ["MAX_DEPTH", "SnapshotError", "snapshot"]

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import pygit2
 
 from impyard.errors import KnowledgeError
+from impyard.knowledge.gitobj import lookup_entry
 
 Owner = tuple[int, int]
 
@@ -158,7 +159,7 @@ def write_tree(
     for name, entry in entries(tree):
         where = prefix + name
         _check_entry(entry, where)
-        src = _lookup(src_tree, name)
+        src = lookup_entry(src_tree, name)
         if is_tree(entry):
             child_fd = mkdir_owned(dir_fd, name, owner)
             try:
@@ -258,12 +259,3 @@ def as_tree(entry: pygit2.Object) -> pygit2.Tree:
     if not isinstance(entry, pygit2.Tree):
         raise CheckoutError(f"object {entry.id} is not a tree")
     return entry
-
-
-def _lookup(tree: pygit2.Tree | None, name: str) -> pygit2.Object | None:
-    if tree is None:
-        return None
-    try:
-        return tree[name]
-    except KeyError:
-        return None

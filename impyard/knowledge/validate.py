@@ -31,6 +31,7 @@ import pygit2
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.credentials import find_credentials
+from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.records import (
     ORGANIZATION,
     RECORDS,
@@ -38,12 +39,7 @@ from impyard.knowledge.records import (
     frontmatter_errors,
     parse_record_path,
 )
-from impyard.knowledge.repo import (
-    TREE_MODE,
-    lookup_entry,
-    size_delta,
-    tree_bytes,
-)
+from impyard.knowledge.repo import TREE_MODE, size_delta, tree_bytes
 
 REPO_PATH = "."  # the path a repository-wide violation names
 

@@ -10,6 +10,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from impyard.home import Home
@@ -130,7 +131,26 @@ def test_delta_layers_through_a_real_overlay_mount(home: Home, tmp_path: Path) -
         assert merged_view(home, tmp_path, c) == git_archive(home, c)
 
 
-def test_compaction_builds_a_full_layer_by_hard_links(home: Home, tmp_path: Path) -> None:
+def test_a_full_chain_squashes_into_one_delta_on_its_full_layer(home: Home, tmp_path: Path) -> None:
+    repo = make_repo(home)
+    head = commit(repo, BASE_FILES)
+    full = ensure_layer(home, IMP, head, OWNER)
+    limit = chain_limit(home, IMP)
+    for i in range(limit):
+        head = commit(repo, {f"records/t/n--n_1_{i + 1}.md": f"{i}\n".encode()}, parent=head)
+        layer = ensure_layer(home, IMP, head, OWNER)
+        assert len(layer_chain(home, IMP, layer)) <= limit
+    # the chain was full: the new layer holds every note since the FULL layer, on it
+    assert layer.kind == "delta" and layer.depth == 1 and layer.parent == full.id
+    assert len(read_dir(layer.tree_dir)) == limit
+    assert [x.kind for x in list_layers(home, IMP)].count("full") == 1
+    assert merged_view(home, tmp_path, head) == git_archive(home, head)
+
+
+def test_compaction_builds_a_full_layer_by_hard_links(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(layers_mod, "SQUASH_LIMIT", 0)  # every squash is too large
     repo = make_repo(home)
     head = commit(repo, BASE_FILES)
     first_full = ensure_layer(home, IMP, head, OWNER)
@@ -151,8 +171,11 @@ def test_compaction_builds_a_full_layer_by_hard_links(home: Home, tmp_path: Path
     assert merged_view(home, tmp_path, commits[-1]) == git_archive(home, commits[-1])
 
 
-def test_copy_up_of_a_hard_linked_lower_file_has_one_link(home: Home, tmp_path: Path) -> None:
+def test_copy_up_of_a_hard_linked_lower_file_has_one_link(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Compaction shares inodes; a box editing such a file must not look like a hard link."""
+    monkeypatch.setattr(layers_mod, "SQUASH_LIMIT", 0)
     repo = make_repo(home)
     head = commit(repo, BASE_FILES)
     ensure_layer(home, IMP, head, OWNER)
@@ -176,6 +199,7 @@ def test_gc_keeps_needed_chains_and_running_checkouts(home: Home) -> None:
     other = commit(repo, {"records/b/z--n_2_1.md": b"z\n"})  # unrelated root
     for c in (c1, c2, c3, other):
         ensure_layer(home, IMP, c, OWNER)
+    repo.references.create("refs/heads/main", pygit2.Oid(hex=c1), force=True)
     running = prepare_checkout(home, IMP, "r-running", other, "overlay", OWNER)
     removed = collect_layers(home, IMP, keep_commits=[c2])
     assert {layer.commit for layer in list_layers(home, IMP)} == {c1, c2, other}
@@ -184,6 +208,21 @@ def test_gc_keeps_needed_chains_and_running_checkouts(home: Home) -> None:
     collect_layers(home, IMP, keep_commits=[c2])
     assert {layer.commit for layer in list_layers(home, IMP)} == {c1, c2}
     assert [n for n in os.listdir(home.layers(IMP)) if n.startswith(".trash")] == []
+
+
+def test_gc_keeps_the_layer_nearest_main_even_when_the_caller_is_stale(home: Home) -> None:
+    # Two runs integrate back to back: the first collects with the main it read before
+    # the second landed. Main's newest layered ancestor must survive, or the next run
+    # rebuilds the whole tree instead of stacking a delta.
+    repo = make_repo(home)
+    c1 = commit(repo, BASE_FILES)
+    c2 = commit(repo, {"records/a/x--n_1_1.md": b"x\n"}, parent=c1)
+    ensure_layer(home, IMP, c1, OWNER)
+    ensure_layer(home, IMP, c2, OWNER)
+    c3 = commit(repo, {"records/a/y--n_1_2.md": b"y\n"}, parent=c2)  # main, no layer yet
+    collect_layers(home, IMP, keep_commits=[])
+    assert {layer.commit for layer in list_layers(home, IMP)} == {c1, c2}
+    assert ensure_layer(home, IMP, c3, OWNER).kind == "delta"
 
 
 def test_a_crashed_build_leaves_nothing_usable(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
