@@ -1,3 +1,3 @@
-from impyard.cli.main import main
+from impyard.cli.entry import main
 
 main()
