@@ -10,6 +10,11 @@ BENCHES = ("checkout_bench", "lane_bench", "launch_bench", "run_bench", "serve_b
 
 def main() -> None:
     chosen = sys.argv[1:] or list(BENCHES)
+    unknown = [name for name in chosen if name not in BENCHES]
+    if unknown:
+        raise SystemExit(f"unknown bench {', '.join(unknown)}; choose from {', '.join(BENCHES)}")
+    # Each bench reads its own options from sys.argv: the names chosen here are not theirs.
+    sys.argv = sys.argv[:1]
     for name in chosen:
         module = importlib.import_module(f"bench.{name}")
         print(f"\n# {name}", flush=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -89,6 +90,8 @@ class EngineObjectNotFoundError(NotFoundError):
 
 _lock = threading.Lock()
 _client: tuple[tuple[str, str, float], Any] | None = None
+ENGINE_ID_TTL_SECONDS = 60.0
+_engine_ids: dict[str, tuple[str, float]] = {}  # engine url -> (id, when read)
 _default_timeout: float | None = None
 
 
@@ -150,6 +153,7 @@ def reset_client() -> None:
         if _client is not None:
             _client[1].close()
         _client = None
+        _engine_ids.clear()
 
 
 def api() -> Any:
@@ -313,6 +317,18 @@ def call(
 
 
 def engine_id() -> str:
-    """The engine's stable ID (``docker info``), to key per-engine caches."""
+    """The engine's stable ID (``docker info``), to key per-engine caches.
+
+    Remembered per engine address for ``ENGINE_ID_TTL_SECONDS``: serve asks before
+    every run, and ``info`` is the engine's most expensive read."""
+    url = engine_url()
+    now = time.monotonic()
+    with _lock:
+        known = _engine_ids.get(url)
+    if known is not None and now - known[1] < ENGINE_ID_TTL_SECONDS:
+        return known[0]
     info = call("info", api().info)
-    return str(info.get("ID") or engine_url())
+    ident = str(info.get("ID") or url)
+    with _lock:
+        _engine_ids[url] = (ident, now)
+    return ident
