@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pygit2
@@ -62,7 +62,7 @@ def add_records(repo_path: Path, count: int, topics: int = 100) -> str:
             repo.create_blob(text),
             pygit2.GIT_FILEMODE_BLOB,
         )
-    records = repo.TreeBuilder(head.tree["records"])
+    records = repo.TreeBuilder(head.tree["records"].id)
     for topic, builder in per_topic.items():
         records.insert(f"topic-{topic}", builder.write(), pygit2.GIT_FILEMODE_TREE)
     root = repo.TreeBuilder(head.tree)
@@ -74,7 +74,7 @@ def add_records(repo_path: Path, count: int, topics: int = 100) -> str:
     return str(oid)
 
 
-def print_table(title: str, header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     print(f"\n## {title}")
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     for row in (header, *rows):

@@ -6,6 +6,7 @@ IMPYARD_BENCH_SIZES (default 0,10000,100000) and IMPYARD_BENCH_REPS (default 9).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -80,8 +81,8 @@ def main() -> None:
         bare_run(target)
         bare, ours = [], []
         for _ in range(reps):
-            bare.append(timed(lambda t=target: bare_run(t)))
-            ours.append(timed(lambda h=home: impyard_run(h)))
+            bare.append(timed(functools.partial(bare_run, target)))
+            ours.append(timed(functools.partial(impyard_run, home)))
         rows.append(
             (
                 records,

@@ -5,6 +5,7 @@ of IMPYARD_BENCH_RECORDS (default 100,000) records. IMPYARD_BENCH_TASKS (default
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -38,10 +39,18 @@ def main() -> None:
     rows = []
     for concurrency in (1, 2, 4):
         before = integrated(home)
-        for i in range(tasks):
-            impyard(home, "task", "add", "bench", "--prompt", f"bench fact {i}")
-        bare_ms = timed(lambda c=concurrency: bare_batch(target, tasks, c))
-        serve_ms = timed(lambda c=concurrency: serve_batch(home, tasks, c))
+        # ABBA halves (bare, serve, serve, bare): drift in this machine's speed during
+        # the measurement falls on both sides alike.
+        halves = (tasks // 2, tasks - tasks // 2)
+        bare_ms = serve_ms = 0.0
+        for order, half in (("AB", halves[0]), ("BA", halves[1])):
+            for i in range(half):
+                impyard(home, "task", "add", "bench", "--prompt", f"bench fact {order} {i}")
+            for side in order:
+                if side == "A":
+                    bare_ms += timed(functools.partial(bare_batch, target, half, concurrency))
+                else:
+                    serve_ms += timed(functools.partial(serve_batch, home, half, concurrency))
         landed = integrated(home) - before
         bare_rate, serve_rate = tasks / (bare_ms / 1000), tasks / (serve_ms / 1000)
         rows.append(
