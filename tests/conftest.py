@@ -45,6 +45,22 @@ def docker_engine() -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _unsynced_git_objects() -> Iterator[None]:
+    """In-process git writes skip libgit2's per-object fsync (on in the product).
+
+    Durability cannot be observed without a power cut, and the fixtures write
+    thousands of objects; the CLI tests run ``impyard`` as a subprocess, with it on.
+    """
+    import pygit2
+
+    import impyard.knowledge.repo  # noqa: F401  (it turns the option on when imported)
+
+    pygit2.settings.enable_fsync_gitdir(False)
+    yield
+    pygit2.settings.enable_fsync_gitdir(True)
+
+
 def _impyard_containers() -> set[str]:
     import docker
 
