@@ -45,8 +45,12 @@ def changed_paths(
     new_entries = {str(entry.name): entry for entry in new} if new is not None else {}
     for name in sorted(old_entries.keys() | new_entries.keys()):
         before, after = old_entries.get(name), new_entries.get(name)
-        same = before is not None and after is not None and before.id == after.id
-        if same and before.filemode == after.filemode:  # type: ignore[union-attr]
+        if (
+            before is not None
+            and after is not None
+            and before.id == after.id
+            and before.filemode == after.filemode
+        ):
             continue
         path = f"{prefix}{name}"
         before_tree = before if isinstance(before, pygit2.Tree) else None

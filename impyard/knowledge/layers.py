@@ -36,10 +36,11 @@ from typing import Literal
 
 import pygit2
 
+from impyard.errors import KnowledgeError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
 from impyard.knowledge.gitobj import changed_paths, commit_at
-from impyard.knowledge.repo import open_repo
+from impyard.knowledge.repo import main_commit, open_repo
 from impyard.knowledge.treefs import (
     CheckoutError,
     Owner,
@@ -237,16 +238,25 @@ def _nearest_layered_commit(home: Home, imp: str, layered: set[str]) -> list[str
     """``main`` or its closest first-parent ancestor that has a layer (empty if none)."""
     repo = open_repo(home, imp)
     try:
-        current = repo.references["refs/heads/main"].peel(pygit2.Commit)
-    except (KeyError, pygit2.GitError):
+        main = commit_at(repo, main_commit(repo))
+    except KnowledgeError:
         return []
-    for _ in range(CHAIN_CEILING + 1):
+    for current in _first_parent_line(main):
         if str(current.id) in layered:
             return [str(current.id)]
-        if not current.parents:
-            return []
-        current = current.parents[0]
     return []
+
+
+def _first_parent_line(commit: pygit2.Commit) -> Iterator[pygit2.Commit]:
+    """``commit`` and then its first-parent ancestors: at most ``CHAIN_CEILING`` + 1 commits,
+    as no chain reaches further back than that."""
+    current = commit
+    for _ in range(CHAIN_CEILING):
+        yield current
+        if not current.parents:
+            return
+        current = current.parents[0]
+    yield current
 
 
 def _layers_used_by_runs(home: Home, imp: str) -> Iterator[str]:
@@ -356,11 +366,7 @@ def _nearest_ancestor_layer(
     parent's layer may not exist yet; a delta against an older ancestor's layer is just
     as correct (it is a tree-to-tree diff) and avoids rebuilding the whole tree.
     """
-    current = target
-    for _ in range(CHAIN_CEILING):
-        if not current.parents:
-            return None
-        current = current.parents[0]
+    for current in itertools.islice(_first_parent_line(target), 1, None):
         found = read_layer(home, imp, layer_id(str(current.id), owner))
         if found is not None:
             # A 12-hex id collision: never stack on a stranger.

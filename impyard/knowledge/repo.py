@@ -27,11 +27,6 @@ from impyard.knowledge.gitobj import lookup_entry
 from impyard.names import check_imp_name
 
 MAIN = "refs/heads/main"
-
-# libgit2 fsyncs every object, ref and their directories it writes before returning:
-# otherwise a host crash right after the lane moves main could leave main naming a
-# commit whose objects never reached the disk (libgit2's default is not to sync).
-pygit2.settings.enable_fsync_gitdir(True)
 HOST_NAME = "impyard"
 HOST_EMAIL = "impyard@localhost"
 FILE_MODE = pygit2.enums.FileMode.BLOB
@@ -39,6 +34,11 @@ EXEC_MODE = pygit2.enums.FileMode.BLOB_EXECUTABLE
 TREE_MODE = pygit2.enums.FileMode.TREE
 # How many commits' tree sizes the cache remembers; bases of live runs are recent commits.
 SIZE_CACHE_ENTRIES = 2048
+
+# libgit2 fsyncs every object, ref and their directories it writes before returning:
+# otherwise a host crash right after the lane moves main could leave main naming a
+# commit whose objects never reached the disk (libgit2's default is not to sync).
+pygit2.settings.enable_fsync_gitdir(True)
 
 README = """\
 # Knowledge of {imp}
