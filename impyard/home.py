@@ -62,6 +62,10 @@ class Home:
     def box_log(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "box.log"
 
+    def run_extra_ca(self, run_id: str) -> Path:
+        """The certificates of policy ``box.extra_ca_file``, as this run's box trusts them."""
+        return self.run_dir(run_id) / "ca.pem"
+
     def run_checkout(self, run_id: str) -> Path:
         """The run's knowledge: the overlay upper dir, or the full plain copy (fallback)."""
         return self.run_dir(run_id) / "knowledge"

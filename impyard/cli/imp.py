@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from impyard.cli._common import echo, initialized_home, print_json
+from impyard.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -18,13 +19,31 @@ def register(app: typer.Typer) -> None:
         command: str | None = typer.Option(
             None, "--command", help="Box command for this imp (run as /bin/sh -c CMD)."
         ),
+        agent: str | None = typer.Option(
+            None,
+            "--agent",
+            help="Run a real agent: 'pi' (image impyard-pi:latest and its adapter).",
+        ),
     ) -> None:
         """Create an imp and its knowledge repository (initial branch main)."""
-        from impyard.knowledge.repo import create_imp
+        from impyard.knowledge.repo import ImpSettings, create_imp
 
         home = initialized_home(ctx)
-        path = create_imp(home, imp, image=image, command=command)
+        settings = ImpSettings(image=image, command=command)
+        if agent is not None:
+            from impyard.box.agents import agent_named
+
+            chosen = agent_named(agent)
+            if command is not None:
+                raise UsageError("--agent sets the command; leave out --command")
+            settings = ImpSettings(image=image or chosen.image, command=chosen.command, agent=agent)
+        path = create_imp(home, imp, settings)
         echo(f"created imp {imp}: {path}")
+        if agent is not None:
+            echo(
+                f"it runs {settings.image} (build it with `{chosen.build_hint}`); set "
+                "IMPYARD_MODEL in the policy's [box.env] and route 'llm' to your provider"
+            )
 
     @imp_app.command("list")
     def list_command(
@@ -45,7 +64,7 @@ def register(app: typer.Typer) -> None:
         if not rows:
             echo("no imps (create one with `impyard imp create <imp>`)")
         for row in rows:
-            extra = "".join(f"  {k}={row[k]}" for k in ("image", "command") if row[k])
+            extra = "".join(f"  {k}={row[k]}" for k in ("agent", "image", "command") if row[k])
             echo(f"{row['imp']}  {row['repo']}{extra}")
 
     app.add_typer(imp_app, name="imp")

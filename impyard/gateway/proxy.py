@@ -40,6 +40,7 @@ BOX_SIGNAL_DIR = "/opt/impyard/signal"
 READY_FILE = "gateway.ready"
 BOX_READY_PATH = f"{BOX_SIGNAL_DIR}/{READY_FILE}"
 WAIT_FOR_ENV = "IMPYARD_WAIT_FOR"
+NO_PROXY = "127.0.0.1,localhost,::1"
 
 HOP_BY_HOP = frozenset(
     {
@@ -194,9 +195,12 @@ class Gateway:
             "HTTPS_PROXY": url,
             "http_proxy": url,
             "https_proxy": url,
-            # Empty on purpose: even 127.0.0.1 goes through the proxy, so routes work either way.
-            "NO_PROXY": "",
-            "no_proxy": "",
+            # The box's loopback holds nothing but the gateway, so loopback names go direct:
+            # a credential route is a plain request to 127.0.0.1:<port>. Node's undici
+            # (EnvHttpProxyAgent) otherwise tunnels even http:// targets with a CONNECT to
+            # the gateway itself, which is refused. Lowercase is read first by most clients.
+            "NO_PROXY": NO_PROXY,
+            "no_proxy": NO_PROXY,
         }
 
     def close(self) -> None:
@@ -359,6 +363,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("X-Impyard-Gateway-Rule", rule)
+            if status in (403, 429):
+                # A policy refusal does not change on a retry: OpenAI-style SDKs honour this
+                # header instead of retrying into a spent budget.
+                self.send_header("X-Should-Retry", "false")
             self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)

@@ -197,7 +197,13 @@ class GatewayRules:
         host = normalize_host(host)
         if self.is_gateway(host, port):
             if method == "CONNECT":
-                return _deny("gateway.route", "CONNECT to the gateway itself is not allowed")
+                # The gateway serves routes as plain HTTP only; a client tunnelling to it
+                # has loopback missing from no_proxy (the box gets it set).
+                return _deny(
+                    "gateway.route",
+                    "CONNECT to the gateway itself is not allowed; call routes as plain "
+                    f"http://127.0.0.1:{self.port}/route/<name>/... (keep 127.0.0.1 in no_proxy)",
+                )
             return self._decide_route(method, path)
         near: AllowRule | None = None
         for rule in self.allow:

@@ -125,9 +125,10 @@ class ImpSettings:
 
     image: str | None = None
     command: str | None = None
+    agent: str | None = None  # set by `imp create --agent`, for the owner's eyes
 
     def as_dict(self) -> dict[str, str | None]:
-        return {"image": self.image, "command": self.command}
+        return {"image": self.image, "command": self.command, "agent": self.agent}
 
 
 def imp_settings_path(home: Home, imp: str) -> Path:
@@ -139,9 +140,7 @@ def size_cache_path(repo: pygit2.Repository) -> Path:
     return Path(repo.path).resolve().parent / "tree-bytes.json"
 
 
-def create_imp(
-    home: Home, imp: str, *, image: str | None = None, command: str | None = None
-) -> Path:
+def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Path:
     """Create knowledge/<imp>/ (repo.git, origin.git, imp.json); return the canonical repo path.
 
     Everything is built in a hidden sibling directory and renamed into place, so a
@@ -180,7 +179,7 @@ def create_imp(
             repo, str(commit), tree_bytes_full(repo, cast(pygit2.Tree, repo[tree]))
         )
         sync_origin(repo, staging / "origin.git")
-        atomic_write_json(staging / "imp.json", ImpSettings(image, command).as_dict())
+        atomic_write_json(staging / "imp.json", (settings or ImpSettings()).as_dict())
         fsync_dir(staging)
         try:
             os.rename(staging_home_dir, final)
@@ -247,10 +246,11 @@ def read_imp_settings(home: Home, imp: str) -> ImpSettings:
         ) from exc
     if not isinstance(raw, dict):
         raise KnowledgeError(f"imp {imp!r}: {imp_settings_path(home, imp)} is not a JSON object")
-    image, command = raw.get("image"), raw.get("command")
+    image, command, agent = raw.get("image"), raw.get("command"), raw.get("agent")
     return ImpSettings(
         image=image if isinstance(image, str) else None,
         command=command if isinstance(command, str) else None,
+        agent=agent if isinstance(agent, str) else None,
     )
 
 

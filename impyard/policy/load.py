@@ -116,7 +116,9 @@ def validate(
     except ValidationError as exc:
         violations = []
         for error in exc.errors():
-            loc = tuple(error["loc"])
+            # pydantic ends the location of an error in a table's key (not its value) with
+            # '[key]'; the key already names the place.
+            loc = tuple(part for part in error["loc"] if part != "[key]")
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "extra_forbidden":
                 message = "unknown key"

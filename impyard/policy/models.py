@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.credentials import find_credentials
 
 OverlayRule = Literal["lower", "disable", "require", "fixed", "free", "subset"]
 
@@ -62,6 +63,18 @@ _ROUTE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USER = re.compile(r"^(\d+):(\d+)$")
+
+#: ``[box.env]`` may set any variable except the ones the host owns: the run's
+#: identity (IMPYARD_*, but for the two an agent adapter reads), the proxy that
+#: makes the gateway the only way out, where temporary files go, and the CA
+#: trust that ``box.extra_ca_file`` sets.
+BOX_ENV_ALLOWED_IMPYARD = frozenset({"IMPYARD_MODEL", "IMPYARD_MODEL_ROUTE"})
+BOX_ENV_PROXY = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY"})
+BOX_ENV_HOST_OWNED = frozenset(
+    {"TMPDIR", "HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"}
+)
+BOX_ENV_MAX_VALUE = 4096
+BOX_ENV_MAX_KEYS = 64
 
 
 class _Strict(BaseModel):
@@ -109,6 +122,40 @@ def host_covers(pattern: str, host: str) -> bool:
     return host.endswith(suffix) and len(host) > len(suffix)
 
 
+def _box_env_name(name: str) -> str:
+    """A ``[box.env]`` name the host does not own (ValueError says why not)."""
+    if not _ENV_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not an environment variable name")
+    upper = name.upper()
+    if upper.startswith("IMPYARD_") and name not in BOX_ENV_ALLOWED_IMPYARD:
+        allowed = " and ".join(sorted(BOX_ENV_ALLOWED_IMPYARD))
+        raise ValueError(f"{name}: IMPYARD_* variables come from the host (only {allowed})")
+    if upper in BOX_ENV_PROXY:
+        raise ValueError(f"{name}: the proxy variables point at the gateway; the host sets them")
+    if upper in BOX_ENV_HOST_OWNED:
+        raise ValueError(
+            f"{name}: set by the host (TMPDIR and HOME are the tmpfs; CA trust is "
+            "box.extra_ca_file)"
+        )
+    return name
+
+
+def _box_env_value(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("the value contains a NUL byte")
+    labels = find_credentials(value)
+    if labels:
+        raise ValueError(
+            f"the value looks like a credential ({', '.join(labels)}); secrets stay on the "
+            "host, in a gateway.route"
+        )
+    return value
+
+
+BoxEnvName = Annotated[str, AfterValidator(_box_env_name)]
+BoxEnvValue = Annotated[str, Field(max_length=BOX_ENV_MAX_VALUE), AfterValidator(_box_env_value)]
+
+
 def _unique(values: Sequence[Hashable], what: str) -> None:
     if len(set(values)) != len(values):
         raise ValueError(f"{what} are listed more than once")
@@ -154,7 +201,9 @@ class BoxPolicy(_Strict):
         default="65532:65532", description="Non-root uid:gid the box runs as."
     )
     memory_bytes: Annotated[int, Field(ge=MIN_MEMORY_BYTES), LOWER] = Field(
-        default=1_073_741_824, description="Memory limit of the box (Docker minimum 6 MiB)."
+        # A full /tmp (2 GiB of tmpfs pages, charged to the box) plus 1 GiB for a Node agent.
+        default=3 * 1024**3,
+        description="Memory limit of the box, /tmp's files included (Docker minimum 6 MiB).",
     )
     cpus: Annotated[float, Field(gt=0), LOWER] = Field(default=1.0, description="CPU limit.")
     pids_limit: Annotated[int, Field(gt=0), LOWER] = Field(
@@ -166,6 +215,23 @@ class BoxPolicy(_Strict):
     network: Annotated[Literal["none"], FIXED] = Field(
         default="none", description="Docker network of the box; egress only via the gateway."
     )
+    env: Annotated[dict[BoxEnvName, BoxEnvValue], Field(max_length=BOX_ENV_MAX_KEYS), FREE] = Field(
+        default_factory=dict,
+        description="Non-secret environment variables for the box (IMPYARD_MODEL selects the "
+        "agent's model); an overlay adds or replaces entries.",
+    )
+    extra_ca_file: Annotated[str | None, FIXED] = Field(
+        default=None,
+        description="Host path of a PEM file whose certificates the box trusts beside the "
+        "image's system roots (internal services).",
+    )
+
+    @field_validator("extra_ca_file")
+    @classmethod
+    def _extra_ca_file(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError("extra_ca_file must be an absolute path on the host")
+        return value
 
     @field_validator("user")
     @classmethod

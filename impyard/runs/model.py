@@ -63,6 +63,8 @@ class Manifest:
     image: str | None = None
     image_id: str | None = None
     oom_killed: bool = False
+    #: On an OOM kill, the most the box's /tmp held (tmpfs pages count against its memory).
+    oom_tmp_bytes: int | None = None
     timed_out: bool = False
     reason: str | None = None  # why a run was quarantined, conflicted or failed
     candidate_ref: str | None = None

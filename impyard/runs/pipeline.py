@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from impyard import names
+from impyard.box.tmpwatch import TmpUsage, TmpWatch, oom_reason
+from impyard.box.trust import BOX_EXTRA_CA, copy_extra_ca, extra_ca_env
 from impyard.errors import ImpyardError, UsageError
 from impyard.home import Home
 from impyard.journal import Journal
@@ -72,6 +74,7 @@ class Run:
         self.manifest = manifest
         self.policy = policy
         self.gateway: Gateway | None = None
+        self.tmp_watch = TmpWatch()
         self._t0 = time.monotonic()
 
     # -- bookkeeping -------------------------------------------------------------------
@@ -135,6 +138,9 @@ class Run:
                     labels=box_labels(self.manifest.run_id, self.manifest.imp),
                 )
             write_task_file(self.home, self.run_dir / "task.md", request, self.manifest)
+            extra_ca = self.policy.box.extra_ca_file
+            if extra_ca is not None:
+                copy_extra_ca(Path(extra_ca), self.home.run_extra_ca(self.manifest.run_id))
 
     def start_box(self, request: RunRequest) -> None:
         from impyard.box.launch import start_box
@@ -153,7 +159,17 @@ class Run:
         self.event("box.started", container=started.container_id, image=spec.image)
         if self.ctx.on_box_started is not None:
             self.ctx.on_box_started(self.manifest)
-        self.attach_gateway(started.container_id)
+        pid = self.box_pid(started.container_id)
+        self.attach_gateway(pid)
+        self.tmp_watch.start(pid)
+
+    def box_pid(self, container_id: str) -> int:
+        from impyard.box import engine
+
+        state = engine.call(
+            "inspect", engine.api().inspect_container, container_id, container_id=container_id
+        )["State"]
+        return int(state["Pid"])
 
     def open_gateway(self) -> None:
         """The box's only way out. Its command waits in box-init until the listener is bound
@@ -172,17 +188,13 @@ class Run:
         )
         (self.run_dir / "signal").mkdir(exist_ok=True)
 
-    def attach_gateway(self, container_id: str) -> None:
+    def attach_gateway(self, pid: int) -> None:
         if self.gateway is None:
             return
-        from impyard.box import engine
         from impyard.gateway import write_ready
 
         with self.phase("gateway"):
-            state = engine.call(
-                "inspect", engine.api().inspect_container, container_id, container_id=container_id
-            )["State"]
-            self.gateway.attach(int(state["Pid"]))
+            self.gateway.attach(pid)
             write_ready(self.run_dir / "signal")
 
     def close_gateway(self) -> None:
@@ -211,7 +223,10 @@ class Run:
         else:
             knowledge = BoxMount(source=str(checkout.root), target=BOX_KNOWLEDGE, read_only=False)
         timeout = box_timeout(request, self.policy)
+        # The owner's [box.env] first: the host's contract variables below always win (policy
+        # validation already refuses the names they use).
         env = {
+            **box.env,
             "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
             "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
             "IMPYARD_KNOWLEDGE_NAMESPACE": m.namespace,
@@ -228,6 +243,17 @@ class Run:
             BoxMount(source=str(self.run_dir / "task.md"), target=BOX_TASK, read_only=True),
         ]
         entrypoint = None
+        if box.extra_ca_file is not None:
+            # box-init builds the merged bundle on the tmpfs before the command runs.
+            env |= extra_ca_env()
+            mounts.append(
+                BoxMount(
+                    source=str(self.home.run_extra_ca(m.run_id)),
+                    target=BOX_EXTRA_CA,
+                    read_only=True,
+                )
+            )
+            entrypoint = [BOX_INIT]
         if self.gateway is not None:
             from impyard.gateway import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV
 
@@ -270,7 +296,10 @@ class Run:
             and not box_exit.oom_killed
             and not box_exit.timed_out
         )
-        reason = interrupted or abnormal_reason(box_exit)
+        usage = self.tmp_watch.stop()
+        if box_exit.oom_killed:
+            self.manifest.oom_tmp_bytes = usage.peak_bytes if usage else None
+        reason = interrupted or abnormal_reason(box_exit, self.policy.box.memory_bytes, usage)
         self.event(
             "box.exited",
             exit_code=box_exit.exit_code,
@@ -443,13 +472,13 @@ def box_timeout(request: RunRequest, policy: EffectivePolicy) -> float:
     return min(request.timeout_seconds, ceiling) if request.timeout_seconds else ceiling
 
 
-def abnormal_reason(box_exit: BoxExit) -> str:
+def abnormal_reason(box_exit: BoxExit, memory_bytes: int, tmp_usage: TmpUsage | None = None) -> str:
     if box_exit.error:
         return f"engine error: {box_exit.error}"
     if box_exit.timed_out:
         return "timed out and killed"
     if box_exit.oom_killed:
-        return "killed by the out-of-memory killer"
+        return oom_reason(memory_bytes, tmp_usage)
     return f"exited with status {box_exit.exit_code}"
 
 

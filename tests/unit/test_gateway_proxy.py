@@ -188,6 +188,7 @@ def test_allowed_get_is_forwarded(served: Served, upstream: Upstream) -> None:
 def test_refusals_are_legible(served: Served, upstream: Upstream) -> None:
     status, headers, body = via_proxy(served.port, "GET", "http://127.0.0.2:9/x")
     assert status == 403 and headers["X-Impyard-Gateway-Rule"] == "default-deny"
+    assert headers["X-Should-Retry"] == "false"  # a refusal is final: SDKs must not retry
     assert (
         body.decode().count("\n") == 1
         and "no gateway.allow rule matches 127.0.0.2:9" in body.decode()
@@ -244,6 +245,7 @@ def test_request_budget_refuses_with_429(tmp_path: Path, upstream: Upstream) -> 
         assert codes == [200, 200, 200, 429]
         _, headers, body = via_proxy(s.port, "GET", upstream.url("/again"))
         assert headers["X-Impyard-Gateway-Rule"] == "gateway.budget.requests_per_run"
+        assert headers["X-Should-Retry"] == "false"
         assert b"3 requests per run" in body and len(upstream.seen) == 3
     finally:
         s.gateway.close()
@@ -360,7 +362,10 @@ def test_disabled_gateway_gives_no_env(tmp_path: Path) -> None:
 def test_proxy_env_and_ready_file(served: Served, tmp_path: Path) -> None:
     env = served.gateway.proxy_env()
     url = f"http://127.0.0.1:{served.port}"
-    assert env["HTTP_PROXY"] == env["https_proxy"] == url and env["NO_PROXY"] == ""
+    assert env["HTTP_PROXY"] == env["https_proxy"] == url
+    # Loopback is the gateway itself: clients must call routes directly, not tunnel to them.
+    for name in ("NO_PROXY", "no_proxy"):
+        assert set(env[name].split(",")) == {"127.0.0.1", "localhost", "::1"}
     signal = tmp_path / "signal"
     signal.mkdir()
     assert write_ready(signal).read_text() == "ready\n"

@@ -132,7 +132,7 @@ FORBIDDEN = [
     ),
     case(
         "more memory",
-        "[box]\nmemory_bytes = 2147483648\n",
+        "[box]\nmemory_bytes = 4294967296\n",
         "box.memory_bytes",
         "enlarges-limit",
     ),

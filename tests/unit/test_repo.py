@@ -14,6 +14,7 @@ from impyard.home import Home
 from impyard.knowledge.change import FileState
 from impyard.knowledge.origin import publish_origin
 from impyard.knowledge.repo import (
+    ImpSettings,
     PathConflict,
     build_tree,
     create_imp,
@@ -122,10 +123,10 @@ def test_open_repo_names_the_missing_imp(tmp_path: Path) -> None:
 def test_imp_settings_round_trip(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     init_home(home)
-    create_imp(home, "yuko", image="img:1", command="echo hi")
+    create_imp(home, "yuko", ImpSettings(image="img:1", command="echo hi"))
     create_imp(home, "abe")
-    assert read_imp_settings(home, "yuko").as_dict() == {"image": "img:1", "command": "echo hi"}
-    assert read_imp_settings(home, "abe").as_dict() == {"image": None, "command": None}
+    assert read_imp_settings(home, "yuko") == ImpSettings(image="img:1", command="echo hi")
+    assert read_imp_settings(home, "abe") == ImpSettings()
     (home.imp_dir("abe") / "imp.json").write_text("[1]")
     with pytest.raises(KnowledgeError, match="not a JSON object"):
         read_imp_settings(home, "abe")

@@ -1,0 +1,181 @@
+"""Image lifecycle of agent boxes through python-on-whales: import, verify, tag.
+
+``scripts/build-agent-box.sh`` makes the root filesystem (Debian packages and
+npm, no registry) and hands the tarball here. Import goes to a candidate tag,
+the candidate must start and report the pinned Pi version under the box's own
+hardening, and only then does the final tag move: a failed build never
+replaces a working image. Every image carries the hash of the recipe that
+built it, so an unchanged recipe is not rebuilt.
+
+Runs go through the docker SDK (``launch``); this module is the CLI-parity
+side, where python-on-whales is exactly what an operator would type.
+
+``python -m impyard.box.agent_image current IMAGE RECIPE`` exits 0 when IMAGE
+was built from RECIPE; ``... import TARBALL ...`` imports, verifies and tags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from impyard.box.agents import AGENTS
+from impyard.box.spec import TMP_TMPFS
+from impyard.errors import EngineError, ImpyardError
+
+LABEL_RECIPE = "impyard.recipe"
+LABEL_AGENT = "impyard.agent"
+LABEL_AGENT_VERSION = "impyard.agent-version"
+
+PI_IMAGE = AGENTS["pi"].image
+PI_COMMAND = ["/opt/impyard/bin/pi-imp"]
+
+#: The image's runtime defaults. HOME and TMPDIR on the tmpfs (the root file
+#: system is read-only); Pi's update check and install ping off, and no
+#: startup network at all (PI_OFFLINE): a box reaches nothing but its gateway.
+PI_ENV = {
+    "PATH": "/opt/impyard/bin:/opt/pi/bin:/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "PI_OFFLINE": "1",
+    "PI_SKIP_VERSION_CHECK": "1",
+    "PI_TELEMETRY": "0",
+    "NO_UPDATE_NOTIFIER": "1",
+    "NPM_CONFIG_UPDATE_NOTIFIER": "false",
+}
+BOX_USER = "65532:65532"
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    image_id: str
+    size_bytes: int
+    agent_version: str
+
+
+def _docker() -> Any:
+    if shutil.which("docker") is None:
+        raise EngineError("the docker CLI is not on PATH: install docker.io (`just engine`)")
+    from python_on_whales import DockerClient
+
+    return DockerClient()
+
+
+def recipe_of(image: str) -> str | None:
+    """The recipe hash ``image`` was built from, or None (absent, or not built by us)."""
+    docker = _docker()
+    if not docker.image.exists(image):
+        return None
+    labels = docker.image.inspect(image).config.labels or {}
+    return labels.get(LABEL_RECIPE)
+
+
+def import_changes(recipe: str, agent_version: str) -> list[str]:
+    env = [f"ENV {key}={value}" for key, value in PI_ENV.items()]
+    return [
+        *env,
+        f"USER {BOX_USER}",
+        "WORKDIR /tmp",
+        f"CMD {json.dumps(PI_COMMAND)}",
+        f"LABEL {LABEL_RECIPE}={recipe} {LABEL_AGENT}=pi {LABEL_AGENT_VERSION}={agent_version}",
+    ]
+
+
+def import_verified(tarball: Path, tag: str, *, recipe: str, agent_version: str) -> BuiltImage:
+    """Import ``tarball`` as a candidate, check Pi starts in it, then tag it ``tag``."""
+    from python_on_whales.exceptions import DockerException
+
+    docker = _docker()
+    candidate = f"{tag.rsplit(':', 1)[0]}:candidate-{recipe[:12]}"
+    try:
+        image = docker.image.import_(
+            tarball, candidate, changes=import_changes(recipe, agent_version)
+        )
+    except DockerException as exc:
+        raise EngineError(f"docker import of {tarball} failed: {_tail(exc)}") from exc
+    try:
+        reported = _agent_version_in(candidate)
+        if reported != agent_version:
+            raise ImpyardError(
+                f"the built image reports Pi {reported!r}, expected the pinned {agent_version}"
+            )
+        docker.image.tag(candidate, tag)
+    finally:
+        # Only the candidate tag goes; the image stays under ``tag`` when it passed.
+        with contextlib.suppress(DockerException):
+            docker.image.remove(candidate, prune=False)
+    inspected = docker.image.inspect(tag)
+    return BuiltImage(
+        tag=tag,
+        image_id=str(image.id),
+        size_bytes=int(inspected.size or 0),
+        agent_version=agent_version,
+    )
+
+
+def _agent_version_in(image: str) -> str:
+    """``pi --version`` inside ``image`` with a box's hardening and no network."""
+    from python_on_whales.exceptions import DockerException
+
+    docker = _docker()
+    try:
+        output = docker.run(
+            image,
+            # Pi prints its version on stderr.
+            ["/bin/sh", "-c", "pi --version 2>&1"],
+            remove=True,
+            pull="never",
+            networks=["none"],
+            read_only=True,
+            cap_drop=["ALL"],
+            security_options=["no-new-privileges"],
+            tmpfs=[f"/tmp:{TMP_TMPFS}"],
+            user=BOX_USER,
+        )
+    except DockerException as exc:
+        raise ImpyardError(f"Pi does not start in the built image: {_tail(exc)}") from exc
+    return str(output).strip().splitlines()[-1].strip() if str(output).strip() else ""
+
+
+def _tail(exc: Exception) -> str:
+    text = str(getattr(exc, "stderr", "") or exc).strip()
+    return " | ".join(line for line in text.splitlines()[-3:] if line.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m impyard.box.agent_image")
+    sub = parser.add_subparsers(dest="what", required=True)
+    current = sub.add_parser("current", help="exit 0 when IMAGE was built from RECIPE")
+    current.add_argument("image")
+    current.add_argument("recipe")
+    imp = sub.add_parser("import", help="import a root filesystem, verify it, tag it")
+    imp.add_argument("tarball", type=Path)
+    imp.add_argument("--tag", default=PI_IMAGE)
+    imp.add_argument("--recipe", required=True)
+    imp.add_argument("--agent-version", required=True)
+    imp.add_argument("--started", type=float, help="epoch seconds the build started")
+    args = parser.parse_args(argv)
+    try:
+        if args.what == "current":
+            return 0 if recipe_of(args.image) == args.recipe else 1
+        built = import_verified(
+            args.tarball, args.tag, recipe=args.recipe, agent_version=args.agent_version
+        )
+    except ImpyardError as exc:
+        print(f"build-agent-box: {exc}", file=sys.stderr)
+        return 1
+    took = f" in {time.time() - args.started:.0f} s" if args.started else ""
+    print(f"built {built.tag} (Pi {built.agent_version}): {built.size_bytes / 1e6:.0f} MB{took}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

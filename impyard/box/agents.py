@@ -1,0 +1,39 @@
+"""Agents an imp can be created with (``impyard imp create <imp> --agent NAME``).
+
+An agent is an image plus the adapter that runs it as an imp; the adapter lives
+in the image (``box/``), so what the agent is told comes from the image and
+never from the imp's knowledge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from impyard.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str
+    image: str
+    #: The imp's command (run as ``/bin/sh -c``); ``exec`` keeps the agent's exit status.
+    command: str
+    build_hint: str
+
+
+AGENTS: dict[str, Agent] = {
+    "pi": Agent(
+        name="pi",
+        image="impyard-pi:latest",
+        command="exec /opt/impyard/bin/pi-imp",
+        build_hint="just box-pi",
+    ),
+}
+
+
+def agent_named(name: str) -> Agent:
+    try:
+        return AGENTS[name]
+    except KeyError:
+        known = ", ".join(sorted(AGENTS))
+        raise UsageError(f"unknown agent {name!r} (known: {known})") from None
