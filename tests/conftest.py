@@ -45,6 +45,27 @@ def docker_engine() -> None:
     pytest.skip(message)
 
 
+PI_IMAGE = os.environ.get("IMPYARD_TEST_PI_IMAGE", "impyard-pi:latest")
+
+
+@pytest.fixture(scope="session")
+def pi_image(docker_engine: None) -> str:
+    """The real Pi agent image (scripts/build-agent-box.sh); CI builds it, never skips it."""
+    import docker
+
+    client = docker.from_env(timeout=10)
+    try:
+        client.images.get(PI_IMAGE)
+    except Exception as exc:
+        message = f"{PI_IMAGE} unavailable ({type(exc).__name__}); run `just box-pi`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    finally:
+        client.close()
+    return PI_IMAGE
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _unsynced_git_objects() -> Iterator[None]:
     """In-process git writes skip libgit2's per-object fsync (on in the product).

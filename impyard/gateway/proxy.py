@@ -264,6 +264,18 @@ class Gateway:
                 self._workers.add(thread)
             thread.start()
 
+    @contextlib.contextmanager
+    def tracked(self, sock: socket.socket) -> Iterator[socket.socket]:
+        """Cut ``sock`` on close() too: an upstream that never answers must not hold a
+        worker (and the run's end) until its read timeout."""
+        with self._lock:
+            self._active.add(sock)
+        try:
+            yield sock
+        finally:
+            with self._lock:
+                self._active.discard(sock)
+
     def _serve_connection(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(self.client_timeout)
@@ -453,7 +465,7 @@ class _Handler(BaseHTTPRequestHandler):
         default_port = 443 if tls else 80
         conn = http.client.HTTPConnection(host, port, timeout=gw.upstream_timeout)
         conn.sock = sock
-        try:
+        with gw.tracked(sock), contextlib.closing(conn):
             try:
                 conn.putrequest(rec.method, target, skip_host=True, skip_accept_encoding=True)
                 conn.putheader("Host", host if port == default_port else f"{host}:{port}")
@@ -481,8 +493,6 @@ class _Handler(BaseHTTPRequestHandler):
                     502, rec.rule, f"upstream {host}:{port} failed: {_describe(exc)}", "failed"
                 ) from exc
             self._relay_response(rec, response)
-        finally:
-            conn.close()
 
     def _forward_headers(self, drop: str | None) -> Iterator[tuple[str, str]]:
         listed = {
@@ -582,7 +592,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Refused(403, rec.rule, str(exc)) from exc
             raise _Refused(502, rec.rule, str(exc), decision="failed") from exc
         self.close_connection = True
-        try:
+        with gw.tracked(upstream), contextlib.closing(upstream):
             self.send_response_only(200, "Connection Established")
             self.end_headers()
             self._responded = True
@@ -591,8 +601,6 @@ class _Handler(BaseHTTPRequestHandler):
             if pending:
                 upstream.sendall(pending)
             self._relay(rec, upstream)
-        finally:
-            upstream.close()
 
     def _buffered_client_bytes(self) -> bytes:
         """Bytes the client sent after the CONNECT header that the parser already buffered."""

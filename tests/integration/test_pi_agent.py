@@ -1,0 +1,331 @@
+"""The real Pi agent in the real impyard-pi image, driven through the real gateway.
+
+A scripted OpenAI-compatible model server on host loopback plays the model
+(``tests/model_server.py``): the conversation Pi sends decides the next step.
+Everything else is the product: the image, its adapter, the CLI, the gateway
+credential route and the knowledge pipeline.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli, git
+from tests.model_server import NAMESPACE, Conversation, ModelServer, Reply, Script, note_script
+from tests.tls_server import TlsPageServer
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "sk-impyard-test-0123456789abcdefghijklmnopqrstuv"
+SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
+
+
+def readme_agent_policy(upstream: str, model: str = "scripted-model") -> str:
+    """The TOML an owner copies from the README's "Run a real agent" section."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Run a real agent", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```toml\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "the README's agent section has no TOML block"
+    toml = "\n".join(line.removeprefix("   ") for line in block.group(1).splitlines())
+    toml = re.sub(r'upstream = "[^"]+"', f'upstream = "{upstream}"', toml)
+    return re.sub(r'IMPYARD_MODEL = "[^"]+"', f'IMPYARD_MODEL = "{model}"', toml)
+
+
+def set_up_owner(
+    cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
+) -> None:
+    assert cli("init").code == 0
+    org = cli.home / "policy" / "org.toml"
+    org.write_text(org.read_text() + "\n" + readme_agent_policy(upstream) + "\n" + extra)
+    deployed = cli("deploy")
+    assert deployed.code == 0, deployed.stdout + deployed.stderr
+    for imp in imps:
+        created = cli("imp", "create", imp, "--agent", "pi")
+        assert created.code == 0, created.stderr
+
+
+def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
+    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
+    assert result.stdout.strip().startswith("{"), result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+@pytest.fixture
+def model() -> Iterator[ModelServer]:
+    with ModelServer(note_script()) as server:
+        yield server
+
+
+@pytest.mark.usefixtures("pi_image")
+def test_pi_writes_a_note_that_integrates_with_trusted_trailers(
+    cli: Cli, model: ModelServer
+) -> None:
+    set_up_owner(cli, model.url)
+    code, run = run_json(cli, "yuko", "--prompt", "Write one note about the box you run in.")
+    assert code == 0, run
+    assert run["checkpoint"] == "integrated", run
+    namespace = str(run["namespace"])
+
+    # Pi read the namespace with bash and wrote the note with write, over three model turns.
+    turns = model.completions()
+    assert len(turns) == 3
+    first = turns[0].body
+    assert first["stream"] is True
+    assert {t["function"]["name"] for t in first["tools"]} >= {"read", "bash", "edit", "write"}
+    conversation = Conversation(turns[1].body["messages"])
+    assert f"ns={namespace}" in conversation.last_tool_result()
+    # The record contract comes from the image, with the host-issued namespace in it.
+    system = Conversation(first["messages"]).system()
+    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in system
+    assert "Never modify, rename or delete an existing record" in system
+    assert "Write one note about the box" in Conversation(first["messages"]).user()
+
+    repo = cli("knowledge", "yuko").stdout.strip()
+    message = git("-C", repo, "log", "-1", "--format=%B").stdout
+    for trailer in (
+        "Impyard-Imp: yuko",
+        f"Impyard-Run: {run['run_id']}",
+        f"Impyard-Base: {run['base_commit']}",
+        "Impyard-Mode: append",
+    ):
+        assert trailer in message
+    path = f"records/pi/first-note--{namespace}_1.md"
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+    note = git("-C", repo, "show", f"main:{path}").stdout
+    assert note.startswith(f"---\nid: {namespace}_1\n")
+    assert git("-C", repo, "fsck", "--strict").returncode == 0
+
+
+def spec_check_script(page_url: str) -> Script:
+    """The spec's end-to-end imp check, then a note citing what it fetched."""
+    probe = (
+        'echo "TMPDIR=$TMPDIR"; echo "ns=$IMPYARD_KNOWLEDGE_NAMESPACE"; '
+        "stat -f -c 'fstype=%T' /tmp; ls -la /tmp; "
+        f"curl -sS --fail -o /tmp/page.html {page_url} && echo fetched; "
+        "cat /tmp/page.html; "
+        "if [ -e /opt/impyard/scratch ]; then echo scratch=present; else echo scratch=absent; fi"
+    )
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            return Reply.call("bash", command=probe)
+        seen = conversation.last_tool_result()
+        match = NAMESPACE.search(seen)
+        if conversation.turn == 1 and match and "fetched" in seen:
+            namespace = match.group(0)
+            note = (
+                f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
+                f"source_urls:\n- {page_url}\n---\n\n# Internal page\n\nIt says hello.\n"
+            )
+            return Reply.call(
+                "write",
+                path=f"/opt/impyard/knowledge/records/internal/page--{namespace}_1.md",
+                content=note,
+            )
+        if conversation.turn == 1:
+            return Reply.say("The download failed.")
+        return Reply.say("Checked /tmp and wrote a note.")
+
+    return script
+
+
+@pytest.mark.usefixtures("pi_image")
+def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_path: Path) -> None:
+    marker = "impyard-internal-page-7f3c"
+    with TlsPageServer(tmp_path / "tls", {"/page.html": f"<p>{marker}</p>\n".encode()}) as site:
+        extra = (
+            f'\n[[gateway.allow]]\nhost = "127.0.0.2"\nports = [{site.port}]\nmethods = ["GET"]\n'
+        )
+        with ModelServer(spec_check_script(site.url("/page.html"))) as model:
+            set_up_owner(cli, model.url, extra=extra)
+            org = cli.home / "policy" / "org.toml"
+            # box.extra_ca_file sits in the [box] table of the org policy.
+            ca_line = f'extra_ca_file = "{site.ca_file}"\n'
+            org.write_text(
+                org.read_text().replace('network = "none"\n', f'network = "none"\n{ca_line}', 1)
+            )
+            assert cli("deploy").code == 0
+            prompt = (
+                "Print $TMPDIR, inspect /tmp, download the internal page into /tmp with curl, "
+                "confirm /opt/impyard/scratch does not exist, and note what the page says."
+            )
+            assert cli("task", "add", "yuko", "--prompt", prompt).code == 0
+            served = cli("serve", "--once", env=SECRET_ENV, timeout=180)
+            assert served.code == 0, served.stdout + served.stderr
+            seen = Conversation(model.completions()[1].body["messages"]).last_tool_result()
+    assert "TMPDIR=/tmp" in seen
+    assert "fstype=tmpfs" in seen
+    assert "fetched" in seen and marker in seen  # verified with the owner's CA, no -k
+    assert "scratch=absent" in seen
+    assert site.requests == [("GET", "/page.html")]
+
+    runs = json.loads(cli("runs", "list", "--json").stdout)
+    assert len(runs) == 1
+    shown = json.loads(cli("runs", "show", runs[0]["run_id"], "--json").stdout)
+    assert shown["checkpoint"] == "integrated"
+    for key in ("base_commit", "namespace", "produced_commit", "validation_errors", "mode"):
+        assert key in shown
+    assert not [key for key in shown if "scratch" in key or "receipt" in key or "blob" in key]
+    repo = cli("knowledge", "yuko").stdout.strip()
+    assert marker not in git("-C", repo, "log", "-p", "main").stdout  # a note, not the page
+    events = json.loads(cli("journal", "--run", shown["run_id"], "--json").stdout)
+    fetches = [e for e in events if e["event"] == "gateway.request" and e["host"] == "127.0.0.2"]
+    assert [(f["method"], f["decision"]) for f in fetches] == [("CONNECT", "allowed")]
+
+
+def secret_probe_script(secret: str) -> Script:
+    """Look for the provider key everywhere a box can look, without ever holding it plainly
+    in a file or an environment: the pattern arrives base64-encoded in the command."""
+    encoded = base64.b64encode(secret.encode()).decode()
+    probe = (
+        f"s=$(echo {encoded} | base64 -d); hits=0; "
+        'for f in /proc/[0-9]*/environ; do grep -qaF -e "$s" "$f" 2>/dev/null && '
+        'echo "hit $f" && hits=1; done; '
+        'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
+        'echo "hits=$hits"; env | sort; cat "$PI_CODING_AGENT_DIR/models.json"'
+    )
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            return Reply.call("bash", command=probe)
+        return Reply.say("Looked everywhere.")
+
+    return script
+
+
+@pytest.mark.usefixtures("pi_image")
+def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
+    with ModelServer(secret_probe_script(SECRET)) as model:
+        set_up_owner(cli, model.url)
+        code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
+        turns = model.completions()
+    assert code == 0, run
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 2
+    seen = Conversation(turns[1].body["messages"]).last_tool_result()
+    assert "hits=0" in seen, seen
+    assert "impyard-gateway-adds-the-key" in seen  # Pi holds only the placeholder
+    assert "IMPYARD_MODEL=scripted-model" in seen
+    assert "no_proxy=127.0.0.1,localhost,::1" in seen
+    assert SECRET not in seen
+    run_id = str(run["run_id"])
+    for output in (
+        cli("runs", "logs", run_id).stdout,
+        cli("runs", "show", run_id, "--json").stdout,
+        cli("journal", "--json").stdout,
+    ):
+        assert SECRET not in output
+    for path in cli.home.rglob("*"):
+        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def edit_existing_script() -> Script:
+    """Find the record on main and change it with Pi's edit tool."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            return Reply.call("bash", command="cd $IMPYARD_KNOWLEDGE_DIR && ls records/*/*.md")
+        if conversation.turn == 1:
+            path = conversation.last_tool_result().split()[0]
+            return Reply.call(
+                "edit",
+                path=f"/opt/impyard/knowledge/{path}",
+                edits=[{"oldText": "# first-note", "newText": "# first-note (corrected)"}],
+            )
+        return Reply.say("Corrected the old note.")
+
+    return script
+
+
+@pytest.mark.usefixtures("pi_image")
+def test_a_pi_that_modifies_an_existing_record_is_rejected(cli: Cli) -> None:
+    def script(conversation: Conversation) -> Reply:
+        chosen = edit_existing_script() if "Correct" in conversation.user() else note_script()
+        return chosen(conversation)
+
+    with ModelServer(script) as model:
+        set_up_owner(cli, model.url)
+        code, first = run_json(cli, "yuko", "--prompt", "Write a note.")
+        assert code == 0 and first["checkpoint"] == "integrated", first
+        repo = cli("knowledge", "yuko").stdout.strip()
+        main_before = git("-C", repo, "rev-parse", "main").stdout
+        code, second = run_json(cli, "yuko", "--prompt", "Correct the existing note.")
+    assert code == 3, second
+    assert second["checkpoint"] == "rejected"
+    errors = second["validation_errors"]
+    assert isinstance(errors, list)
+    assert [(e["rule"], e["path"]) for e in errors] == [
+        ("modified-existing", f"records/pi/first-note--{first['namespace']}_1.md")
+    ]
+    assert git("-C", repo, "rev-parse", "main").stdout == main_before
+    assert git("-C", repo, "rev-parse", f"refs/candidates/{second['run_id']}").returncode == 0
+
+
+def chatty_script() -> Script:
+    """Three tool turns before an answer: more requests than a budget of two allows."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn < 3:
+            return Reply.call("bash", command=f"echo step {conversation.turn}")
+        return Reply.say("Done after three steps.")
+
+    return script
+
+
+@pytest.mark.usefixtures("pi_image")
+def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
+    """Three imps under one serve: a provider answering 500, one that never answers (the
+    box times out), and a budget of two requests. Each is quarantined with a reason an
+    owner can act on and Pi's own output in `runs logs`."""
+    failing = ModelServer(lambda conversation: Reply.error(500, "scripted provider outage"))
+    hanging = ModelServer(lambda conversation: Reply.stall())
+    with failing, hanging, ModelServer(chatty_script()) as chatty:
+        routes = "".join(
+            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
+            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
+            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
+            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        )
+        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
+        overlays = cli.home / "policy" / "imps"
+        overlays.mkdir(exist_ok=True)
+        (overlays / "hanging.toml").write_text(
+            '[box]\ntimeout_seconds = 12\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
+        )
+        (overlays / "thrifty.toml").write_text(
+            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
+            "[gateway.budget]\nrequests_per_run = 2\n"
+        )
+        deployed = cli("deploy")
+        assert deployed.code == 0, deployed.stdout
+        for imp in ("failing", "hanging", "thrifty"):
+            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
+        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
+        assert served.code == 0, served.stdout + served.stderr
+        assert failing.completions() and hanging.completions()
+        assert len(chatty.completions()) == 2  # the third request never left the gateway
+
+    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
+    shown = {
+        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+        for imp, run in runs.items()
+    }
+    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
+        ("failing", "hanging", "thrifty"), "quarantined"
+    )
+    assert shown["failing"]["reason"] == "exited with status 1"
+    assert "500 scripted provider outage" in cli("runs", "logs", runs["failing"]["run_id"]).stdout
+    assert shown["hanging"]["timed_out"] is True
+    assert shown["hanging"]["reason"] == "timed out and killed"
+    budget_rule = "gateway.budget.requests_per_run"
+    assert budget_rule in cli("runs", "logs", runs["thrifty"]["run_id"]).stdout
+    events = json.loads(cli("journal", "--run", runs["thrifty"]["run_id"], "--json").stdout)
+    refused = [e for e in events if e["event"] == "gateway.request" and e["status"] == 429]
+    assert refused and all(e["rule"] == budget_rule for e in refused)
