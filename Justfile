@@ -15,6 +15,10 @@ engine:
 box:
     bash scripts/build-box.sh impyard-box:latest
 
+# Build the agent image impyard-pi:latest (Debian trixie + Pi, no registry; kept when unchanged)
+box-pi:
+    bash scripts/build-agent-box.sh impyard-pi:latest
+
 # Lint and type-check the package
 lint:
     {{venv}}/ruff check impyard tests bench

@@ -25,3 +25,4 @@ fi
 .venv/bin/python -m compileall -q impyard >/dev/null
 
 bash scripts/build-box.sh impyard-box:latest
+bash scripts/build-agent-box.sh impyard-pi:latest

@@ -22,3 +22,45 @@ echo "== organization/index.md"
 git -C "$(impyard knowledge yuko)" show main:organization/index.md
 echo "== runs"
 impyard runs list
+
+echo "== a real agent: Pi in impyard-pi:latest"
+impyard check box --image impyard-pi:latest
+model=${IMPYARD_DEMO_MODEL:-gpt-4o-mini}
+if [ -n "${IMPYARD_SECRET_LLM:-}" ] && [ -n "${IMPYARD_LLM_UPSTREAM:-}" ]; then
+    upstream=$IMPYARD_LLM_UPSTREAM
+    echo "== model: $model at $upstream (your provider; the key stays on this host)"
+else
+    # No provider configured: the scripted model server plays the model. It speaks the
+    # same protocol (streamed chat completions with tool calls), so Pi, the gateway and
+    # the knowledge pipeline are all real; only the answers are scripted.
+    fifo=$(mktemp -u)
+    mkfifo "$fifo"
+    "$top/.venv/bin/python" -m tests.model_server >"$fifo" &
+    server=$!
+    trap 'kill "$server" 2>/dev/null || true; rm -f "$fifo"' EXIT
+    read -r upstream <"$fifo"
+    model=scripted-model
+    export IMPYARD_SECRET_LLM=demo-placeholder-key
+    echo "== NOTE: IMPYARD_SECRET_LLM and IMPYARD_LLM_UPSTREAM are not both set, so this"
+    echo "== run uses the SCRIPTED model server at $upstream (tests/model_server.py),"
+    echo "== not a real model. Set both (e.g. IMPYARD_LLM_UPSTREAM=https://api.openai.com)"
+    echo "== and optionally IMPYARD_DEMO_MODEL to talk to your provider."
+fi
+cat >>"$IMPYARD_HOME/policy/org.toml" <<TOML
+
+[box.env]
+IMPYARD_MODEL = "$model"
+
+[[gateway.route]]
+name = "llm"
+upstream = "$upstream"
+header = "Authorization"
+value = "Bearer {secret}"
+secret_env = "IMPYARD_SECRET_LLM"
+methods = ["POST"]
+TOML
+impyard deploy
+impyard imp create pia --agent pi
+impyard task add pia --prompt "Find out what a tmpfs is and write one note about it."
+impyard serve --once
+git -C "$(impyard knowledge pia)" log --stat -1

@@ -94,6 +94,7 @@ def import_verified(tarball: Path, tag: str, *, recipe: str, agent_version: str)
     from python_on_whales.exceptions import DockerException
 
     docker = _docker()
+    previous = docker.image.inspect(tag).id if docker.image.exists(tag) else None
     candidate = f"{tag.rsplit(':', 1)[0]}:candidate-{recipe[:12]}"
     try:
         image = docker.image.import_(
@@ -112,6 +113,10 @@ def import_verified(tarball: Path, tag: str, *, recipe: str, agent_version: str)
         # Only the candidate tag goes; the image stays under ``tag`` when it passed.
         with contextlib.suppress(DockerException):
             docker.image.remove(candidate, prune=False)
+    if previous is not None and previous != image.id:
+        # The image this build replaced; a box still using it keeps it (removal fails).
+        with contextlib.suppress(DockerException):
+            docker.image.remove(previous, prune=True)
     inspected = docker.image.inspect(tag)
     return BuiltImage(
         tag=tag,
