@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from impyard.box import engine
 from impyard.box.spec import TMP_TMPFS
+from impyard.box.tmpwatch import gib
 from impyard.errors import EngineError, ImpyardError
 
 if TYPE_CHECKING:
@@ -154,6 +155,68 @@ def _mount_checks(facts: dict[str, str]) -> list[Check]:
     ]
 
 
+FILL_CHECK = "a full /tmp fits box.memory_bytes"
+#: What the fill check writes: a full /tmp, short of the last few pages tmpfs keeps.
+FILL_MIB = TMP_SIZE_BYTES // 2**20 - 8
+FILL_SCRIPT = (
+    f"dd if=/dev/zero of=/tmp/fill bs=1048576 count={FILL_MIB} 2>/dev/null; "
+    'echo "@dd $?"; echo "@filled $(stat -c %s /tmp/fill)"'
+)
+
+
+def _fill_check(image: str, memory_bytes: int) -> Check:
+    """Fill /tmp under the box memory limit: tmpfs pages are charged to the box, so a limit
+    below the size of /tmp means a box that fills it is OOM-killed, not told "disk full"."""
+    from python_on_whales import DockerClient
+    from python_on_whales.exceptions import DockerException
+
+    name = FILL_CHECK
+    facts: dict[str, str] = {}
+    try:
+        output = DockerClient().run(
+            image,
+            ["-c", FILL_SCRIPT],
+            entrypoint="/bin/sh",
+            tmpfs=[f"/tmp:{TMP_TMPFS}"],
+            memory=memory_bytes,
+            memory_swap=memory_bytes,
+            remove=True,
+            pull="never",
+        )
+        killed = False
+    except DockerException as exc:
+        if exc.return_code != 137:
+            raise CheckRunError(image, exc.return_code, exc.stderr or "") from exc
+        output, killed = exc.stdout or "", True
+    for line in str(output).splitlines():
+        key, _, value = line.removeprefix("@").partition(" ")
+        facts[key] = value.strip()
+    # The OOM killer picks a process: dd (status 137) or the whole box.
+    killed = killed or facts.get("dd") == "137"
+    written = int(facts["filled"]) if facts.get("filled", "").isdigit() else 0
+    if killed:
+        return Check(
+            name,
+            False,
+            f"OOM-killed after writing {written // 2**20} MiB to /tmp: box.memory_bytes "
+            f"({gib(memory_bytes)}) is smaller than a full /tmp ({gib(TMP_SIZE_BYTES)}); files in "
+            "/tmp are memory and count against it",
+        )
+    if facts.get("dd") != "0" or written != FILL_MIB * 2**20:
+        return Check(
+            name,
+            False,
+            f"could not fill /tmp (dd status {facts.get('dd', '?')}, {written} bytes written)",
+        )
+    left = memory_bytes - written
+    return Check(
+        name,
+        True,
+        f"wrote {FILL_MIB} MiB to /tmp under the {gib(memory_bytes)} limit; {gib(left)} left for "
+        "the agent",
+    )
+
+
 def _checkout_row(settings: Settings, home: Home, image: str) -> tuple[str, Check]:
     from impyard.box.volumes import select_checkout_kind
 
@@ -167,8 +230,10 @@ def _checkout_row(settings: Settings, home: Home, image: str) -> tuple[str, Chec
     return kind, Check("checkout kind (info)", True, detail)
 
 
-def check_box(image: str, settings: Settings, home: Home) -> CheckReport:
-    """Run the primitive and return every check; raises only when it cannot run at all."""
+def check_box(image: str, settings: Settings, home: Home, memory_bytes: int) -> CheckReport:
+    """Run the primitive and return every check; raises only when it cannot run at all.
+
+    ``memory_bytes`` is the box memory limit runs use (policy ``box.memory_bytes``)."""
     if shutil.which("docker") is None:
         # python-on-whales would otherwise try to download a docker CLI.
         raise EngineError("the docker CLI is not on PATH: install docker.io (`just engine`)")
@@ -200,6 +265,10 @@ def check_box(image: str, settings: Settings, home: Home) -> CheckReport:
             f"/opt/impyard/scratch {scratch or 'unknown'}",
         )
     )
+    if fstype == "tmpfs":
+        report.checks.append(_fill_check(image, memory_bytes))
+    else:  # filling a /tmp on the box's disk would only write 2 GiB to the engine's disk
+        report.checks.append(Check(FILL_CHECK, False, "not run: /tmp is not a tmpfs"))
     report.checkout, row = _checkout_row(settings, home, image)
     report.checks.append(row)
     return report

@@ -19,13 +19,22 @@ check_app = typer.Typer(
 def box(
     ctx: typer.Context,
     image: str = typer.Option(DEFAULT_IMAGE, "--image", help="Box image to verify."),
+    imp: str | None = typer.Option(
+        None, "--imp", help="Use this imp's memory limit (default: the org policy's)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Run the tmpfs /tmp primitive in a box and check every property of it."""
     from impyard.box.check import CheckFailedError, check_box
+    from impyard.policy.compile import deployed_org_policy, policy_for_run
 
     app_state = state(ctx)
-    report = check_box(image, app_state.settings, app_state.home)
+    home, settings = app_state.home, app_state.settings
+    if imp is not None:
+        policy, _warnings = policy_for_run(home, imp, strict=settings.strict_policy)
+    else:
+        policy = deployed_org_policy(home)
+    report = check_box(image, settings, home, policy.box.memory_bytes)
     if as_json:
         print_json(report.to_json())
     else:

@@ -182,6 +182,15 @@ def _from_compiled(home: Home, imp: str) -> Policy | None:
         return None
 
 
+def deployed_org_policy(home: Home) -> Policy:
+    """The org policy of the last deploy (the defaults when nothing was deployed yet)."""
+    document = _read_compiled(home)
+    try:
+        return Policy.model_validate(document.get("org") if document else {})
+    except ValidationError:
+        return Policy()
+
+
 def compile_imp(home: Home, imp: str) -> Policy:
     """The imp's effective policy compiled from the sources now (org + its overlay only)."""
     path = home.imp_policy(check_imp_name(imp))

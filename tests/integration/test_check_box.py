@@ -24,6 +24,7 @@ CHECKS = {
     "mode 1777",
     "second box does not see /tmp/probe",
     "no /opt/impyard/scratch",
+    "a full /tmp fits box.memory_bytes",
     "checkout kind (info)",
 }
 
@@ -51,6 +52,25 @@ def test_check_box_passes(cli: Cli) -> None:
     assert {c["name"] for c in report["checks"]} == CHECKS
     assert all(c["ok"] for c in report["checks"]), report
     assert all(set(c) == {"name", "ok", "detail"} for c in report["checks"])
+
+
+def test_a_memory_limit_below_a_full_tmp_is_named_as_the_cause(cli: Cli) -> None:
+    """tmpfs pages count against the box's memory: a 1 GiB limit cannot hold a 2 GiB /tmp."""
+    assert cli("init").code == 0
+    org = cli.home / "policy" / "org.toml"
+    org.write_text(
+        org.read_text().replace("memory_bytes = 3221225472", "memory_bytes = 1073741824")
+    )
+    assert cli("deploy").code == 0
+    result = cli("check", "box", "--json")
+    assert result.code != 0
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    fill = checks["a full /tmp fits box.memory_bytes"]
+    assert fill["ok"] is False
+    assert fill["detail"].startswith("OOM-killed after writing")
+    assert "box.memory_bytes (1.00 GiB) is smaller than a full /tmp (2.00 GiB)" in fill["detail"]
+    others = [c for name, c in checks.items() if name != fill["name"]]
+    assert all(c["ok"] for c in others)
 
 
 def test_missing_image(cli: Cli) -> None:
@@ -125,3 +145,4 @@ def test_image_whose_tmp_is_not_tmpfs(cli: Cli, plain_tmp_image: str) -> None:
     assert checks["size is 2 GiB"]["ok"] is False
     # The probe itself still works on the plain directory.
     assert checks["probe reads back ok"]["ok"] is True
+    assert checks["a full /tmp fits box.memory_bytes"]["detail"] == "not run: /tmp is not a tmpfs"

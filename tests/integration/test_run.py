@@ -109,6 +109,26 @@ def test_timeout_kills_and_quarantines(yard: Cli) -> None:
     assert head(repo) == before
 
 
+def test_an_oom_kill_from_filling_tmp_says_so(yard: Cli) -> None:
+    """/tmp is memory: a box that fills it past its memory limit is OOM-killed, and the run
+    says that /tmp was the cause instead of a bare "out of memory"."""
+    org = yard.home / "policy" / "org.toml"
+    org.write_text(org.read_text().replace("memory_bytes = 3221225472", "memory_bytes = 268435456"))
+    assert yard("deploy").code == 0
+    code, record = run_json(
+        yard, "--command", "dd if=/dev/zero of=/tmp/fill bs=1048576 count=1024; sleep 1; exit 0"
+    )
+    assert code == 4
+    assert record["oom_killed"] is True
+    assert record["checkpoint"] == "quarantined"
+    reason = str(record["reason"])
+    assert reason.startswith("killed by the out-of-memory killer: files in /tmp held"), reason
+    assert "of the 0.25 GiB memory limit" in reason
+    assert record["oom_tmp_bytes"] >= 128 * 2**20
+    shown = yard("runs", "show", str(record["run_id"]))
+    assert "files in /tmp held" in shown.stdout
+
+
 @pytest.mark.parametrize(
     ("command", "rule"),
     [
