@@ -107,6 +107,16 @@ def _rule(error_type: str) -> str:
     return "invalid-value"
 
 
+def _shown_input(error: Any, loc: tuple[str | int, ...]) -> Any:
+    """The rejected value as a violation may show it. A refused ``[box.env]`` value may be
+    a secret pasted in the wrong place: it is never echoed back."""
+    if error["type"] == "missing":
+        return None
+    if loc[:2] == ("box", "env") and len(loc) == 3 and error["loc"][-1] != "[key]":
+        return "<hidden>"
+    return error.get("input")
+
+
 def validate(
     table: Table, path: Path, org: Table | None = None
 ) -> tuple[Policy | None, list[PolicyViolation]]:
@@ -129,7 +139,7 @@ def validate(
                     rule=_rule(error["type"]),
                     message=message,
                     org_value=lookup(org, loc),
-                    attempted_value=error.get("input") if error["type"] != "missing" else None,
+                    attempted_value=_shown_input(error, loc),
                     loc=loc,
                 )
             )

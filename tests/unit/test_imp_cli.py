@@ -76,3 +76,32 @@ def test_unknown_imp_is_a_clear_error(home_cli: Cli) -> None:
 def test_commands_need_an_initialized_home(cli: Cli) -> None:
     result = cli("imp", "create", "yuko")
     assert result.code != 0 and "impyard init" in result.stderr
+
+
+def test_create_an_imp_with_the_pi_agent(home_cli: Cli) -> None:
+    created = home_cli("imp", "create", "pia", "--agent", "pi")
+    assert created.code == 0, created.stderr
+    assert "IMPYARD_MODEL" in created.stdout and "[box.env]" in created.stdout
+    [row] = json.loads(home_cli("imp", "list", "--json").stdout)
+    assert row == {
+        "imp": "pia",
+        "repo": str(home_cli.home / "knowledge" / "pia" / "repo.git"),
+        "image": "impyard-pi:latest",
+        "command": "exec /opt/impyard/bin/pi-imp",
+        "agent": "pi",
+    }
+    assert "agent=pi" in home_cli("imp", "list").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--agent", "claude"), "unknown agent 'claude' (known: pi)"),
+        (("--agent", "pi", "--command", "true"), "--agent sets the command"),
+    ],
+)
+def test_bad_agent_options_are_refused(home_cli: Cli, args: tuple[str, ...], message: str) -> None:
+    result = home_cli("imp", "create", "pia", *args)
+    assert result.code == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert json.loads(home_cli("imp", "list", "--json").stdout) == []

@@ -344,3 +344,82 @@ def test_policy_error_carries_every_violation(tmp_path: Path) -> None:
         "knowledge.max_repo_bytes",
     ]
     assert home.compiled_policy.read_bytes() == compiled_before
+
+
+def test_box_env_reaches_the_effective_policy_and_an_overlay_adds_to_it(deployed: Cli) -> None:
+    edit_org(
+        deployed.home,
+        "[gateway]",
+        '[box.env]\nIMPYARD_MODEL = "gpt-4o-mini"\nLANG = "C.UTF-8"\n\n[gateway]',
+    )
+    write_overlay(
+        deployed.home,
+        "yuko",
+        '[box.env]\nIMPYARD_MODEL = "qwen2.5"\nIMPYARD_MODEL_ROUTE = "local"\n',
+    )
+    result = deployed("deploy")
+    assert result.code == 0, result.stderr
+    home = Home(deployed.home)
+    yuko, _ = policy_for_run(home, "yuko", strict=True)
+    assert yuko.box.env == {
+        "IMPYARD_MODEL": "qwen2.5",
+        "LANG": "C.UTF-8",
+        "IMPYARD_MODEL_ROUTE": "local",
+    }
+    other, _ = policy_for_run(home, "kiko", strict=True)
+    assert other.box.env == {"IMPYARD_MODEL": "gpt-4o-mini", "LANG": "C.UTF-8"}
+
+
+def test_box_env_names_the_host_owns_are_violations_naming_each_key(deployed: Cli) -> None:
+    before = (deployed.home / "policy" / "compiled.json").read_bytes()
+    path = write_overlay(
+        deployed.home,
+        "yuko",
+        "[box.env]\n"
+        'IMPYARD_RUN_ID = "run-forged"\n'
+        'https_proxy = "http://evil.example:8080"\n'
+        'TMPDIR = "/var/tmp"\n'
+        'HOME = "/"\n'
+        'SSL_CERT_FILE = "/etc/hosts"\n'
+        'API_KEY = "sk-abcdefghijklmnopqrstuvwxyz0123456789"\n'
+        'IMPYARD_MODEL = "fine"\n',
+    )
+    result = deployed("deploy", "--json")
+    assert result.code == 1
+    violations = json.loads(result.stdout)["violations"]
+    by_key = {v["key"]: v for v in violations}
+    assert set(by_key) == {
+        "box.env.IMPYARD_RUN_ID",
+        "box.env.https_proxy",
+        "box.env.TMPDIR",
+        "box.env.HOME",
+        "box.env.SSL_CERT_FILE",
+        "box.env.API_KEY",
+    }
+    assert all(v["file"] == str(path) and v["rule"] == "invalid-value" for v in violations)
+    assert "IMPYARD_* variables come from the host" in by_key["box.env.IMPYARD_RUN_ID"]["message"]
+    assert "gateway" in by_key["box.env.https_proxy"]["message"]
+    assert "credential" in by_key["box.env.API_KEY"]["message"]
+    assert "sk-abc" not in result.stdout  # a secret in the wrong place is never echoed back
+    assert by_key["box.env.API_KEY"]["attempted_value"] == "<hidden>"
+    assert by_key["box.env.TMPDIR"]["attempted_value"] == "TMPDIR"  # the refused name
+    assert (deployed.home / "policy" / "compiled.json").read_bytes() == before
+
+
+def test_extra_ca_file_is_org_only_and_absolute(deployed: Cli) -> None:
+    path = write_overlay(deployed.home, "yuko", '[box]\nextra_ca_file = "/etc/ssl/mine.pem"\n')
+    result = deployed("deploy", "--json")
+    assert result.code == 1
+    [violation] = json.loads(result.stdout)["violations"]
+    assert (violation["file"], violation["key"], violation["rule"]) == (
+        str(path),
+        "box.extra_ca_file",
+        "org-only",
+    )
+    path.unlink()
+    edit_org(deployed.home, 'network = "none"', 'network = "none"\nextra_ca_file = "ca.pem"')
+    result = deployed("deploy", "--json")
+    assert result.code == 1
+    [violation] = json.loads(result.stdout)["violations"]
+    assert violation["key"] == "box.extra_ca_file"
+    assert "absolute" in violation["message"]
