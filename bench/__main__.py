@@ -5,7 +5,14 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("checkout_bench", "lane_bench", "launch_bench", "run_bench", "serve_bench")
+BENCHES = (
+    "checkout_bench",
+    "lane_bench",
+    "launch_bench",
+    "run_bench",
+    "serve_bench",
+    "agent_bench",
+)
 
 
 def main() -> None:

@@ -33,12 +33,15 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def impyard(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def impyard(
+    home: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(Path(sys.executable).parent / "impyard"), "--home", str(home), *args],
         capture_output=True,
         text=True,
         check=check,
+        env={**os.environ, **env} if env else None,
     )
 
 

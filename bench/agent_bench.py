@@ -1,0 +1,187 @@
+"""Agent overhead: an Impyard run of the real Pi agent against a bare `docker run` of the same
+image holding the same scripted conversation, side by side.
+
+Both sides run `pi-imp` in impyard-pi:latest with the same three-turn conversation
+(`tests/model_server.py`'s note script: bash, write, answer). The bare side is what a
+`--network none` box minimally needs to reach a model: `docker run -d` with the image's
+box-init waiting for a ready file, the model server bound straight into the box's
+loopback (no gateway, no policy, no checkpoint), `docker wait`, `docker rm`. The Impyard
+side is `impyard run` end to end: policy, checkout, gateway credential route, the box,
+snapshot, validation and the lane.
+
+IMPYARD_BENCH_REPS (default 7); IMPYARD_BENCH_BUILD=1 also times a forced image build.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from bench.common import ROOT, impyard, median, print_table, scratch_dir, timed
+from impyard.gateway.netns import listen_in_netns
+from tests.model_server import ModelServer, note_script
+
+IMAGE = "impyard-pi:latest"
+SECRET = "bench-placeholder-key"
+PORT = 3128
+
+
+def setup(model_url: str) -> Path:
+    home = scratch_dir("impyard-agentbench-")
+    impyard(home, "init")
+    org = home / "policy" / "org.toml"
+    org.write_text(
+        org.read_text()
+        + '\n[box.env]\nIMPYARD_MODEL = "scripted-model"\n'
+        + f'\n[[gateway.route]]\nname = "llm"\nupstream = "{model_url}"\n'
+        + 'header = "Authorization"\nvalue = "Bearer {secret}"\n'
+        + 'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
+    )
+    impyard(home, "deploy")
+    impyard(home, "imp", "create", "bench", "--agent", "pi")
+    return home
+
+
+def impyard_run(home: Path) -> None:
+    result = impyard(
+        home,
+        "run",
+        "bench",
+        "--prompt",
+        "Write one note.",
+        "--json",
+        check=False,
+        env={"IMPYARD_SECRET_LLM": SECRET},
+    )
+    if result.returncode != 0 or json.loads(result.stdout)["checkpoint"] != "integrated":
+        raise SystemExit(f"impyard run failed ({result.returncode}): {result.stderr}")
+
+
+def bare_run(work: Path) -> None:
+    """The same box work with plain docker: the model bound into the box's loopback."""
+    knowledge, signal = work / "knowledge", work / "signal"
+    shutil.rmtree(knowledge, ignore_errors=True)
+    shutil.rmtree(signal, ignore_errors=True)
+    (knowledge / "records").mkdir(parents=True)
+    signal.mkdir()
+    os.chown(knowledge, 65532, 65532)
+    os.chown(knowledge / "records", 65532, 65532)
+    container = subprocess.run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--read-only",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--user",
+            "65532:65532",
+            "--tmpfs",
+            "/tmp:rw,nosuid,nodev,size=2147483648,mode=1777",
+            "-v",
+            f"{knowledge}:/opt/impyard/knowledge",
+            "-v",
+            f"{work / 'task.md'}:/opt/impyard/task.md:ro",
+            "-v",
+            f"{signal}:/opt/impyard/signal:ro",
+            "-e",
+            "IMPYARD_MODEL=scripted-model",
+            "-e",
+            "IMPYARD_KNOWLEDGE_NAMESPACE=n_000000000000",
+            "-e",
+            f"HTTP_PROXY=http://127.0.0.1:{PORT}",
+            "-e",
+            "no_proxy=127.0.0.1,localhost,::1",
+            "-e",
+            "IMPYARD_WAIT_FOR=/opt/impyard/signal/ready",
+            "--entrypoint",
+            "/opt/impyard/bin/box-init",
+            IMAGE,
+            "/opt/impyard/bin/pi-imp",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        pid = int(
+            subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Pid}}", container],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        with ModelServer(note_script(), sock=listen_in_netns(pid, "127.0.0.1", PORT)):
+            (signal / "ready").write_text("ready\n")
+            status = subprocess.run(
+                ["docker", "wait", container], capture_output=True, text=True, check=True
+            ).stdout.strip()
+    finally:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False)
+    if status != "0" or not list((knowledge / "records").rglob("*.md")):
+        raise SystemExit(f"bare run failed with status {status}")
+
+
+def image_facts() -> tuple[str, str]:
+    size = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Size}}", IMAGE],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    build = "not timed (IMPYARD_BENCH_BUILD=1)"
+    if os.environ.get("IMPYARD_BENCH_BUILD") == "1":
+        start = time.perf_counter()
+        subprocess.run(
+            ["bash", str(ROOT / "scripts" / "build-agent-box.sh"), IMAGE],
+            env={**os.environ, "IMPYARD_REBUILD": "1"},
+            check=True,
+            capture_output=True,
+        )
+        build = f"{time.perf_counter() - start:.0f} s"
+    return f"{int(size) / 1e6:.0f} MB", build
+
+
+def main() -> None:
+    reps = int(os.environ.get("IMPYARD_BENCH_REPS", "7"))
+    size, build = image_facts()
+    with ModelServer(note_script()) as model:
+        home = setup(model.url)
+        work = home / "bare"
+        work.mkdir()
+        (work / "task.md").write_text("Write one note.\n")
+        # Warm-up (excluded): page cache for the image and the first checkout layer.
+        impyard_run(home)
+        bare_run(work)
+        bare, ours = [], []
+        for _ in range(reps):
+            bare.append(timed(functools.partial(bare_run, work)))
+            ours.append(timed(functools.partial(impyard_run, home)))
+        shutil.rmtree(home, ignore_errors=True)
+    print_table(
+        f"Pi run (3 model turns, one note): impyard run vs bare docker run, median of {reps}",
+        ("docker run ms", "impyard run ms", "ratio", "image", "build"),
+        [
+            (
+                f"{median(bare):.0f}",
+                f"{median(ours):.0f}",
+                f"{median(ours) / median(bare):.2f}x",
+                size,
+                build,
+            )
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()
