@@ -54,6 +54,14 @@ def test_check_box_passes(cli: Cli) -> None:
     assert all(set(c) == {"name", "ok", "detail"} for c in report["checks"])
 
 
+def test_check_box_passes_on_the_pi_agent_image(cli: Cli, pi_image: str) -> None:
+    result = cli("check", "box", "--json", "--image", pi_image)
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {c["name"] for c in report["checks"]} == CHECKS
+    assert all(c["ok"] for c in report["checks"]), report
+
+
 def test_a_memory_limit_below_a_full_tmp_is_named_as_the_cause(cli: Cli) -> None:
     """tmpfs pages count against the box's memory: a 1 GiB limit cannot hold a 2 GiB /tmp."""
     assert cli("init").code == 0
