@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 
+from impyard.errors import UsageError
 from impyard.fsutil import atomic_write_bytes
 from impyard.home import Home
 
@@ -14,18 +15,27 @@ def default_org_policy() -> bytes:
 
 def init_home(home: Home) -> bool:
     """Create what is missing; never overwrite an owner's edited policy. True if anything new."""
+    if home.root.exists() and not home.root.is_dir():
+        raise UsageError(f"the data root {home.root} exists and is not a directory")
     fresh = not home.is_initialized()
-    for directory in (
-        home.root,
-        home.policy_dir,
-        home.imp_policy_dir,
-        home.knowledge_dir,
-        home.runs_dir,
-        home.memory_dir,
-    ):
-        directory.mkdir(parents=True, exist_ok=True)
-    if not home.org_policy.exists():
-        atomic_write_bytes(home.org_policy, default_org_policy())
+    try:
+        for directory in (
+            home.root,
+            home.policy_dir,
+            home.imp_policy_dir,
+            home.knowledge_dir,
+            home.runs_dir,
+            home.memory_dir,
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+        if not home.org_policy.exists():
+            atomic_write_bytes(home.org_policy, default_org_policy())
+    except OSError as exc:
+        # A path under a regular file, a read-only mount, no permission: the owner's to fix.
+        where = exc.filename or home.root
+        raise UsageError(
+            f"cannot create the data root {home.root}: {where}: {exc.strerror or exc}"
+        ) from exc
     if not home.compiled_policy.exists():
         from impyard.policy.compile import deploy
 

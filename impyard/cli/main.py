@@ -59,19 +59,29 @@ def root(
     ),
 ) -> None:
     ctx.obj = _common.AppState(settings=load_settings(home))
+    _error_log_home[0] = ctx.obj.home
 
 
 for group in (init, imp, run, runs, task, serve, journal, memory, policy, check):
     group.register(app)
 
 
+#: The data root of this invocation, once the global options are parsed: the error log
+#: belongs in the home the owner chose with --home, not the environment's default.
+_error_log_home: list[Home | None] = [None]
+
+
 def _log_unexpected(exc: BaseException) -> Path | None:
     """Write the traceback with versions where an owner can find it; return that path."""
-    try:
-        settings = load_settings()
-        candidates = [Home(settings.home).error_log]
-    except Exception:  # settings themselves may be what is broken
-        candidates = []
+    candidates: list[Path] = []
+    home = _error_log_home[0]
+    if home is None:
+        try:
+            home = Home(load_settings().home)
+        except Exception:  # settings themselves may be what is broken
+            home = None
+    if home is not None:
+        candidates.append(home.error_log)
     candidates.append(Path("/tmp") / "impyard-error.log")
     report = (
         f"impyard {__version__} python {platform.python_version()} {platform.platform()}\n"

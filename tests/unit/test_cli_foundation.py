@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
+
+import pytest
 
 from impyard import __version__
 from tests.conftest import Cli
@@ -31,3 +34,43 @@ def test_unknown_command_is_a_usage_error_without_traceback(cli: Cli) -> None:
     assert result.code == 2
     assert "Traceback" not in result.stderr
     assert "no-such-command" in result.stderr
+
+
+def test_an_unexpected_fault_is_logged_in_the_home_given_by_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 70 names the log in the --home data root, not the environment's default."""
+    from impyard.cli import init as init_cli
+    from impyard.cli.main import main
+
+    def broken(home: object) -> bool:
+        raise RuntimeError("simulated fault")
+
+    home = tmp_path / "chosen"
+    home.mkdir()
+    monkeypatch.chdir(tmp_path)  # the default ./.impyard does not exist here
+    monkeypatch.delenv("IMPYARD_HOME", raising=False)
+    monkeypatch.setattr(init_cli, "init_home", broken)
+    with pytest.raises(SystemExit) as exited:
+        main(["--home", str(home), "init"])
+    assert exited.value.code == 70
+    log = home / "impyard-error.log"
+    assert f"details in {log}" in capsys.readouterr().err
+    assert "RuntimeError: simulated fault" in log.read_text()
+
+
+@pytest.mark.parametrize("kind", ["file", "under-a-file", "read-only"])
+def test_init_on_an_unusable_home_is_one_line(cli: Cli, kind: str) -> None:
+    blocker = cli.home.parent / "blocker"
+    blocker.write_text("not a directory\n")
+    if kind == "file":
+        home = blocker
+    elif kind == "under-a-file":
+        home = blocker / "home"
+    else:
+        home = Path("/proc/impyard-home")
+    result = Cli(home)("init")
+    assert result.code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("impyard: error: "), result.stderr
+    assert str(home) in lines[0] and "Traceback" not in result.stderr
