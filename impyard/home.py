@@ -62,6 +62,10 @@ class Home:
     def box_log(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "box.log"
 
+    def run_owner_lock(self, run_id: str) -> Path:
+        """Held (flock) by the process driving the run; recovery adopts only unheld runs."""
+        return self.run_dir(run_id) / "owner.lock"
+
     def run_extra_ca(self, run_id: str) -> Path:
         """The certificates of policy ``box.extra_ca_file``, as this run's box trusts them."""
         return self.run_dir(run_id) / "ca.pem"

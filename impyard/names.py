@@ -28,6 +28,27 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+MAX_CHANNEL_CHARS = 200
+
+
+def check_channel(channel: str | None) -> str | None:
+    """A channel becomes a commit trailer and a memory label: one clean line, bounded.
+
+    Checked when a task is admitted, so nothing that would be refused at commit time
+    ever reaches a box (a refused trailer would strand the run after the box ran)."""
+    if channel is None:
+        return None
+    if not channel or channel != channel.strip():
+        raise UsageError(f"channel {channel!r} is empty or has leading/trailing whitespace")
+    if len(channel) > MAX_CHANNEL_CHARS:
+        raise UsageError(
+            f"channel {channel[:40]!r}... is longer than {MAX_CHANNEL_CHARS} characters"
+        )
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 or ch in "\u2028\u2029" for ch in channel):
+        raise UsageError(f"channel {channel!r} contains control characters or line breaks")
+    return channel
+
+
 def new_run_id() -> str:
     """Time-ordered (so listings sort) and collision-resistant (40 random bits)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

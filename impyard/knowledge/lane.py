@@ -40,6 +40,7 @@ from impyard.knowledge.repo import (
     tree_bytes,
 )
 from impyard.knowledge.validate import REPO_PATH, validate
+from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
 
 LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]
@@ -175,7 +176,7 @@ def _keep_candidate(
     checkpoint: LaneCheckpoint,
     violations: list[Violation],
 ) -> LaneResult:
-    listing = "\n".join(f"- {v.path!r}: {v.rule}: {v.message}" for v in violations)
+    listing = "\n".join(digest(violations).lines())
     commit = preserved_commit(
         repo,
         trailers.base,

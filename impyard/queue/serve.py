@@ -91,12 +91,13 @@ class Server:
             with self._lock:
                 self._boxes[manifest.run_id] = manifest.container_id
         if self._kill_now.is_set() and manifest.container_id:
+            self.ctx.killed_runs.add(manifest.run_id)
             self._kill(manifest.container_id)
 
     # -- main loop ----------------------------------------------------------------------
 
     def serve(self) -> ServeStatus:
-        recover_all(self.ctx, self._recovered)
+        self._recover()
         running: dict[Future[None], tasks.Task] = {}
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool:
             while True:
@@ -120,7 +121,27 @@ class Server:
         self._refresh(0)
         return self.status
 
+    def _recover(self) -> None:
+        """Resolve unfinished runs before new work. On a thread, so that shutdown signals
+        and the grace deadline reach boxes recovery re-attached to, as they reach new ones."""
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                recover_all(self.ctx, self._recovered)
+            except BaseException as exc:  # re-raised on the main thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=target, name="impyard-recovery", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            self._enforce_deadline()
+            thread.join(0.2)
+        if failure:
+            raise failure[0]
+
     def _recovered(self, resolution: Resolution) -> None:
+        self._forget(resolution.run_id)
         self.status.counts[resolution.checkpoint] += 1
         self.report(
             "recovered",
@@ -200,6 +221,9 @@ class Server:
             with self._lock:
                 boxes = list(self._boxes.items())
             for run_id, container_id in boxes:
+                if run_id in self.ctx.killed_runs:
+                    continue
+                self.ctx.killed_runs.add(run_id)  # before the kill: its exit must not integrate
                 self.report("killed", f"killing box of {run_id} (shutdown)")
                 self._kill(container_id)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from impyard.errors import NotFoundError, UsageError
-from impyard.names import utc_now
+from impyard.names import check_channel, utc_now
 
 TaskState = Literal["queued", "running", "done", "cancelled"]
 TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "cancelled")
@@ -64,6 +64,7 @@ def add(
 ) -> Task:
     if not prompt.strip():
         raise UsageError("the task prompt is empty")
+    check_channel(channel)
     task_id = new_task_id()
     conn.execute("BEGIN IMMEDIATE")
     try:

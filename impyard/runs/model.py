@@ -71,6 +71,12 @@ class Manifest:
     quarantine_ref: str | None = None
     checkout: dict[str, Any] | None = None
     volume: str | None = None
+    #: The wall-clock limit the run was admitted with (policy, or a shorter --timeout);
+    #: recovery enforces it from ``started_at``, whatever today's policy says.
+    timeout_seconds: float | None = None
+    #: When more violations were found than the manifest keeps: how many, by rule.
+    validation_errors_total: int | None = None
+    validation_error_counts: dict[str, int] | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 

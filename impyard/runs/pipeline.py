@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +23,10 @@ from impyard.box.trust import BOX_EXTRA_CA, copy_extra_ca, extra_ca_env
 from impyard.errors import ImpyardError, UsageError
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.knowledge.violations import ViolationDigest, digest
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.owner import RunOwnership
 from impyard.settings import Settings
 
 if TYPE_CHECKING:
@@ -54,6 +56,9 @@ class RunContext:
     journal: Journal
     # Called with the manifest after the box started (serve tracks running boxes).
     on_box_started: Callable[[Manifest], None] | None = None
+    #: Runs whose box the host killed (serve's shutdown): whatever their box's exit status,
+    #: such a run is quarantined, never integrated half-done.
+    killed_runs: set[str] = field(default_factory=set)
 
     @property
     def home(self) -> Home:
@@ -289,6 +294,8 @@ class Run:
 
     def record_exit(self, box_exit: BoxExit, interrupted: str | None = None) -> bool:
         """Record how the box ended; True when it is a clean exit that may be checkpointed."""
+        if interrupted is None and self.manifest.run_id in self.ctx.killed_runs:
+            interrupted = "killed by the host (serve shutdown)"
         clean = (
             interrupted is None
             and box_exit.error is None
@@ -358,20 +365,23 @@ class Run:
                 limits=self.limits,
                 trailers=self.trailers(),
             )
-        errors = [v.as_dict() for v in result.violations]
-        self.event("knowledge.validated", violations=len(errors), checkpoint=result.checkpoint)
+        found = digest(result.violations)
+        self.event("knowledge.validated", violations=found.total, checkpoint=result.checkpoint)
         if result.checkpoint == "integrated":
             self.event("knowledge.integrated", commit=result.commit, base=m.base_commit)
-        elif result.checkpoint == "rejected":
-            self.event("knowledge.rejected", candidate=result.candidate_ref, violations=errors)
-        elif result.checkpoint == "conflict":
-            self.event("knowledge.conflict", candidate=result.candidate_ref, violations=errors)
+        elif result.checkpoint in ("rejected", "conflict"):
+            self.event(
+                f"knowledge.{result.checkpoint}",
+                candidate=result.candidate_ref,
+                violations=found.kept,
+                **found.summary_fields(),
+            )
         self.finish(
             checkpoint=result.checkpoint,
             produced_commit=result.commit,
-            validation_errors=errors,
             candidate_ref=result.candidate_ref,
             reason="integration conflict" if result.checkpoint == "conflict" else None,
+            **digest_fields(found),
         )
         if result.checkpoint == "integrated":
             self.prepare_next_base()
@@ -408,15 +418,15 @@ class Run:
         m = self.manifest
         with self.phase("quarantine"):
             ref = None
-            skipped: list[dict[str, str]] = []
+            skipped = digest([])
             if m.checkout is not None:
                 repo = open_repo(self.home, m.imp)
                 change = snapshot(repo, self.checkout(), self.limits)
-                skipped = [v.as_dict() for v in change.problems]
+                skipped = digest(change.problems)
                 quarantine(repo, m.run_id, m.base_commit, change, m.reason or "abnormal exit")
                 ref = quarantine_ref(m.run_id)
-        self.event("run.quarantined", reason=m.reason, ref=ref, skipped=len(skipped))
-        self.finish(checkpoint="quarantined", quarantine_ref=ref, validation_errors=skipped)
+        self.event("run.quarantined", reason=m.reason, ref=ref, skipped=skipped.total)
+        self.finish(checkpoint="quarantined", quarantine_ref=ref, **digest_fields(skipped))
 
     def finish(self, **changes: Any) -> None:
         self.manifest.timings_ms["total"] = round((time.monotonic() - self._t0) * 1000, 1)
@@ -464,6 +474,15 @@ class Run:
             collect_layers(self.home, self.manifest.imp, [head])
         except ImpyardError as exc:  # an optimisation only: the next run builds it itself
             log.warning("could not pre-build the checkout layer of main: %s", exc)
+
+
+def digest_fields(found: ViolationDigest) -> dict[str, Any]:
+    """Manifest fields of a violation list: the kept ones, and the totals when it was cut."""
+    return {
+        "validation_errors": found.kept,
+        "validation_errors_total": found.total if found.truncated else None,
+        "validation_error_counts": found.counts if found.truncated else None,
+    }
 
 
 def box_timeout(request: RunRequest, policy: EffectivePolicy) -> float:
@@ -577,6 +596,8 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     home = ctx.home
     if not request.prompt.strip():
         raise UsageError("the task prompt is empty")
+    # Everything that becomes a commit trailer is checked before a box runs.
+    names.check_channel(request.channel)
     policy, warnings = policy_for_run(home, request.imp, strict=ctx.settings.strict_policy)
     repo = open_repo(home, request.imp)
     if request.reorganize and not policy.knowledge.enabled:
@@ -584,10 +605,22 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     base = main_commit(repo)
     manifest = new_manifest(ctx, request, policy, base)
     manifest.warnings = list(warnings)
+    manifest.timeout_seconds = box_timeout(request, policy)
     if manifest.mode == "reorganize":
         # Fail fast, before anything is written: a refused lease leaves no run behind.
         acquire_lease(ctx, manifest)
     home.run_dir(manifest.run_id).mkdir(parents=True)
+    # Owned before the manifest exists: recovery never sees this run without an owner.
+    owner = RunOwnership.claim(home, manifest.run_id)
+    assert owner is not None, "a new run directory has no other owner"
+    with owner:
+        return _admitted(ctx, request, manifest, policy)
+
+
+def _admitted(
+    ctx: RunContext, request: RunRequest, manifest: Manifest, policy: EffectivePolicy
+) -> RunOutcome:
+    home, base = ctx.home, manifest.base_commit
     run = Run(ctx, manifest, policy)
     run.save()
     run.event("run.created", task=request.task_id, mode=manifest.mode, base=base)
@@ -615,7 +648,7 @@ def drive(run: Run, request: RunRequest) -> RunOutcome:
             if isinstance(exc, ImpyardError | KeyboardInterrupt):
                 return RunOutcome(run.manifest)
             raise
-        timeout = box_timeout(request, run.policy)
+        timeout = run.manifest.timeout_seconds or box_timeout(request, run.policy)
         try:
             box_exit = run.wait_box(timeout)
             interrupted = None

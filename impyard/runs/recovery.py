@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
-from impyard.errors import ImpyardError
+from impyard import names
+from impyard.errors import EngineError, ImpyardError
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
+from impyard.runs.owner import RunOwnership
 from impyard.runs.pipeline import Run, RunContext
 
 log = logging.getLogger(__name__)
@@ -32,12 +35,24 @@ class Resolution:
     checkpoint: str
 
 
-def _seconds_left(manifest: Manifest, timeout: float) -> float:
-    if not manifest.started_at:
-        return timeout
-    started = datetime.strptime(manifest.started_at, "%Y-%m-%dT%H:%M:%S.%fZ")
-    elapsed = time.time() - (started - datetime(1970, 1, 1)).total_seconds()
-    return max(1.0, timeout - elapsed)
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z")
+
+
+def _epoch(stamp: str) -> float | None:
+    """Seconds since the epoch of a manifest or engine timestamp (UTC, 'Z', any fraction)."""
+    match = _STAMP.fullmatch(stamp)
+    if match is None:
+        return None
+    whole = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+    return whole + (float(f"0.{match[2]}") if match[2] else 0.0)
+
+
+def _deadline(manifest: Manifest, policy_timeout: float) -> float | None:
+    """When the box must be gone: its start plus the timeout it was admitted with."""
+    started = _epoch(manifest.started_at) if manifest.started_at else None
+    if started is None:
+        return None
+    return started + (manifest.timeout_seconds or policy_timeout)
 
 
 def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
@@ -65,8 +80,15 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     if manifest.container_id is None:
         run.save(container_id=box.container_id)
     action = "reattached" if box.status == "running" else "checkpointed"
-    timeout = _seconds_left(manifest, float(policy.box.timeout_seconds))
+    deadline = _deadline(manifest, float(policy.box.timeout_seconds))
+    if box.status == "running" and ctx.on_box_started is not None:
+        ctx.on_box_started(run.manifest)  # serve may kill it on shutdown like its own boxes
+    timeout = float(policy.box.timeout_seconds) if deadline is None else deadline - time.time()
     box_exit = run.wait_box(timeout)
+    finished = _epoch(box_exit.finished_at) if box_exit.finished_at else None
+    if deadline is not None and finished is not None and finished > deadline + 1:
+        # It ran past its deadline while no host watched: it should have been killed.
+        box_exit = replace(box_exit, timed_out=True)
     if run.record_exit(box_exit):
         run.checkpoint()
     else:
@@ -85,11 +107,19 @@ def recover_all(
     for manifest in manifests.list_all(ctx.home):
         if manifest.is_terminal:
             continue
-        try:
-            resolution = resolve(ctx, manifest)
-        except ImpyardError as exc:
-            log.error("could not recover run %s: %s", manifest.run_id, exc)
+        owner = RunOwnership.claim(ctx.home, manifest.run_id)
+        if owner is None:
+            log.info("run %s is driven by a live process; not recovering it", manifest.run_id)
             continue
+        with owner:
+            try:
+                resolution = resolve(ctx, manifest)
+            except EngineError as exc:  # the engine is the problem: try again next start
+                log.error("could not recover run %s: %s", manifest.run_id, exc)
+                continue
+            except ImpyardError as exc:
+                # Retrying what cannot succeed would strand the run (and its task) forever.
+                resolution = give_up(ctx, manifest, f"recovery failed: {exc}")
         resolutions.append(resolution)
         ctx.journal.record(
             "run.recovered",
@@ -111,6 +141,27 @@ def recover_all(
     finally:
         conn.close()
     return resolutions
+
+
+def give_up(ctx: RunContext, manifest: Manifest, reason: str) -> Resolution:
+    """Quarantine a run recovery cannot finish; if even that fails, end it with the reason."""
+    from impyard.policy.models import Policy
+
+    found = manifest.state
+    current = manifests.read(ctx.home, manifest.run_id)
+    run = Run(ctx, current, Policy())
+    try:
+        run.save(state="quarantining", reason=reason)
+        run.quarantine()
+    except ImpyardError as exc:
+        log.error("could not quarantine run %s: %s", manifest.run_id, exc)
+        run.save(
+            state="finished",
+            checkpoint="quarantined",
+            reason=f"{reason}; quarantine failed: {exc}",
+            ended_at=names.utc_now(),
+        )
+    return Resolution(manifest.run_id, manifest.imp, found, "quarantined", "quarantined")
 
 
 def settle_tasks(ctx: RunContext, conn: sqlite3.Connection) -> None:
@@ -138,9 +189,14 @@ def sweep_finished_checkouts(ctx: RunContext) -> None:
         if manifest.checkout is None:
             continue
         checkout = Checkout.from_dict(manifest.checkout)
-        if checkout.root.exists():
+        if not checkout.root.exists():
+            continue
+        owner = RunOwnership.claim(ctx.home, manifest.run_id)
+        if owner is None:  # its own process is cleaning up right now
+            continue
+        with owner:
             release_checkout(checkout)
-            ctx.journal.record("run.swept", run=manifest.run_id, imp=manifest.imp)
+        ctx.journal.record("run.swept", run=manifest.run_id, imp=manifest.imp)
 
 
 def republish_origins(ctx: RunContext) -> None:
