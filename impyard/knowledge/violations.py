@@ -39,7 +39,9 @@ class ViolationDigest:
         lines = [f"- {v['path']!r}: {v['rule']}: {v['message']}" for v in self.kept]
         if self.truncated:
             by_rule = ", ".join(f"{rule} {n}" for rule, n in self.counts.items())
-            lines.append(f"- ... and {self.total - len(self.kept)} more ({by_rule})")
+            lines.append(
+                f"- ... and {self.total - len(self.kept)} more ({self.total} in all: {by_rule})"
+            )
         return lines
 
 

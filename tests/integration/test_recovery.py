@@ -7,6 +7,7 @@ step (nothing after it runs, as with kill -9); a fresh context then recovers.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,62 @@ def test_run_whose_box_never_started_is_quarantined(
     assert resolution.checkpoint == "quarantined"
     assert only_run(home).reason is not None
     assert main_commit(open_repo(home, "yuko")) == before
+
+
+def test_the_admitted_timeout_is_enforced_after_a_crash(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run --timeout 2` survives a host crash: recovery kills the box at once instead of
+    waiting the policy's hour and integrating what should have been killed."""
+    die_at(monkeypatch, "wait_box")
+    request = RunRequest(imp="yuko", prompt="p", command=f"sleep 30; {NOTE}", timeout_seconds=2)
+    with pytest.raises(HostDied):
+        execute(context(home.root), request)
+    assert only_run(home).timeout_seconds == 2
+    monkeypatch.undo()
+    time.sleep(2.5)
+    started = time.monotonic()
+    (resolution,) = recover_all(context(home.root))
+    assert time.monotonic() - started < 15
+    after = only_run(home)
+    assert resolution.checkpoint == "quarantined"
+    assert after.timed_out is True and after.reason == "timed out and killed"
+    assert landed_commits(home, after.run_id) == 0
+
+
+def test_a_box_that_finished_past_its_deadline_while_the_host_was_down_is_not_integrated(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    die_at(monkeypatch, "wait_box")
+    request = RunRequest(imp="yuko", prompt="p", command=f"sleep 3; {NOTE}", timeout_seconds=1)
+    with pytest.raises(HostDied):
+        execute(context(home.root), request)
+    monkeypatch.undo()
+    time.sleep(4.5)  # the box exits 0 at ~3 s, two seconds past its deadline
+    (resolution,) = recover_all(context(home.root))
+    after = only_run(home)
+    assert (resolution.checkpoint, after.timed_out, after.exit_code) == ("quarantined", True, 0)
+    assert landed_commits(home, after.run_id) == 0
+
+
+def test_a_run_recovery_cannot_integrate_is_quarantined_once_not_retried_forever(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Older versions admitted a channel with a newline; the trailer check then refused the
+    commit on every recovery, leaving the run `checkpointing` for ever."""
+    die_at(monkeypatch, "checkpoint")
+    with pytest.raises(HostDied):
+        execute(context(home.root), RunRequest(imp="yuko", prompt="p", command=NOTE))
+    monkeypatch.undo()
+    path = home.manifest(only_run(home).run_id)
+    document = json.loads(path.read_text())
+    assert document["state"] == "checkpointing"
+    document["channel"] = "a\nb"
+    path.write_text(json.dumps(document))
+    (resolution,) = recover_all(context(home.root))
+    after = only_run(home)
+    assert resolution.checkpoint == "quarantined"
+    assert after.state == "finished" and after.checkpoint == "quarantined"
+    assert "recovery failed" in str(after.reason) and "Impyard-Channel" in str(after.reason)
+    assert recover_all(context(home.root)) == []
+    assert landed_commits(home, after.run_id) == 0

@@ -276,3 +276,40 @@ def test_tightened_imp_limit_rejects_a_note_other_imps_may_write(yard: Cli) -> N
     assert rules == {"file-too-large"}
     assert kai.code == 0, kai.stdout + kai.stderr
     assert json.loads(kai.stdout)["checkpoint"] == "integrated"
+
+
+@pytest.mark.parametrize(
+    "where", [("run", "yuko", "--prompt", "p"), ("task", "add", "yuko", "--prompt", "p")]
+)
+@pytest.mark.parametrize("channel", ["a\nb", " padded", "tab\there", ""])
+def test_a_channel_that_cannot_be_a_trailer_is_refused_before_any_box(
+    yard: Cli, where: tuple[str, ...], channel: str
+) -> None:
+    result = yard(*where, "--channel", channel)
+    assert result.code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("impyard: error: channel"), result.stderr
+    assert json.loads(yard("runs", "list", "--json").stdout) == []
+    assert json.loads(yard("task", "list", "--json").stdout) == []
+
+
+def test_a_flood_of_violations_is_stored_as_the_first_hundred_and_counts(yard: Cli) -> None:
+    flood = (
+        'mkdir -p "$K/organization" && cd "$K/organization" && i=0; '
+        'while [ $i -lt 3000 ]; do : > "f$i.md"; i=$((i+1)); done'
+    )
+    code, record = run_json(yard, "--command", f"K=$IMPYARD_KNOWLEDGE_DIR; {flood}")
+    assert code == 3
+    assert record["checkpoint"] == "rejected"
+    assert len(record["validation_errors"]) == 100
+    assert record["validation_errors_total"] == 3000
+    assert record["validation_error_counts"] == {"organization-in-append": 3000}
+    run_dir = yard.home / "runs" / str(record["run_id"])
+    assert (run_dir / "manifest.json").stat().st_size < 64 * 1024
+    journal = (yard.home / "journal.jsonl").read_text().splitlines()
+    assert max(len(line) for line in journal) < 64 * 1024
+    rejected = [json.loads(line) for line in journal if '"knowledge.rejected"' in line]
+    assert rejected[0]["violations_total"] == 3000
+    message = git("-C", repo_of(yard), "log", "-1", "--format=%B", str(record["candidate_ref"]))
+    assert "and 2900 more (3000 in all: organization-in-append 3000)" in message.stdout
+    assert len(message.stdout.splitlines()) < 150

@@ -197,3 +197,81 @@ def test_lost_engine_makes_serve_wait_not_exit(cli: Cli) -> None:
     assert "Traceback" not in err
     (queued,) = tasks_json(cli)
     assert (queued["id"], queued["state"]) == (task, "queued")
+
+
+def journal_events(cli: Cli) -> list[dict[str, Any]]:
+    path = cli.home / "journal.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_second_signal_during_recovery_kills_and_quarantines_the_reattached_box(
+    cli: Cli,
+) -> None:
+    """serve re-attached to a box whose host died: the second SIGTERM kills that box too,
+    and the half-done run is quarantined, never integrated."""
+    make_yard(cli, "ada", command="sleep 40; imp")
+    add_task(cli, "ada", "a long task")
+    first = serve_process(cli)
+    try:
+        wait_for(lambda: running_boxes("ada") == 1)
+    finally:
+        first.send_signal(signal.SIGKILL)  # the host dies; the box keeps running
+        first.communicate(timeout=30)
+    second = serve_process(cli, env={"IMPYARD_SHUTDOWN_GRACE_SECONDS": "60"})
+    try:
+        wait_for(lambda: any(e["event"] == "run.recovering" for e in journal_events(cli)))
+        second.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        second.send_signal(signal.SIGTERM)
+        _out, err = second.communicate(timeout=20)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.communicate()
+    assert second.returncode == 0, err
+    (run,) = json.loads(cli("runs", "list", "--json").stdout)
+    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+    assert shown["checkpoint"] == "quarantined", shown
+    assert records(cli, "ada") == []
+    assert running_boxes("ada") == 0
+
+
+def test_serve_leaves_a_live_foreground_run_to_its_owner(cli: Cli) -> None:
+    make_yard(cli, "ada")
+    foreground = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "impyard",
+            "--home",
+            str(cli.home),
+            "run",
+            "ada",
+            "--prompt",
+            "a fact",
+            "--command",
+            "sleep 6; imp",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    try:
+        wait_for(lambda: running_boxes("ada") == 1)
+        served = cli("serve", "--once", timeout=60)
+        out, err = foreground.communicate(timeout=60)
+    finally:
+        if foreground.poll() is None:
+            foreground.kill()
+            foreground.communicate()
+    assert served.code == 0, served.stderr
+    assert foreground.returncode == 0, err
+    record = json.loads(out)
+    assert record["checkpoint"] == "integrated"
+    recovered = [e for e in journal_events(cli) if e["event"].startswith("run.recover")]
+    assert recovered == [], "serve adopted a run whose owner was alive"
+    assert len(records(cli, "ada")) == 1
