@@ -94,3 +94,68 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         else:
             bad.append(number)
     return records, bad
+
+
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a tree a box may have written; a missing path is fine.
+
+    ``shutil.rmtree`` recurses once per directory level (a box nesting 1,500 directories
+    crashed the host with RecursionError, and every later recovery with it) and holds a
+    descriptor per level. This walks with an explicit stack and at most two descriptors,
+    descending by ``openat`` and climbing back by ``..``; the box is gone, so nothing
+    moves the tree meanwhile. Each directory is read once. It never follows a symlink
+    (links are unlinked, not entered), never opens a fifo or device, and depth or path
+    length do not matter.
+    """
+    try:
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+            return
+    except FileNotFoundError:
+        return
+    fd = os.open(path, _DIR_OPEN)
+    # (this directory's name in its parent, its subdirectories still to remove)
+    stack: list[tuple[str, list[str]]] = [("", _unlink_files(fd))]
+    try:
+        while True:
+            name, pending = stack[-1]
+            if pending:
+                child = pending.pop()
+                child_fd = _open_subdir(fd, child)
+                os.close(fd)
+                fd = child_fd
+                stack.append((child, _unlink_files(fd)))
+                continue
+            stack.pop()
+            if not stack:
+                break
+            parent_fd = os.open("..", _DIR_OPEN, dir_fd=fd)
+            os.close(fd)
+            fd = parent_fd
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _open_subdir(dir_fd: int, name: str) -> int:
+    try:
+        return os.open(name, _DIR_OPEN, dir_fd=dir_fd)
+    except PermissionError:  # a box may leave a directory mode 000 (the host may not be root)
+        os.chmod(name, 0o700, dir_fd=dir_fd)
+        return os.open(name, _DIR_OPEN, dir_fd=dir_fd)
+
+
+def _unlink_files(dir_fd: int) -> list[str]:
+    """Unlink every non-directory in ``dir_fd``; return the names of its subdirectories."""
+    subdirs = []
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.name)
+            else:
+                os.unlink(entry.name, dir_fd=dir_fd)
+    return subdirs

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -23,7 +22,7 @@ from impyard.box import engine
 from impyard.box.engine import EngineObjectNotFoundError, call
 from impyard.box.spec import DEFAULT_IMAGE, DEFAULT_USER, BoxMount, BoxSpec, box_labels
 from impyard.errors import ImpyardError
-from impyard.fsutil import atomic_write_json
+from impyard.fsutil import atomic_write_json, remove_tree
 from impyard.home import Home
 
 if TYPE_CHECKING:
@@ -124,7 +123,8 @@ def _probe(base: Path, image: str) -> bool | None:
     finally:
         with contextlib.suppress(ImpyardError):
             remove_volume(name)
-        shutil.rmtree(root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(root)  # the probe box wrote into it
 
 
 def overlay_volumes_supported(home: Home, image: str = DEFAULT_IMAGE) -> bool:

@@ -13,12 +13,11 @@ so the snapshot only hashes files the box touched.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from impyard.fsutil import atomic_write_bytes, atomic_write_json
+from impyard.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
 from impyard.home import Home
 from impyard.knowledge.gitobj import commit_at
 from impyard.knowledge.layers import (
@@ -178,8 +177,8 @@ def release_checkout(checkout: Checkout) -> None:
     """
     for path in (checkout.root, checkout.workdir):
         if path is not None and path.exists():
-            # rmtree never follows symlinks the box left; as root it removes 0:0 devices too.
-            shutil.rmtree(path)
+            # Box-written: no recursion, no symlink following, any depth (remove_tree).
+            remove_tree(path)
     for path in (checkout.index_path, checkout.root.parent / "checkout.json"):
         path.unlink(missing_ok=True)
 
@@ -220,7 +219,7 @@ def _write_record(home: Home, imp: str, run_id: str, checkout: Checkout) -> None
 def _fresh_dir(path: Path, owner: Owner) -> None:
     if path.exists():
         # A retried prepare after a crash: start again from nothing.
-        shutil.rmtree(path)
+        remove_tree(path)
     path.mkdir(mode=0o755)
     os.chown(path, *owner)
     os.chmod(path, 0o755)

@@ -313,3 +313,19 @@ def test_a_flood_of_violations_is_stored_as_the_first_hundred_and_counts(yard: C
     message = git("-C", repo_of(yard), "log", "-1", "--format=%B", str(record["candidate_ref"]))
     assert "and 2900 more (3000 in all: organization-in-append 3000)" in message.stdout
     assert len(message.stdout.splitlines()) < 150
+
+
+def test_a_box_nesting_1500_directories_is_rejected_and_cleaned_up(yard: Cli) -> None:
+    deep = (
+        'd="$IMPYARD_KNOWLEDGE_DIR/records/deep"; i=0; '
+        'while [ $i -lt 1500 ]; do d="$d/d"; i=$((i+1)); done; mkdir -p "$d"'
+    )
+    code, record = run_json(yard, "--command", deep)
+    assert code == 3, record
+    assert record["checkpoint"] == "rejected"
+    assert "too-deep" in {e["rule"] for e in record["validation_errors"]}
+    run_dir = yard.home / "runs" / str(record["run_id"])
+    assert not (run_dir / "knowledge").exists()
+    served = yard("serve", "--once")  # recovery's sweep walks nothing it cannot finish
+    assert served.code == 0, served.stderr
+    assert_fsck_clean(repo_of(yard))
