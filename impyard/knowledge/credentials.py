@@ -28,8 +28,13 @@ def _p(label: str, pattern: str, flags: int = 0) -> CredentialPattern:
 
 
 # Boundaries: a token must not be glued to a preceding word character, so
-# "task-1234..." never matches "sk-".
+# "task-1234..." never matches "sk-". Secrets with no distinctive prefix (AWS and
+# Twilio secrets, Azure keys) count only next to their label and with their exact
+# length and alphabet, so prose that names the label is never one.
+_AFTER_LABEL = r"[\"']?\s*[:=]>?\s*[\"']?"  # key = v, key: 'v', "Key": "v", :key => 'v'
+
 CREDENTIAL_PATTERNS: tuple[CredentialPattern, ...] = (
+    # Also the "private_key" of a GCP service-account JSON file.
     _p("private key block", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
     _p(
         "Authorization: Bearer header",
@@ -39,14 +44,51 @@ CREDENTIAL_PATTERNS: tuple[CredentialPattern, ...] = (
     _p("GitHub token (ghp_/gho_/ghu_/ghs_/ghr_)", r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{30,}"),
     _p("GitHub fine-grained token (github_pat_)", r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{30,}"),
     _p(
-        "Slack token (xoxb-/xoxp-/xoxa-/xoxr-/xoxs-)",
-        r"(?<![A-Za-z0-9_])xox[bpars]-[A-Za-z0-9-]{10,}",
+        "Slack token (xoxb-/xoxp-/xoxa-/xoxr-/xoxs-/xoxe-)",
+        r"(?<![A-Za-z0-9_])xox[bparse]-[A-Za-z0-9-]{10,}",
+    ),
+    _p("Slack app token (xapp-)", r"(?<![A-Za-z0-9_])xapp-[0-9]+-[A-Za-z0-9-]{20,}"),
+    _p(
+        "Slack webhook URL (hooks.slack.com/services/)",
+        r"hooks\.slack\.com/services/T[A-Z0-9]{6,}/B[A-Z0-9]{6,}/[A-Za-z0-9]{20,}",
     ),
     _p("AWS access key id (AKIA/ASIA)", r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),
+    _p(
+        "AWS secret access key (aws_secret_access_key / SecretAccessKey)",
+        # S3-compatible stores use the same label for the same kind of secret.
+        rf"secret[_-]?access[_-]?key{_AFTER_LABEL}[A-Za-z0-9/+]{{40}}(?![A-Za-z0-9/+=])",
+        re.IGNORECASE,
+    ),
+    _p(
+        "Azure storage account key (AccountKey=)",
+        r"AccountKey\s*=\s*[A-Za-z0-9+/]{86}==",
+        re.IGNORECASE,
+    ),
+    _p(
+        "Azure shared access key (SharedAccessKey=)",
+        r"SharedAccessKey\s*=\s*[A-Za-z0-9+/]{43}=",
+        re.IGNORECASE,
+    ),
     _p("OpenAI/Anthropic-style secret key (sk-)", r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}"),
     _p("Google API key (AIza)", r"(?<![A-Za-z0-9_])AIza[0-9A-Za-z_-]{35}"),
+    _p("Google OAuth client secret (GOCSPX-)", r"(?<![A-Za-z0-9_])GOCSPX-[A-Za-z0-9_-]{28}"),
     _p("GitLab token (glpat-)", r"(?<![A-Za-z0-9_])glpat-[A-Za-z0-9_-]{20,}"),
     _p("Stripe live key (sk_live_/rk_live_)", r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{20,}"),
+    _p("npm token (npm_)", r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+    _p(
+        "PyPI token (pypi-)",
+        r"(?<![A-Za-z0-9_])pypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}",
+    ),
+    _p("Hugging Face token (hf_)", r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{34,}(?![A-Za-z0-9_])"),
+    _p(
+        "SendGrid API key (SG.)",
+        r"(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])",
+    ),
+    _p(
+        "Twilio auth token (labelled)",
+        rf"twilio[_-]?(?:auth[_-]?token|api[_-]?secret){_AFTER_LABEL}[0-9a-f]{{32}}(?![0-9a-z])",
+        re.IGNORECASE,
+    ),
 )
 
 
