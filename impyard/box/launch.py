@@ -17,6 +17,7 @@ from typing import Any
 
 from impyard.box import engine
 from impyard.box.engine import EngineCallError, EngineObjectNotFoundError, call
+from impyard.box.logs import LogFollower, copy_logs
 from impyard.box.spec import (
     LABEL_IMP,
     LABEL_RUN,
@@ -27,12 +28,9 @@ from impyard.box.spec import (
     StartedBox,
 )
 
-#: Box output copied into the run's log file, at most (the rest is dropped,
-#: with a marker): a runaway box must not fill the data root.
-LOG_CAP_BYTES = 10 * 1024 * 1024
-TRUNCATION_MARKER = "\n[impyard: box log truncated at {cap} bytes]\n"
 #: The engine's own copy of the output (json-file driver) is bounded too, so a
-#: box printing forever cannot fill /var/lib/docker before its timeout.
+#: box printing forever cannot fill /var/lib/docker before its timeout. Runs read the
+#: output live (``logs.LogFollower``); this copy serves a box re-attached after a crash.
 _ENGINE_LOG_CONFIG = {"max-size": "16m", "max-file": "1"}
 _NEVER = "0001-01-01T00:00:00Z"
 #: After a kill, how long the engine gets to report the exit.
@@ -63,8 +61,10 @@ def _host_config(spec: BoxSpec) -> Any:
     )
 
 
-def start_box(spec: BoxSpec) -> StartedBox:
-    """Create and start a hardened box; the container is removed again if start fails."""
+def start_box(spec: BoxSpec, log_path: Path | None = None) -> StartedBox:
+    """Create and start a hardened box; the container is removed again if start fails.
+
+    With ``log_path``, the box's output is attached to before it starts (``follower``)."""
     api = engine.api()
     image = call("image inspect", api.inspect_image, spec.image, image=spec.image)
     image_id = str(image["Id"])
@@ -90,7 +90,10 @@ def start_box(spec: BoxSpec) -> StartedBox:
         retry_server_errors=False,
     )
     container_id = str(created["Id"])
+    follower = None
     try:
+        if log_path is not None:
+            follower = LogFollower.attach(container_id, log_path)
         call(
             "start",
             api.start,
@@ -100,10 +103,12 @@ def start_box(spec: BoxSpec) -> StartedBox:
             image=spec.image,
         )
     except BaseException:
+        if follower is not None:
+            follower.close()
         with contextlib.suppress(Exception):
             remove_box(container_id)
         raise
-    return StartedBox(container_id=container_id, image_id=image_id)
+    return StartedBox(container_id=container_id, image_id=image_id, follower=follower)
 
 
 def _wait(container_id: str, timeout_seconds: float | None) -> dict[str, Any] | None:
@@ -145,44 +150,18 @@ def remove_box(container_id: str) -> None:
         )
 
 
-def _copy_logs(container_id: str, log_path: Path) -> tuple[int, bool]:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    stream = call(
-        "logs",
-        engine.api().logs,
-        container_id,
-        stdout=True,
-        stderr=True,
-        stream=True,
-        follow=False,
-        container_id=container_id,
-    )
-    written = 0
-    truncated = False
-    with log_path.open("wb") as out:
-        # Drained to the end even past the cap (the engine's copy is bounded
-        # too): closing the stream early leaks its socket.
-        for chunk in stream:
-            room = LOG_CAP_BYTES - written
-            if truncated:
-                continue
-            if len(chunk) > room:
-                out.write(chunk[:room])
-                written += room
-                truncated = True
-                continue
-            out.write(chunk)
-            written += len(chunk)
-        if truncated:
-            out.write(TRUNCATION_MARKER.format(cap=LOG_CAP_BYTES).encode())
-    return written, truncated
-
-
-def wait_box(container_id: str, timeout_seconds: float, log_path: Path) -> BoxExit:
+def wait_box(
+    container_id: str,
+    timeout_seconds: float,
+    log_path: Path,
+    follower: LogFollower | None = None,
+) -> BoxExit:
     """Wait for the box, kill it at ``timeout_seconds`` from now, keep its log, remove it.
 
     Works on any box, including one started by an earlier host process
-    (pass the time it has left; ``<= 0`` kills it at once).
+    (pass the time it has left; ``<= 0`` kills it at once). With a ``follower`` started
+    with the box, the log keeps the head of the output even when the engine's rotating
+    copy has dropped it; without one (a re-attached box) it is what the engine holds.
     """
     api = engine.api()
     timed_out = False
@@ -205,7 +184,9 @@ def wait_box(container_id: str, timeout_seconds: float, log_path: Path) -> BoxEx
                 container_id=container_id,
             )
     try:
-        log_bytes, truncated = _copy_logs(container_id, log_path)
+        kept = follower.finish() if follower is not None else None
+        if kept is None:
+            kept = copy_logs(container_id, log_path)
         info = call("inspect", api.inspect_container, container_id, container_id=container_id)
     finally:
         remove_box(container_id)
@@ -230,16 +211,16 @@ def wait_box(container_id: str, timeout_seconds: float, log_path: Path) -> BoxEx
         image_id=str(info.get("Image", "")),
         started_at=started_at,
         finished_at=None if finished_at in (None, _NEVER) else finished_at,
-        log_bytes=log_bytes,
-        log_truncated=truncated,
+        log_bytes=kept.kept_bytes,
+        log_truncated=kept.truncated,
     )
 
 
 def run_box(spec: BoxSpec, log_path: Path) -> BoxExit:
     """Start a box and wait for it with the spec's timeout."""
-    started = start_box(spec)
+    started = start_box(spec, log_path)
     try:
-        return wait_box(started.container_id, spec.timeout_seconds, log_path)
+        return wait_box(started.container_id, spec.timeout_seconds, log_path, started.follower)
     except BaseException:
         with contextlib.suppress(Exception):
             remove_box(started.container_id)

@@ -6,7 +6,7 @@ No docker imports here: the run pipeline builds and records these cheaply.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 #: The box's /tmp (SPEC.md "Container temporary files"): 2 GiB, world-writable
 #: with the sticky bit, no setuid or device files. A runtime constant on
@@ -108,6 +108,8 @@ class BoxSpec:
 class StartedBox:
     container_id: str
     image_id: str
+    #: The box's live output (``logs.LogFollower``) when a log path was given at start.
+    follower: Any = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from impyard import names
+from impyard.box.logs import LogFollower
 from impyard.box.tmpwatch import TmpUsage, TmpWatch, oom_reason
 from impyard.box.trust import BOX_EXTRA_CA, copy_extra_ca, extra_ca_env
 from impyard.errors import ImpyardError, UsageError
@@ -80,6 +81,7 @@ class Run:
         self.policy = policy
         self.gateway: Gateway | None = None
         self.tmp_watch = TmpWatch()
+        self.log_follower: LogFollower | None = None
         self._t0 = time.monotonic()
 
     # -- bookkeeping -------------------------------------------------------------------
@@ -154,7 +156,8 @@ class Run:
         spec = self.box_spec(request)
         self.save(state="starting", container_name=spec.name, image=spec.image)
         with self.phase("start"):
-            started = start_box(spec)
+            started = start_box(spec, self.home.box_log(spec.run_id))
+            self.log_follower = started.follower
         self.save(
             state="running",
             container_id=started.container_id,
@@ -289,7 +292,10 @@ class Run:
         assert self.manifest.container_id is not None
         with self.phase("box"):
             return wait_box(
-                self.manifest.container_id, timeout_seconds, self.home.box_log(self.manifest.run_id)
+                self.manifest.container_id,
+                timeout_seconds,
+                self.home.box_log(self.manifest.run_id),
+                self.log_follower,
             )
 
     def record_exit(self, box_exit: BoxExit, interrupted: str | None = None) -> bool:

@@ -11,7 +11,6 @@ import pytest
 from impyard.box import engine
 from impyard.box.engine import BoxImageNotFoundError, EngineUnreachableError
 from impyard.box.launch import (
-    LOG_CAP_BYTES,
     find_boxes,
     kill_box,
     remove_box,
@@ -19,6 +18,7 @@ from impyard.box.launch import (
     start_box,
     wait_box,
 )
+from impyard.box.logs import HEAD_BYTES, LOG_CAP_BYTES, MARKER, TAIL_BYTES
 from impyard.box.spec import LABEL_RUN, BoxExit, BoxMount, BoxSpec, box_labels
 from impyard.box.volumes import (
     FEATURES_FILE,
@@ -147,12 +147,32 @@ def test_oom_is_reported(tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_log_is_capped(tmp_path: Path) -> None:
-    size = LOG_CAP_BYTES + 1024 * 1024
-    exit_, log = _run(_spec(f"head -c {size} /dev/zero | tr '\\0' a"), tmp_path)
+def test_a_log_flood_keeps_the_head_and_the_tail_with_a_marker(tmp_path: Path) -> None:
+    """40 MB of output after a first line: the engine's rotating copy has long dropped the
+    start; the log keeps it, the end, and says how much is missing in between."""
+    flood = 40 * 1024 * 1024
+    script = (
+        f"echo FIRST-LINE-OF-EVIDENCE; head -c {flood} /dev/zero | tr '\\0' a; "
+        "echo; echo LAST-LINE-OF-EVIDENCE"
+    )
+    exit_, log = _run(_spec(script), tmp_path)
     assert exit_.clean
+    assert log.startswith("FIRST-LINE-OF-EVIDENCE\n")
+    assert log.endswith("LAST-LINE-OF-EVIDENCE\n")
+    seen = len("FIRST-LINE-OF-EVIDENCE\n") + flood + len("\nLAST-LINE-OF-EVIDENCE\n")
+    omitted = seen - HEAD_BYTES - TAIL_BYTES
+    marker = MARKER.format(omitted=omitted, head=HEAD_BYTES, tail=TAIL_BYTES)
+    assert log[HEAD_BYTES : HEAD_BYTES + len(marker)] == marker
+    assert len(log) == LOG_CAP_BYTES + len(marker)
     assert exit_.log_truncated and exit_.log_bytes == LOG_CAP_BYTES
-    assert log.endswith(f"[impyard: box log truncated at {LOG_CAP_BYTES} bytes]\n")
+
+
+@pytest.mark.docker
+def test_a_short_log_is_kept_whole(tmp_path: Path) -> None:
+    exit_, log = _run(_spec("echo one; echo two >&2; echo three"), tmp_path)
+    assert exit_.clean and not exit_.log_truncated
+    assert sorted(log.splitlines()) == ["one", "three", "two"]
+    assert "[impyard:" not in log
 
 
 @pytest.mark.docker
