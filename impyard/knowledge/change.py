@@ -36,6 +36,14 @@ RULES: dict[str, str] = {
     "frontmatter": "record frontmatter is missing or invalid",
     "duplicate-id": "note id already used (in this run or on main)",
     "credential": "content looks like a credential",
+    "unportable-name": (
+        "Windows cannot hold the name (reserved device names such as con or lpt1, "
+        'characters < > : " \\ | ? *, a trailing dot or space)'
+    ),
+    "name-clash": (
+        "name differs from another in the same directory only by case, Unicode form, ignorable "
+        "characters or trailing dots/spaces (one file on macOS/Windows)"
+    ),
     "collision": "path was added to main by another run since this run's base",
     "too-deep": "directories nest deeper than the snapshot walks",
 }

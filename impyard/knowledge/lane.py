@@ -39,7 +39,7 @@ from impyard.knowledge.repo import (
     size_delta,
     tree_bytes,
 )
-from impyard.knowledge.validate import REPO_PATH, validate
+from impyard.knowledge.validate import REPO_PATH, landed_name_clashes, validate
 from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
 
@@ -230,9 +230,11 @@ def _recheck(
     org_prefix = ORGANIZATION + "/"
     touches_org = any(p.startswith(org_prefix) for p in touched)
     found: list[Violation] = []
+    landed: list[str] = []
     for commit in commits_since(repo, base, head):
         parent = commit.parents[0]
         for path in changed_paths(parent.tree, commit.tree):
+            landed.append(path)
             if path in touched:
                 found.append(
                     Violation(path, "collision", f"changed on main by {str(commit.id)[:12]}")
@@ -255,4 +257,7 @@ def _recheck(
                         f"id {name.note_id} landed on main as {path}",
                     )
                 )
+    # A name that differs from ours only in case or Unicode form may have landed meanwhile.
+    head_tree = cast(pygit2.Commit, repo[head]).tree
+    found.extend(landed_name_clashes(head_tree, landed, change))
     return found

@@ -16,6 +16,14 @@ through the lane, which enforced the same rule for the run that added it. So:
 - records that reached ``main`` after ``base`` are checked by the lane, which
   diffs only the commits between ``base`` and the new head (O(their changes)).
 
+Names one file system would merge
+---------------------------------
+A clone on macOS or Windows folds case, Unicode form, ignorable code points and
+trailing dots/spaces, so two names equal under ``normalize_segment`` become one
+file there. Each new name is compared only with its siblings: validation lists
+just the directories the change writes into, and the lane compares the paths
+that landed since ``base`` (which it already has), so neither walks the tree.
+
 Repository size is the sum of blob sizes in the resulting tree: a per-commit
 cache (``repo.tree_bytes``) gives the base total and the change adds its delta,
 so the check is O(change) too.
@@ -24,6 +32,7 @@ so the check is O(change) too.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
 from typing import cast
 
 import pygit2
@@ -93,13 +102,43 @@ _IGNORABLE = frozenset(
     [*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
 )
 
-_PATH_RULES = ("bad-name", "path-escape", "git-metadata", "hidden-path", "instruction-file")
+# Names Windows maps to devices whatever the extension (git's is_valid_win32_path, plus
+# the 0 and superscript forms Microsoft documents); a clone there cannot hold them.
+_WINDOWS_DEVICES: frozenset[str] = frozenset(
+    {"con", "prn", "aux", "nul", "conin$", "conout$"}
+    | {f"{port}{n}" for port in ("com", "lpt") for n in "0123456789\u00b9\u00b2\u00b3"}
+)
+_WINDOWS_RESERVED_CHARACTERS = '<>:"\\|?*'
+
+_PATH_RULES = (
+    "bad-name",
+    "path-escape",
+    "git-metadata",
+    "hidden-path",
+    "instruction-file",
+    "unportable-name",
+)
 
 
 def normalize_segment(segment: str) -> str:
     """How case-insensitive, trailing-dot/space-stripping filesystems would see a name."""
+    if segment.isascii():  # the common case, and casefold/NFC change nothing else there
+        return segment.lower().rstrip(" .")
     cleaned = "".join(ch for ch in segment if ord(ch) not in _IGNORABLE)
-    return unicodedata.normalize("NFC", cleaned).lower().rstrip(" .")
+    folded = unicodedata.normalize("NFC", cleaned).casefold()
+    return unicodedata.normalize("NFC", folded).rstrip(" .")
+
+
+def _unportable(segment: str) -> str | None:
+    """Why Windows could not hold this name, if it could not."""
+    reserved = next((ch for ch in segment if ch in _WINDOWS_RESERVED_CHARACTERS), None)
+    if reserved is not None:
+        return f"{segment!r} contains {reserved!r}, which Windows does not allow in names"
+    if segment.endswith((".", " ")):
+        return f"{segment!r} ends with a dot or space, which Windows drops"
+    if segment.split(".", 1)[0].rstrip(" ").lower() in _WINDOWS_DEVICES:
+        return f"{segment!r} is a reserved device name on Windows"
+    return None
 
 
 def path_violations(path: str) -> list[Violation]:
@@ -126,6 +165,9 @@ def path_violations(path: str) -> list[Violation]:
             found.setdefault("hidden-path", f"hidden path segment {segment!r}")
         if (last and norm in INSTRUCTION_FILES) or (not last and norm in INSTRUCTION_DIRS):
             found.setdefault("instruction-file", f"{segment!r} is a runtime instruction file")
+        unportable = _unportable(segment)
+        if unportable is not None:
+            found.setdefault("unportable-name", unportable)
     return [Violation(path, rule, found[rule]) for rule in _PATH_RULES if rule in found]
 
 
@@ -205,6 +247,7 @@ def validate(
         violations.extend(_placement(path, mode, base_tree, deleting=True))
 
     violations.extend(_file_directory_clashes(base_tree, change))
+    violations.extend(name_clashes(base_tree, change))
 
     total = tree_bytes(repo, base) + size_delta(repo, base_tree, change.written, change.deleted)
     if total > limits.max_repo_bytes:
@@ -302,3 +345,96 @@ def _file_directory_clashes(base_tree: pygit2.Tree, change: Change) -> list[Viol
                 )
                 break
     return found
+
+
+def _names_by_directory(paths: Iterable[str]) -> dict[str, set[str]]:
+    """Every name the paths put in each directory ('' is the top level)."""
+    names: dict[str, set[str]] = {}
+    for path in paths:
+        parts = path.split("/")
+        for depth, name in enumerate(parts):
+            names.setdefault("/".join(parts[:depth]), set()).add(name)
+    return names
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if directory else name
+
+
+def _clash(path: str, rivals: Iterable[str]) -> Violation:
+    directory, _, name = path.rpartition("/")
+    where = f"{directory}/" if directory else "the top level"
+    listed = ", ".join(repr(rival) for rival in sorted(rivals))
+    return Violation(
+        path,
+        "name-clash",
+        f"{name!r} differs from {listed} in {where} only by case, Unicode form, ignorable "
+        "characters or trailing dots/spaces; a macOS or Windows clone would see one name",
+    )
+
+
+def _survives(entry: pygit2.Object, path: str, change: Change) -> bool:
+    """Whether a base entry the change does not write is still there after the change."""
+    if not isinstance(entry, pygit2.Tree):
+        return path not in change.deleted
+    # Only reached for a rival name (rare), so walking its subtree stays off the common path.
+    return any(_survives(child, f"{path}/{child.name}", change) for child in entry)
+
+
+def name_clashes(tree: pygit2.Tree, change: Change) -> list[Violation]:
+    """New names the change writes that a case-insensitive or normalizing file system would
+    merge with another name in the same directory (in ``tree`` or the change itself).
+
+    Lists only the directories the change writes into (O(change) plus their entries);
+    names already in ``tree`` are not this change's doing and are never reported.
+    """
+    found: list[Violation] = []
+    for directory, ours in sorted(_names_by_directory(change.written).items()):
+        by_form: dict[str, set[str]] = {}
+        for name in ours:
+            by_form.setdefault(normalize_segment(name), set()).add(name)
+        entry = tree if not directory else lookup_entry(tree, directory)
+        listing = (
+            {str(child.name): child for child in entry} if isinstance(entry, pygit2.Tree) else {}
+        )
+        for name, child in listing.items():
+            form = normalize_segment(name)
+            if (
+                form in by_form
+                and name not in ours
+                and _survives(child, _join(directory, name), change)
+            ):
+                by_form[form].add(name)
+        found.extend(
+            _clash(_join(directory, name), by_form[normalize_segment(name)] - {name})
+            for name in sorted(ours)
+            if name not in listing and len(by_form[normalize_segment(name)]) > 1
+        )
+    return found
+
+
+def landed_name_clashes(
+    tree: pygit2.Tree, landed: Iterable[str], change: Change
+) -> list[Violation]:
+    """``name_clashes`` against paths that reached ``tree`` after the change's base.
+
+    O(landed paths x depth): the lane already has those paths, so no directory is listed.
+    """
+    ours = _names_by_directory(change.written)
+    forms: dict[tuple[str, str], set[str]] = {}
+    for directory, names in ours.items():
+        for name in names:
+            forms.setdefault((directory, normalize_segment(name)), set()).add(name)
+    rivals: dict[str, set[str]] = {}
+    for path in landed:
+        parts = path.split("/")
+        for depth, name in enumerate(parts):
+            directory = "/".join(parts[:depth])
+            mine = forms.get((directory, normalize_segment(name)))
+            if not mine or name in mine:
+                continue
+            if lookup_entry(tree, _join(directory, name)) is None:
+                continue  # landed and removed again
+            for own in mine:
+                rivals.setdefault(_join(directory, own), set()).add(name)
+    return [_clash(path, names) for path, names in sorted(rivals.items())]
