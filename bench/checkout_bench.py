@@ -207,9 +207,9 @@ def bench_size(root: Path, records: int, reps: int) -> list[tuple[str, float, st
     rows.append(("run dir disk, overlay (KiB)", overlay_disk / 1024, ""))
     rows.append(("run dir disk, copy (KiB)", copy_disk / 1024, ""))
 
-    for checkout in runs.values():
-        release_checkout(checkout)
-    release_checkout(copy_checkout)
+    for run_id, checkout in runs.items():
+        release_checkout(checkout, home.run_checkout_record(f"so{run_id}"))
+    release_checkout(copy_checkout, home.run_checkout_record("sc"))
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.rmtree(home.root, ignore_errors=True)
     return rows

@@ -70,13 +70,21 @@ class Home:
         """The certificates of policy ``box.extra_ca_file``, as this run's box trusts them."""
         return self.run_dir(run_id) / "ca.pem"
 
+    def run_space(self, run_id: str) -> Path:
+        """Where the run's size-limited writable filesystem is mounted (``runspace``)."""
+        return self.run_dir(run_id) / "space"
+
+    def run_space_image(self, run_id: str) -> Path:
+        """The sparse file holding that filesystem; kept (unmounted) for quarantined runs."""
+        return self.run_dir(run_id) / "space.img"
+
     def run_checkout(self, run_id: str) -> Path:
         """The run's knowledge: the overlay upper dir, or the full plain copy (fallback)."""
-        return self.run_dir(run_id) / "knowledge"
+        return self.run_space(run_id) / "knowledge"
 
     def run_overlay_work(self, run_id: str) -> Path:
         """The overlay workdir (same filesystem as the upper dir, as overlayfs requires)."""
-        return self.run_dir(run_id) / "work"
+        return self.run_space(run_id) / "work"
 
     def run_checkout_record(self, run_id: str) -> Path:
         """The prepared checkout as JSON; layer GC keeps every chain a record names."""

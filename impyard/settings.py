@@ -51,6 +51,17 @@ class Settings(BaseSettings):
         gt=0,
         description="Timeout of one Docker API call.",
     )
+    run_space: Literal["auto", "loop", "plain"] = Field(
+        default="auto",
+        description="Each run's writable space: a size-limited loop filesystem, a plain "
+        "directory, or auto (loop where this host can mount one).",
+    )
+    disk_reserve_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=0,
+        description="Free space on the data root kept for the host's own state; a run is "
+        "admitted only when it fits beside it.",
+    )
     lease_ttl_seconds: float = Field(
         default=120.0,
         gt=0,

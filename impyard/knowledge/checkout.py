@@ -170,8 +170,9 @@ def prepare_checkout(
     return checkout
 
 
-def release_checkout(checkout: Checkout) -> None:
-    """Remove the run's checkout pieces; the run dir (and its manifest) stays.
+def release_checkout(checkout: Checkout, record: Path) -> None:
+    """Remove the run's checkout pieces and its ``record``; the run dir (and its manifest)
+    stays.
 
     The overlay must already be unmounted (Docker unmounts when the box exits).
     """
@@ -179,7 +180,7 @@ def release_checkout(checkout: Checkout) -> None:
         if path is not None and path.exists():
             # Box-written: no recursion, no symlink following, any depth (remove_tree).
             remove_tree(path)
-    for path in (checkout.index_path, checkout.root.parent / "checkout.json"):
+    for path in (checkout.index_path, record):
         path.unlink(missing_ok=True)
 
 
@@ -220,6 +221,7 @@ def _fresh_dir(path: Path, owner: Owner) -> None:
     if path.exists():
         # A retried prepare after a crash: start again from nothing.
         remove_tree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the run's space, when it has none
     path.mkdir(mode=0o755)
     os.chown(path, *owner)
     os.chmod(path, 0o755)

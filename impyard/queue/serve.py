@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from impyard.errors import EngineError, ImpyardError, LeaseHeldError
+from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import tasks
 from impyard.queue.db import connect
 from impyard.runs.model import Manifest, RunRequest
@@ -26,6 +27,7 @@ from impyard.runs.recovery import Resolution, recover_all
 log = logging.getLogger(__name__)
 
 ENGINE_RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
+DISK_RETRY_SECONDS = 10.0
 
 
 @dataclass
@@ -62,6 +64,8 @@ class Server:
         self._stop = threading.Event()
         self._kill_now = threading.Event()
         self._deadline: float | None = None
+        #: Until when no task is claimed because the data root is too full (monotonic).
+        self._disk_wait_until = 0.0
         self.ctx.on_box_started = self._box_started
 
     # -- signals (called from the main thread's signal handler) -------------------------
@@ -102,14 +106,16 @@ class Server:
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool:
             while True:
                 self._enforce_deadline()
-                if not self._stop.is_set() and self._engine_ok():
+                disk_ok = time.monotonic() >= self._disk_wait_until
+                if not self._stop.is_set() and disk_ok and self._engine_ok():
                     while len(running) < self.concurrency:
                         task = self._claim()
                         if task is None:
                             break
                         running[pool.submit(self._run_task, task)] = task
                 self._refresh(len(running))
-                if not running and (self._stop.is_set() or (self.once and not self._claimable())):
+                idle = self.once and (not self._claimable() or not disk_ok)
+                if not running and (self._stop.is_set() or idle):
                     break
                 if running:
                     done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -253,12 +259,14 @@ class Server:
             outcome = execute(self.ctx, request)
             checkpoint, run_id = outcome.manifest.checkpoint, outcome.manifest.run_id
             self._forget(run_id)
+        except DiskSpaceError as exc:
+            # Nothing of the run exists yet: the task waits, and so does claiming.
+            self._requeue(task)
+            self._disk_wait_until = time.monotonic() + DISK_RETRY_SECONDS
+            self.report("requeued", f"task {task.id} waits for disk space: {exc}")
+            return
         except LeaseHeldError as exc:
-            conn = connect(self.ctx.home.db)
-            try:
-                tasks.requeue(conn, task.id)
-            finally:
-                conn.close()
+            self._requeue(task)
             self.report("requeued", f"task {task.id} waits: {exc}")
             return
         except ImpyardError as exc:
@@ -277,6 +285,13 @@ class Server:
         else:
             self.status.counts["failed"] += 1
             self.report("failed", f"task {task.id} ({task.imp}) failed: {error}")
+
+    def _requeue(self, task: tasks.Task) -> None:
+        conn = connect(self.ctx.home.db)
+        try:
+            tasks.requeue(conn, task.id)
+        finally:
+            conn.close()
 
     def _forget(self, run_id: str) -> None:
         with self._lock:

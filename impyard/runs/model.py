@@ -70,6 +70,8 @@ class Manifest:
     candidate_ref: str | None = None
     quarantine_ref: str | None = None
     checkout: dict[str, Any] | None = None
+    #: The run's writable space (``runspace.RunSpace``): where its checkout lives, bounded.
+    space: dict[str, Any] | None = None
     volume: str | None = None
     #: The wall-clock limit the run was admitted with (policy, or a shorter --timeout);
     #: recovery enforces it from ``started_at``, whatever today's policy says.

@@ -21,9 +21,12 @@ from impyard import names
 from impyard.box.logs import LogFollower
 from impyard.box.tmpwatch import TmpUsage, TmpWatch, oom_reason
 from impyard.box.trust import BOX_EXTRA_CA, copy_extra_ca, extra_ca_env
-from impyard.errors import ImpyardError, UsageError
+from impyard.errors import ConfigError, ImpyardError, UsageError
+from impyard.fsutil import locked, remove_tree
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.knowledge import runspace
+from impyard.knowledge.runspace import RunSpace
 from impyard.knowledge.violations import ViolationDigest, digest
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
@@ -313,6 +316,12 @@ class Run:
         if box_exit.oom_killed:
             self.manifest.oom_tmp_bytes = usage.peak_bytes if usage else None
         reason = interrupted or abnormal_reason(box_exit, self.policy.box.memory_bytes, usage)
+        space = RunSpace.from_dict(self.manifest.space) if self.manifest.space else None
+        if not clean and space is not None and runspace.is_full(space):
+            reason += (
+                f"; the run's writable space ({space.size_bytes // 2**20} MiB, sized from "
+                "knowledge.max_repo_bytes) is full"
+            )
         self.event(
             "box.exited",
             exit_code=box_exit.exit_code,
@@ -455,12 +464,9 @@ class Run:
 
     def cleanup(self) -> None:
         """Integrated, empty, rejected and conflicting runs drop their checkout; refs keep the
-        change. A quarantined run keeps its directory for the owner."""
-        if self.manifest.checkpoint == "quarantined" or self.manifest.checkout is None:
-            return
-        from impyard.knowledge.checkout import release_checkout
-
-        release_checkout(self.checkout())
+        change. A quarantined run keeps it for the owner: in a loop space, as the unmounted
+        image ``space.img`` (mount it read-only to look), which frees its loop device."""
+        release_run_space(self.home, self.manifest)
 
     def prepare_next_base(self) -> None:
         """Build the checkout layer of the current main now, so the next run starts fast.
@@ -480,6 +486,25 @@ class Run:
             collect_layers(self.home, self.manifest.imp, [head])
         except ImpyardError as exc:  # an optimisation only: the next run builds it itself
             log.warning("could not pre-build the checkout layer of main: %s", exc)
+
+
+def release_run_space(home: Home, manifest: Manifest) -> None:
+    """Drop a finished run's checkout and space (a quarantined run's image is kept)."""
+    from impyard.knowledge.checkout import Checkout, release_checkout
+
+    space = RunSpace.from_dict(manifest.space) if manifest.space else None
+    if manifest.checkpoint == "quarantined":
+        if space is not None:
+            runspace.unmount(space)
+        return
+    if manifest.checkout is not None and (space is None or space.kind == "plain"):
+        release_checkout(
+            Checkout.from_dict(manifest.checkout), home.run_checkout_record(manifest.run_id)
+        )
+    else:
+        home.run_checkout_record(manifest.run_id).unlink(missing_ok=True)
+    if space is not None:
+        runspace.release(space)  # a loop space goes whole: no per-file unlinking
 
 
 def digest_fields(found: ViolationDigest) -> dict[str, Any]:
@@ -620,7 +645,35 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     owner = RunOwnership.claim(home, manifest.run_id)
     assert owner is not None, "a new run directory has no other owner"
     with owner:
+        try:
+            manifest.space = allocate_space(ctx, manifest.run_id, policy).to_dict()
+        except BaseException:
+            # Not admitted (e.g. the disk is too full): leave nothing behind.
+            remove_tree(home.run_dir(manifest.run_id))
+            Run(ctx, manifest, policy).release_lease()
+            raise
         return _admitted(ctx, request, manifest, policy)
+
+
+def allocate_space(ctx: RunContext, run_id: str, policy: EffectivePolicy) -> RunSpace:
+    """The run's bounded writable space, admitted against the data root's free space.
+
+    It must hold what the run may keep (``max_repo_bytes``), and in the copy fallback the
+    checkout itself too. Admission and creation happen under one lock, so two runs
+    starting together cannot both count the same free space."""
+    from impyard.box.volumes import select_checkout_kind
+
+    settings, home = ctx.settings, ctx.home
+    keep = policy.knowledge.max_repo_bytes
+    if select_checkout_kind(settings, home) == "copy":
+        keep *= 2
+    size = runspace.space_size(keep)
+    unsupported = runspace.loop_supported() if settings.run_space != "plain" else "plain"
+    if settings.run_space == "loop" and unsupported is not None:
+        raise ConfigError(f"IMPYARD_RUN_SPACE=loop, but loop spaces are unavailable: {unsupported}")
+    with locked(home.runs_dir / ".space.lock"):
+        runspace.admit(home, size, settings.disk_reserve_bytes)
+        return runspace.create(home, run_id, size, loop=unsupported is None)
 
 
 def _admitted(

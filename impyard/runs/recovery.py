@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from impyard import names
 from impyard.errors import EngineError, ImpyardError
+from impyard.knowledge import runspace
+from impyard.knowledge.runspace import RunSpace
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
 from impyard.runs.owner import RunOwnership
-from impyard.runs.pipeline import Run, RunContext
+from impyard.runs.pipeline import Run, RunContext, release_run_space
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,8 @@ def recover_all(
             continue
         with owner:
             try:
+                if manifest.space:  # after a reboot its checkout is an unmounted image
+                    runspace.ensure_mounted(RunSpace.from_dict(manifest.space))
                 resolution = resolve(ctx, manifest)
             except EngineError as exc:  # the engine is the problem: try again next start
                 log.error("could not recover run %s: %s", manifest.run_id, exc)
@@ -180,23 +186,26 @@ def settle_tasks(ctx: RunContext, conn: sqlite3.Connection) -> None:
 
 def sweep_finished_checkouts(ctx: RunContext) -> None:
     """A host that died between a run's last manifest write and its cleanup leaves a
-    checkout behind; only quarantined runs keep theirs."""
-    from impyard.knowledge.checkout import Checkout, release_checkout
-
+    checkout (and a mounted space) behind; quarantined runs keep theirs, unmounted."""
     for manifest in manifests.list_all(ctx.home):
-        if not manifest.is_terminal or manifest.checkpoint == "quarantined":
-            continue
-        if manifest.checkout is None:
-            continue
-        checkout = Checkout.from_dict(manifest.checkout)
-        if not checkout.root.exists():
+        if not manifest.is_terminal or not _left_behind(ctx, manifest):
             continue
         owner = RunOwnership.claim(ctx.home, manifest.run_id)
         if owner is None:  # its own process is cleaning up right now
             continue
         with owner:
-            release_checkout(checkout)
+            release_run_space(ctx.home, manifest)
         ctx.journal.record("run.swept", run=manifest.run_id, imp=manifest.imp)
+
+
+def _left_behind(ctx: RunContext, manifest: Manifest) -> bool:
+    space = ctx.home.run_space(manifest.run_id)
+    if os.path.ismount(space):
+        return True
+    if manifest.checkpoint == "quarantined":
+        return False
+    root = Path(manifest.checkout["root"]) if manifest.checkout else None
+    return space.exists() or (root is not None and root.exists())
 
 
 def republish_origins(ctx: RunContext) -> None:

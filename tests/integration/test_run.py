@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,7 +74,8 @@ def test_clean_run_lands_one_note_with_trusted_trailers(yard: Cli) -> None:
     for expected in ("run.created", "box.started", "box.exited", "knowledge.integrated"):
         assert expected in events
     # Integrated runs drop their checkout; the commit keeps the change.
-    assert not (yard.home / "runs" / str(record["run_id"]) / "knowledge").exists()
+    run_dir = yard.home / "runs" / str(record["run_id"])
+    assert not (run_dir / "space").exists() and not (run_dir / "space.img").exists()
 
 
 def test_run_without_changes_is_empty(yard: Cli) -> None:
@@ -93,7 +96,9 @@ def test_failing_box_is_quarantined_and_main_untouched(yard: Cli) -> None:
     ref = f"refs/quarantine/{record['run_id']}"
     quarantined = git("-C", repo, "ls-tree", "-r", "--name-only", ref).stdout
     assert f"acme-sso--{record['namespace']}_1.md" in quarantined
-    assert (yard.home / "runs" / str(record["run_id"]) / "knowledge").exists()
+    # The checkout is kept: its loop space as an unmounted image (which frees the device).
+    run_dir = yard.home / "runs" / str(record["run_id"])
+    assert (run_dir / "space.img").is_file() and not os.path.ismount(run_dir / "space")
     logs = yard("runs", "logs", str(record["run_id"]))
     assert "half-done" in logs.stdout
     assert_fsck_clean(repo)
@@ -325,7 +330,46 @@ def test_a_box_nesting_1500_directories_is_rejected_and_cleaned_up(yard: Cli) ->
     assert record["checkpoint"] == "rejected"
     assert "too-deep" in {e["rule"] for e in record["validation_errors"]}
     run_dir = yard.home / "runs" / str(record["run_id"])
-    assert not (run_dir / "knowledge").exists()
+    assert not (run_dir / "space").exists() and not (run_dir / "space.img").exists()
     served = yard("serve", "--once")  # recovery's sweep walks nothing it cannot finish
     assert served.code == 0, served.stderr
     assert_fsck_clean(repo_of(yard))
+
+
+def test_a_box_that_writes_past_its_space_is_quarantined_and_the_disk_keeps_its_room(
+    yard: Cli,
+) -> None:
+    """The run's writable space is a filesystem sized from max_repo_bytes: a box writing
+    500 MB with a 10 MB limit hits ENOSPC in the box, not the host's data root."""
+    org = yard.home / "policy" / "org.toml"
+    org.write_text(
+        org.read_text().replace("max_repo_bytes = 1000000000", "max_repo_bytes = 10000000")
+    )
+    assert yard("deploy").code == 0
+    free_before = shutil.disk_usage(yard.home).free
+    fill = 'dd if=/dev/zero of="$IMPYARD_KNOWLEDGE_DIR/records/fill" bs=1048576 count=500'
+    code, record = run_json(yard, "--command", fill)
+    assert code == 4, record
+    assert record["checkpoint"] == "quarantined"
+    reason = str(record["reason"])
+    assert reason.startswith("exited with status 1; the run's writable space"), reason
+    assert reason.endswith("is full"), reason
+    assert free_before - shutil.disk_usage(yard.home).free < 100 * 2**20
+    assert "No space left on device" in yard("runs", "logs", str(record["run_id"])).stdout
+
+
+def test_a_run_that_would_eat_the_reserve_is_not_admitted(yard: Cli) -> None:
+    huge = {"IMPYARD_DISK_RESERVE_BYTES": str(2**60)}
+    result = yard("run", "yuko", "--prompt", "p", "--command", "true", env=huge)
+    assert result.code == 1, result.stderr
+    line = result.stderr.strip()
+    assert line.startswith("impyard: error: the data root") and "reserve" in line
+    assert "Traceback" not in result.stderr
+    assert json.loads(yard("runs", "list", "--json").stdout) == []
+    assert yard("task", "add", "yuko", "--prompt", "later").code == 0
+    served = yard("serve", "--once", env=huge)
+    assert served.code == 0, served.stderr
+    assert "waits for disk space" in served.stdout + served.stderr
+    (task,) = json.loads(yard("task", "list", "--json").stdout)
+    assert task["state"] == "queued"
+    assert json.loads(yard("runs", "list", "--json").stdout) == []

@@ -98,10 +98,13 @@ def test_release_removes_the_checkout_but_keeps_the_run_dir(home: Home, kind: st
     home.manifest("r1").write_text("{}")
     checkout = prepare_checkout(home, IMP, "r1", base, kind, OWNER)  # type: ignore[arg-type]
     (checkout.root / "dangling").symlink_to("/etc/passwd")
-    release_checkout(checkout)
-    assert sorted(os.listdir(home.run_dir("r1"))) == ["manifest.json"]
+    record = home.run_checkout_record("r1")
+    release_checkout(checkout, record)
+    # What is left is the run's (empty) space, which the pipeline releases with the run.
+    assert sorted(os.listdir(home.run_dir("r1"))) == ["manifest.json", "space"]
+    assert os.listdir(home.run_space("r1")) == []
     assert Path("/etc/passwd").exists()
-    release_checkout(checkout)  # idempotent
+    release_checkout(checkout, record)  # idempotent
 
 
 def test_prepare_again_after_a_crash_starts_clean(home: Home) -> None:

@@ -66,7 +66,7 @@ def merged_view(home: Home, tmp_path: Path, commit_id: str) -> dict[str, bytes]:
         with mounted(checkout, tmp_path / f"m-{commit_id[:8]}") as merged:
             return read_dir(merged)
     finally:
-        release_checkout(checkout)
+        release_checkout(checkout, home.run_checkout_record(f"view-{commit_id[:8]}"))
 
 
 def test_full_layer_matches_git_archive_file_by_file(home: Home) -> None:
@@ -188,7 +188,7 @@ def test_copy_up_of_a_hard_linked_lower_file_has_one_link(
     with mounted(checkout, tmp_path / "m") as merged:
         (merged / "README.md").write_bytes(b"edited\n")
     assert os.lstat(checkout.root / "README.md").st_nlink == 1
-    release_checkout(checkout)
+    release_checkout(checkout, home.run_checkout_record("r-link"))
 
 
 def test_gc_keeps_needed_chains_and_running_checkouts(home: Home) -> None:
@@ -204,7 +204,7 @@ def test_gc_keeps_needed_chains_and_running_checkouts(home: Home) -> None:
     removed = collect_layers(home, IMP, keep_commits=[c2])
     assert {layer.commit for layer in list_layers(home, IMP)} == {c1, c2, other}
     assert [r[:12] for r in removed] == [c3[:12]]
-    release_checkout(running)
+    release_checkout(running, home.run_checkout_record("r-running"))
     collect_layers(home, IMP, keep_commits=[c2])
     assert {layer.commit for layer in list_layers(home, IMP)} == {c1, c2}
     assert [n for n in os.listdir(home.layers(IMP)) if n.startswith(".trash")] == []

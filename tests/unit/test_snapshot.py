@@ -249,5 +249,5 @@ def test_release_after_snapshot(tmp_path: Path, kind: str) -> None:
     with box(tmp_path, kind) as (run, kdir):
         as_box("echo n > records/n--n_1_1.md", kdir)
     run.snap()
-    release_checkout(run.checkout)
+    release_checkout(run.checkout, run.checkout.root.parent / "checkout.json")
     assert not run.checkout.root.exists()
