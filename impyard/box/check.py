@@ -230,6 +230,17 @@ def _checkout_row(settings: Settings, home: Home, image: str) -> tuple[str, Chec
     return kind, Check("checkout kind (info)", True, detail)
 
 
+def _space_row(settings: Settings) -> Check:
+    from impyard.knowledge.runspace import loop_supported
+
+    unsupported = loop_supported() if settings.run_space != "plain" else "IMPYARD_RUN_SPACE=plain"
+    if unsupported is None:
+        detail = "a size-limited loop filesystem per run (knowledge.max_repo_bytes + overhead)"
+    else:
+        detail = f"unbounded while a run runs ({unsupported}); admission keeps the reserve"
+    return Check("run write limit (info)", True, detail)
+
+
 def check_box(image: str, settings: Settings, home: Home, memory_bytes: int) -> CheckReport:
     """Run the primitive and return every check; raises only when it cannot run at all.
 
@@ -271,4 +282,5 @@ def check_box(image: str, settings: Settings, home: Home, memory_bytes: int) -> 
         report.checks.append(Check(FILL_CHECK, False, "not run: /tmp is not a tmpfs"))
     report.checkout, row = _checkout_row(settings, home, image)
     report.checks.append(row)
+    report.checks.append(_space_row(settings))
     return report

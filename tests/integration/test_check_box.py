@@ -26,6 +26,7 @@ CHECKS = {
     "no /opt/impyard/scratch",
     "a full /tmp fits box.memory_bytes",
     "checkout kind (info)",
+    "run write limit (info)",
 }
 
 
