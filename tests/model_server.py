@@ -276,6 +276,19 @@ def sse_chunks(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
 NAMESPACE = re.compile(r"\bn_[0-9a-f]{12}\b")
 
 
+def write_note(namespace: str, topic: str, slug: str, source: str, body: str) -> Reply:
+    """A ``write`` tool call of note 1 of ``namespace``, with valid frontmatter."""
+    note = (
+        f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
+        f"source_urls:\n- {source}\n---\n\n# {slug}\n\n{body}"
+    )
+    return Reply.call(
+        "write",
+        path=f"/opt/impyard/knowledge/records/{topic}/{slug}--{namespace}_1.md",
+        content=note,
+    )
+
+
 def note_script(topic: str = "pi", slug: str = "first-note", body: str = "") -> Script:
     """Read the namespace with ``bash``, ``write`` one valid note with it, then stop."""
 
@@ -284,17 +297,8 @@ def note_script(topic: str = "pi", slug: str = "first-note", body: str = "") -> 
             return Reply.call("bash", command="echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE")
         match = NAMESPACE.search(conversation.last_tool_result())
         if conversation.turn == 1 and match:
-            namespace = match.group(0)
             text = body or "Pi wrote this note through the scripted model server.\n"
-            note = (
-                f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
-                f"source_urls:\n- https://example.com/{slug}\n---\n\n# {slug}\n\n{text}"
-            )
-            return Reply.call(
-                "write",
-                path=f"/opt/impyard/knowledge/records/{topic}/{slug}--{namespace}_1.md",
-                content=note,
-            )
+            return write_note(match.group(0), topic, slug, f"https://example.com/{slug}", text)
         if conversation.turn == 1:
             return Reply.say("I could not read my namespace.")
         return Reply.say("Wrote one note.")

@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Cli, git
-from tests.model_server import NAMESPACE, Conversation, ModelServer, Reply, Script, note_script
+from tests.model_server import (
+    NAMESPACE,
+    Conversation,
+    ModelServer,
+    Reply,
+    Script,
+    note_script,
+    write_note,
+)
 from tests.tls_server import TlsPageServer
 
 pytestmark = pytest.mark.docker
@@ -119,16 +127,7 @@ def spec_check_script(page_url: str) -> Script:
         seen = conversation.last_tool_result()
         match = NAMESPACE.search(seen)
         if conversation.turn == 1 and match and "fetched" in seen:
-            namespace = match.group(0)
-            note = (
-                f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
-                f"source_urls:\n- {page_url}\n---\n\n# Internal page\n\nIt says hello.\n"
-            )
-            return Reply.call(
-                "write",
-                path=f"/opt/impyard/knowledge/records/internal/page--{namespace}_1.md",
-                content=note,
-            )
+            return write_note(match.group(0), "internal", "page", page_url, "It says hello.\n")
         if conversation.turn == 1:
             return Reply.say("The download failed.")
         return Reply.say("Checked /tmp and wrote a note.")
