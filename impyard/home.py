@@ -90,10 +90,6 @@ class Home:
         """The prepared checkout as JSON; layer GC keeps every chain a record names."""
         return self.run_dir(run_id) / "checkout.json"
 
-    def run_checkout_index(self, run_id: str) -> Path:
-        """Copy fallback: the lstat identity of every file at checkout time."""
-        return self.run_dir(run_id) / "checkout.idx"
-
     @property
     def gateway_dir(self) -> Path:
         return self.root / "gateway"

@@ -6,7 +6,9 @@ WAL mode and a generous busy timeout make it safe for the CLI and a running
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 SCHEMA = """
@@ -38,6 +40,29 @@ CREATE TABLE IF NOT EXISTS namespaces (
     run_id    TEXT NOT NULL UNIQUE
 );
 """
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection for one piece of work, closed after it."""
+    conn = connect(path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE (the write lock up front, so a read-then-write cannot be raced),
+    COMMIT on success, ROLLBACK on anything else."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def connect(path: Path) -> sqlite3.Connection:

@@ -8,16 +8,18 @@ an imp forever.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
+from pathlib import Path
 
 from impyard.errors import LeaseHeldError
+from impyard.queue.db import opened, transaction
 
 
 def acquire(conn: sqlite3.Connection, imp: str, holder: str, ttl_seconds: float) -> None:
     """Take the lease or raise LeaseHeldError naming the live holder."""
     now = time.time()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn):
         row = conn.execute(
             "SELECT holder, heartbeat_at FROM leases WHERE imp = ?", (imp,)
         ).fetchone()
@@ -28,10 +30,6 @@ def acquire(conn: sqlite3.Connection, imp: str, holder: str, ttl_seconds: float)
             " VALUES (?, ?, ?, ?)",
             (imp, holder, now, now),
         )
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 def heartbeat(conn: sqlite3.Connection, imp: str, holder: str) -> bool:
@@ -64,7 +62,31 @@ def expire_dead(conn: sqlite3.Connection, ttl_seconds: float) -> list[tuple[str,
     return [(str(r["imp"]), str(r["holder"])) for r in rows]
 
 
-def release_holder(conn: sqlite3.Connection, holder: str) -> list[str]:
-    """Release every lease a (finished or dead) run holds; return the imps."""
-    rows = conn.execute("DELETE FROM leases WHERE holder = ? RETURNING imp", (holder,)).fetchall()
-    return [str(r["imp"]) for r in rows]
+def held_imps(conn: sqlite3.Connection, ttl_seconds: float) -> set[str]:
+    """Imps whose lease has a live holder."""
+    cutoff = time.time() - ttl_seconds
+    rows = conn.execute("SELECT imp FROM leases WHERE heartbeat_at >= ?", (cutoff,))
+    return {str(r["imp"]) for r in rows}
+
+
+class LeaseKeeper:
+    """Heartbeats a held lease from a thread (its own connection) while the run's box runs."""
+
+    def __init__(self, db: Path, imp: str, holder: str, interval: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(db, imp, holder, interval), name="lease", daemon=True
+        )
+
+    def _beat(self, db: Path, imp: str, holder: str, interval: float) -> None:
+        with opened(db) as conn:
+            while not self._stop.wait(interval):
+                heartbeat(conn, imp, holder)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

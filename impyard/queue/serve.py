@@ -9,6 +9,7 @@ never integrated half-done); a second signal kills at once.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -18,8 +19,8 @@ from dataclasses import dataclass, field
 
 from impyard.errors import EngineError, ImpyardError, LeaseHeldError
 from impyard.knowledge.runspace import DiskSpaceError
-from impyard.queue import tasks
-from impyard.queue.db import connect
+from impyard.queue import leases, tasks
+from impyard.queue.db import opened
 from impyard.runs.model import Manifest, RunRequest
 from impyard.runs.pipeline import RunContext, execute
 from impyard.runs.recovery import Resolution, recover_all
@@ -66,6 +67,7 @@ class Server:
         self._deadline: float | None = None
         #: Until when no task is claimed because the data root is too full (monotonic).
         self._disk_wait_until = 0.0
+        self._engine_failures = 0
         self.ctx.on_box_started = self._box_started
 
     # -- signals (called from the main thread's signal handler) -------------------------
@@ -155,52 +157,26 @@ class Server:
             f"{resolution.action}, {resolution.checkpoint}",
         )
 
-    def _held_lease_imps(self) -> set[str]:
-        from impyard.queue import leases
-
-        conn = connect(self.ctx.home.db)
-        try:
-            rows = conn.execute("SELECT imp FROM leases").fetchall()
-            ttl = self.ctx.settings.lease_ttl_seconds
-            return {r["imp"] for r in rows if leases.holder_of(conn, r["imp"], ttl)}
-        finally:
-            conn.close()
+    def _reorganize_blocked(self, conn: sqlite3.Connection) -> set[str]:
+        """Imps whose reorganize tasks must wait: a live lease, or one already running."""
+        ttl = self.ctx.settings.lease_ttl_seconds
+        return leases.held_imps(conn, ttl) | tasks.running_reorganize_imps(conn)
 
     def _claim(self) -> tasks.Task | None:
-        conn = connect(self.ctx.home.db)
-        try:
-            return tasks.claim_next(conn, self._held_lease_imps() | self._running_reorganize())
-        finally:
-            conn.close()
-
-    def _running_reorganize(self) -> set[str]:
-        conn = connect(self.ctx.home.db)
-        try:
-            rows = conn.execute(
-                "SELECT imp FROM tasks WHERE state = 'running' AND reorganize = 1"
-            ).fetchall()
-            return {r["imp"] for r in rows}
-        finally:
-            conn.close()
+        with opened(self.ctx.home.db) as conn:
+            return tasks.claim_next(conn, self._reorganize_blocked(conn))
 
     def _claimable(self) -> bool:
-        blocked = self._held_lease_imps() | self._running_reorganize()
-        conn = connect(self.ctx.home.db)
-        try:
-            return any(
-                not (t.reorganize and t.imp in blocked) for t in tasks.list_tasks(conn, "queued")
-            )
-        finally:
-            conn.close()
+        with opened(self.ctx.home.db) as conn:
+            blocked = self._reorganize_blocked(conn)
+            queued = tasks.list_tasks(conn, "queued")
+        return any(not (t.reorganize and t.imp in blocked) for t in queued)
 
     def _refresh(self, running: int) -> None:
-        conn = connect(self.ctx.home.db)
-        try:
-            queued = conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'queued'").fetchone()
-        finally:
-            conn.close()
-        changed = (self.status.running, self.status.queued) != (running, queued[0])
-        self.status.running, self.status.queued = running, queued[0]
+        with opened(self.ctx.home.db) as conn:
+            queued = tasks.count(conn, "queued")
+        changed = (self.status.running, self.status.queued) != (running, queued)
+        self.status.running, self.status.queued = running, queued
         if changed:
             self.report("status", "")
 
@@ -214,8 +190,12 @@ class Server:
             if not self.status.engine_down:
                 self.report("engine", f"engine unreachable, waiting: {exc}")
             self.status.engine_down = True
-            self._stop.wait(ENGINE_RETRY_SECONDS[0])
+            # Back off step by step while it stays down (1, 2, 5, then every 10 s).
+            wait = ENGINE_RETRY_SECONDS[min(self._engine_failures, len(ENGINE_RETRY_SECONDS) - 1)]
+            self._engine_failures += 1
+            self._stop.wait(wait)
             return False
+        self._engine_failures = 0
         if self.status.engine_down:
             self.report("engine", "engine reachable again")
             self.status.engine_down = False
@@ -274,11 +254,8 @@ class Server:
         except Exception as exc:  # a bug must not take the server down with other boxes
             log.exception("task %s failed unexpectedly", task.id)
             error = f"unexpected {type(exc).__name__}: {exc}"
-        conn = connect(self.ctx.home.db)
-        try:
+        with opened(self.ctx.home.db) as conn:
             tasks.finish(conn, task.id, checkpoint=checkpoint, error=error, run_id=run_id)
-        finally:
-            conn.close()
         if checkpoint is not None:
             self.status.counts[checkpoint] += 1
             self.report("finished", f"task {task.id} ({task.imp}): {checkpoint}")
@@ -287,11 +264,8 @@ class Server:
             self.report("failed", f"task {task.id} ({task.imp}) failed: {error}")
 
     def _requeue(self, task: tasks.Task) -> None:
-        conn = connect(self.ctx.home.db)
-        try:
+        with opened(self.ctx.home.db) as conn:
             tasks.requeue(conn, task.id)
-        finally:
-            conn.close()
 
     def _forget(self, run_id: str) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from impyard.errors import NotFoundError, UsageError
 from impyard.names import check_channel, utc_now
+from impyard.queue.db import transaction
 
 TaskState = Literal["queued", "running", "done", "cancelled"]
 TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "cancelled")
@@ -66,18 +67,13 @@ def add(
         raise UsageError("the task prompt is empty")
     check_channel(channel)
     task_id = new_task_id()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn):
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks").fetchone()[0]
         conn.execute(
             "INSERT INTO tasks (id, imp, prompt, reorganize, channel, state, created_at, seq)"
             " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
             (task_id, imp, prompt, int(reorganize), channel, utc_now(), seq),
         )
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
     return get(conn, task_id)
 
 
@@ -110,8 +106,8 @@ def cancel(conn: sqlite3.Connection, task_id: str) -> Task:
 def claim_next(conn: sqlite3.Connection, skip_imps_for_reorganize: set[str]) -> Task | None:
     """Take the oldest queued task, passing over reorganize tasks whose imp's lease is held
     (they stay queued; no head-of-line blocking)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    claimed = None
+    with transaction(conn):
         for row in conn.execute("SELECT * FROM tasks WHERE state = 'queued' ORDER BY seq"):
             if row["reorganize"] and row["imp"] in skip_imps_for_reorganize:
                 continue
@@ -119,17 +115,19 @@ def claim_next(conn: sqlite3.Connection, skip_imps_for_reorganize: set[str]) -> 
                 "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?",
                 (utc_now(), row["id"]),
             )
-            conn.execute("COMMIT")
-            return get(conn, row["id"])
-        conn.execute("COMMIT")
-        return None
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+            claimed = row["id"]
+            break
+    return None if claimed is None else get(conn, claimed)
 
 
-def attach_run(conn: sqlite3.Connection, task_id: str, run_id: str) -> None:
-    conn.execute("UPDATE tasks SET run_id = ? WHERE id = ?", (run_id, task_id))
+def count(conn: sqlite3.Connection, state: str) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM tasks WHERE state = ?", (state,)).fetchone()[0])
+
+
+def running_reorganize_imps(conn: sqlite3.Connection) -> set[str]:
+    """Imps with a reorganize task running: a second one must wait for it."""
+    rows = conn.execute("SELECT imp FROM tasks WHERE state = 'running' AND reorganize = 1")
+    return {str(r["imp"]) for r in rows}
 
 
 def finish(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,8 @@ from impyard.journal import Journal
 from impyard.knowledge import runspace
 from impyard.knowledge.runspace import RunSpace
 from impyard.knowledge.violations import ViolationDigest, digest
+from impyard.queue import leases, namespaces
+from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.owner import RunOwnership
@@ -50,6 +51,10 @@ BOX_ORIGIN = "/opt/impyard/origin.git"
 BOX_TASK = "/opt/impyard/task.md"
 BOX_INIT = "/opt/impyard/bin/box-init"
 MEMORY_BLOCK_CHARS = 4000
+KNOWLEDGE_DISABLED = (
+    "knowledge is disabled by policy (knowledge.enabled = false): no checkout was mounted "
+    "and nothing was integrated"
+)
 
 
 @dataclass
@@ -128,6 +133,9 @@ class Run:
 
         self.save(state="preparing")
         with self.phase("prepare"):
+            if not self.policy.knowledge.enabled:
+                write_task_file(self.home, self.run_dir / "task.md", request, self.manifest)
+                return
             kind = select_checkout_kind(self.ctx.settings, self.home)
             owner = parse_user(self.policy.box.user)
             checkout = prepare_checkout(
@@ -225,23 +233,11 @@ class Run:
             command = ["/bin/sh", "-c", imp_settings.command]
         else:
             command = list(box.command)
-        checkout = self.checkout()
-        if checkout.kind == "overlay":
-            assert m.volume is not None
-            knowledge = BoxMount(
-                source=m.volume, target=BOX_KNOWLEDGE, read_only=False, kind="volume"
-            )
-        else:
-            knowledge = BoxMount(source=str(checkout.root), target=BOX_KNOWLEDGE, read_only=False)
         timeout = box_timeout(request, self.policy)
         # The owner's [box.env] first: the host's contract variables below always win (policy
         # validation already refuses the names they use).
         env = {
             **box.env,
-            "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
-            "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
-            "IMPYARD_KNOWLEDGE_NAMESPACE": m.namespace,
-            "IMPYARD_KNOWLEDGE_MODE": m.mode,
             "IMPYARD_IMP": m.imp,
             "IMPYARD_RUN_ID": m.run_id,
             "IMPYARD_TASK_FILE": BOX_TASK,
@@ -249,10 +245,27 @@ class Run:
             "HOME": "/tmp",
         }
         mounts = [
-            knowledge,
             BoxMount(source=str(self.home.origin(m.imp)), target=BOX_ORIGIN, read_only=True),
             BoxMount(source=str(self.run_dir / "task.md"), target=BOX_TASK, read_only=True),
         ]
+        if m.checkout is not None:  # none when policy turns knowledge off
+            checkout = self.checkout()
+            if checkout.kind == "overlay":
+                assert m.volume is not None
+                knowledge = BoxMount(
+                    source=m.volume, target=BOX_KNOWLEDGE, read_only=False, kind="volume"
+                )
+            else:
+                knowledge = BoxMount(
+                    source=str(checkout.root), target=BOX_KNOWLEDGE, read_only=False
+                )
+            mounts.insert(0, knowledge)
+            env |= {
+                "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
+                "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
+                "IMPYARD_KNOWLEDGE_NAMESPACE": m.namespace,
+                "IMPYARD_KNOWLEDGE_MODE": m.mode,
+            }
         entrypoint = None
         if box.extra_ca_file is not None:
             # box-init builds the merged bundle on the tmpfs before the command runs.
@@ -364,6 +377,10 @@ class Run:
         from impyard.knowledge.snapshot import snapshot
 
         m = self.manifest
+        if m.checkout is None:
+            self.event("knowledge.disabled")
+            self.finish(checkpoint="empty", reason=KNOWLEDGE_DISABLED)
+            return
         with self.phase("checkpoint"):
             repo = open_repo(self.home, m.imp)
             change = snapshot(repo, self.checkout(), self.limits)
@@ -452,15 +469,10 @@ class Run:
     def release_lease(self) -> None:
         if self.manifest.mode != "reorganize":
             return
-        from impyard.queue import leases
-        from impyard.queue.db import connect
-
-        conn = connect(self.home.db)
-        try:
-            if leases.release(conn, self.manifest.imp, self.manifest.run_id):
-                self.event("lease.released")
-        finally:
-            conn.close()
+        with opened(self.home.db) as conn:
+            released = leases.release(conn, self.manifest.imp, self.manifest.run_id)
+        if released:
+            self.event("lease.released")
 
     def cleanup(self) -> None:
         """Integrated, empty, rejected and conflicting runs drop their checkout; refs keep the
@@ -550,23 +562,9 @@ def new_manifest(
     ctx: RunContext, request: RunRequest, policy: EffectivePolicy, base: str
 ) -> Manifest:
     """Allocate the run's identity on the host: run id and a namespace registered as unique."""
-    from impyard.queue.db import connect
-
     mode = "reorganize" if request.reorganize else policy.knowledge.normal_mode
-    conn = connect(ctx.home.db)
-    try:
-        while True:
-            run_id, namespace = names.new_run_id(), names.new_namespace()
-            try:
-                conn.execute(
-                    "INSERT INTO namespaces (namespace, imp, run_id) VALUES (?, ?, ?)",
-                    (namespace, request.imp, run_id),
-                )
-                break
-            except Exception as exc:  # sqlite3.IntegrityError: astronomically rare
-                log.warning("namespace collision, drawing again: %s", exc)
-    finally:
-        conn.close()
+    with opened(ctx.home.db) as conn:
+        run_id, namespace = namespaces.issue(conn, request.imp)
     return Manifest(
         run_id=run_id,
         imp=request.imp,
@@ -579,44 +577,9 @@ def new_manifest(
     )
 
 
-class LeaseKeeper:
-    """Heartbeats the reorganization lease while the box runs."""
-
-    def __init__(self, home: Home, imp: str, holder: str, interval: float) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, args=(home, imp, holder, interval), daemon=True
-        )
-
-    def _beat(self, home: Home, imp: str, holder: str, interval: float) -> None:
-        from impyard.queue import leases
-        from impyard.queue.db import connect
-
-        conn = connect(home.db)
-        try:
-            while not self._stop.wait(interval):
-                leases.heartbeat(conn, imp, holder)
-        finally:
-            conn.close()
-
-    def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def acquire_lease(ctx: RunContext, manifest: Manifest) -> None:
-    from impyard.queue import leases
-    from impyard.queue.db import connect
-
-    conn = connect(ctx.home.db)
-    try:
+    with opened(ctx.home.db) as conn:
         leases.acquire(conn, manifest.imp, manifest.run_id, ctx.settings.lease_ttl_seconds)
-    finally:
-        conn.close()
 
 
 def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
@@ -646,7 +609,8 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     assert owner is not None, "a new run directory has no other owner"
     with owner:
         try:
-            manifest.space = allocate_space(ctx, manifest.run_id, policy).to_dict()
+            if policy.knowledge.enabled:  # the space holds the checkout; without one, none
+                manifest.space = allocate_space(ctx, manifest.run_id, policy).to_dict()
         except BaseException:
             # Not admitted (e.g. the disk is too full): leave nothing behind.
             remove_tree(home.run_dir(manifest.run_id))
@@ -686,7 +650,9 @@ def _admitted(
     if manifest.mode == "reorganize":
         run.event("lease.acquired")
     keeper = (
-        LeaseKeeper(home, manifest.imp, manifest.run_id, ctx.settings.lease_ttl_seconds / 4)
+        leases.LeaseKeeper(
+            home.db, manifest.imp, manifest.run_id, ctx.settings.lease_ttl_seconds / 4
+        )
         if manifest.mode == "reorganize"
         else contextlib.nullcontext()
     )

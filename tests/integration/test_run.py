@@ -373,3 +373,24 @@ def test_a_run_that_would_eat_the_reserve_is_not_admitted(yard: Cli) -> None:
     (task,) = json.loads(yard("task", "list", "--json").stdout)
     assert task["state"] == "queued"
     assert json.loads(yard("runs", "list", "--json").stdout) == []
+
+
+def test_knowledge_disabled_by_policy_mounts_and_integrates_nothing(yard: Cli) -> None:
+    overlay = yard.home / "policy" / "imps" / "yuko.toml"
+    overlay.write_text("[knowledge]\nenabled = false\n")
+    assert yard("deploy").code == 0
+    before = head(repo_of(yard))
+    probe = (
+        "if [ -e /opt/impyard/knowledge ]; then echo knowledge=mounted; "
+        'else echo knowledge=absent; fi; echo "dir=${IMPYARD_KNOWLEDGE_DIR:-unset}"'
+    )
+    code, record = run_json(yard, "--command", probe)
+    assert code == 0, record
+    assert record["checkpoint"] == "empty"
+    assert "knowledge is disabled by policy" in str(record["reason"])
+    assert record["produced_commit"] is None and record["space"] is None
+    logs = yard("runs", "logs", str(record["run_id"])).stdout
+    assert "knowledge=absent" in logs and "dir=unset" in logs
+    assert head(repo_of(yard)) == before
+    shown = yard("runs", "show", str(record["run_id"]))
+    assert "knowledge is disabled by policy" in shown.stdout
