@@ -1,28 +1,38 @@
-"""The governed gateway: a box's only way out, with host, method, credential and budget rules.
+"""The governed gateway: a box's only way out, judged by the run's ``[gateway]`` policy.
 
-Wiring for one run (the pipeline does this; fail closed at every step)::
+Modules, one job each:
 
-    rules = GatewayRules.from_dict(effective_policy.gateway.model_dump())
-    gateway = Gateway.start(rules, home=home, imp=imp, run_id=run_id, journal=journal)
-    env = {**box_env, **gateway.proxy_env()}
-    if rules.enabled:
-        env[WAIT_FOR_ENV] = BOX_READY_PATH   # box-init waits for the ready file
-        # bind-mount <run dir>/signal read-only at BOX_SIGNAL_DIR
-    container = create(..., entrypoint=box-init, network_mode="none", environment=env)
-    container.start(); container.reload()
-    try:
-        gateway.attach(container.attrs["State"]["Pid"])   # GatewayError: kill the box, fail the run
-        write_ready(signal_dir)
-        ... wait for the box ...
-    finally:
-        gateway.close()   # returns after in-flight requests have written their journal lines
+    server     Gateway: listener in the box's netns, accept loop, worker threads, journal
+    handler    one client connection: parse, judge (``rules``), forward, tunnel or refuse
+    forward    plain HTTP and credential routes: one upstream request, response relayed
+    tunnel     CONNECT: bytes both ways, charged to the byte budget
+    framing    hop-by-hop headers and request body framing (Content-Length, chunked)
+    rules      decide(): the verdict on a request under a GatewayPolicy; route secrets
+    budget     per-run request and byte budgets, the per-imp daily counter
+    upstream   host-side connections; names must resolve to public addresses
+    netns      sockets created inside the box's network namespace
+    outcome    a request's journal record, and the refusal that ends it
+
+How ``impyard.runs.pipeline`` wires a run whose ``policy.gateway.enabled`` (every step
+fails closed):
+
+1. ``Gateway.start(policy.gateway, home=, imp=, run_id=, journal=)`` before the box exists.
+2. The box spec adds ``gateway.proxy_env()`` and ``WAIT_FOR_ENV=BOX_READY_PATH`` to the
+   environment, mounts ``<run dir>/signal`` read-only at ``BOX_SIGNAL_DIR`` and makes
+   box-init the entrypoint, so the command waits for the ready file.
+3. Once the box runs, ``gateway.attach(pid)`` with its ``State.Pid`` binds the listener in
+   its network namespace, then ``write_ready(<run dir>/signal)`` lets box-init start the
+   command. A GatewayError fails the run before the command ever starts.
+4. ``gateway.close()`` when the run ends, whatever happened; it returns after in-flight
+   requests have written their journal lines.
 """
 
 from __future__ import annotations
 
 from impyard.gateway.errors import GatewayError
 from impyard.gateway.netns import connect_in_netns, listen_in_netns, run_in_netns
-from impyard.gateway.proxy import (
+from impyard.gateway.rules import Decision, decide
+from impyard.gateway.server import (
     BOX_READY_PATH,
     BOX_SIGNAL_DIR,
     READY_FILE,
@@ -30,21 +40,17 @@ from impyard.gateway.proxy import (
     Gateway,
     write_ready,
 )
-from impyard.gateway.rules import AllowRule, Budget, Decision, GatewayRules, Route
 
 __all__ = [
     "BOX_READY_PATH",
     "BOX_SIGNAL_DIR",
     "READY_FILE",
     "WAIT_FOR_ENV",
-    "AllowRule",
-    "Budget",
     "Decision",
     "Gateway",
     "GatewayError",
-    "GatewayRules",
-    "Route",
     "connect_in_netns",
+    "decide",
     "listen_in_netns",
     "run_in_netns",
     "write_ready",

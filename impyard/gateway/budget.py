@@ -14,8 +14,8 @@ from pathlib import Path
 
 from impyard.fsutil import atomic_write_text, locked
 from impyard.gateway.errors import GatewayError
-from impyard.gateway.rules import Budget
 from impyard.home import Home
+from impyard.policy.models import GatewayBudget
 
 
 def utc_day() -> str:
@@ -73,8 +73,8 @@ def _read_count(path: Path) -> int:
 class RunBudget:
     """The budget of one run; thread-safe because every connection runs on its own thread."""
 
-    def __init__(self, budget: Budget, daily: DailyCounter) -> None:
-        self.budget = budget
+    def __init__(self, limits: GatewayBudget, daily: DailyCounter) -> None:
+        self.limits = limits
         self.daily = daily
         self._lock = threading.Lock()
         self.requests = 0
@@ -82,22 +82,18 @@ class RunBudget:
 
     def admit(self) -> Refusal | None:
         """Count a request about to be forwarded, or say which budget refuses it."""
-        limits = self.budget
+        limits = self.limits
         with self._lock:
-            if limits.requests_per_run is not None and self.requests >= limits.requests_per_run:
+            if self.requests >= limits.requests_per_run:
                 return Refusal(
                     "gateway.budget.requests_per_run",
                     f"request budget spent: {limits.requests_per_run} requests per run "
                     "(gateway.budget.requests_per_run)",
                 )
-            if (
-                limits.response_bytes_per_run is not None
-                and self.response_bytes >= limits.response_bytes_per_run
-            ):
-                return self._bytes_refusal()
-            if limits.requests_per_imp_per_day is not None and not self.daily.take(
-                limits.requests_per_imp_per_day
-            ):
+            if self.response_bytes >= limits.response_bytes_per_run:
+                return self.bytes_refusal()
+            # Checked last: the shared daily file is charged only for requests that go out.
+            if not self.daily.take(limits.requests_per_imp_per_day):
                 return Refusal(
                     "gateway.budget.requests_per_imp_per_day",
                     f"daily request budget spent: {limits.requests_per_imp_per_day} requests "
@@ -106,26 +102,19 @@ class RunBudget:
             self.requests += 1
             return None
 
-    def bytes_left(self) -> int | None:
-        limit = self.budget.response_bytes_per_run
-        if limit is None:
-            return None
+    def bytes_left(self) -> int:
         with self._lock:
-            return max(0, limit - self.response_bytes)
+            return max(0, self.limits.response_bytes_per_run - self.response_bytes)
 
     def add_bytes(self, count: int) -> bool:
         """Charge response bytes; False once the run's byte budget is exceeded."""
-        limit = self.budget.response_bytes_per_run
         with self._lock:
             self.response_bytes += count
-            return limit is None or self.response_bytes <= limit
-
-    def _bytes_refusal(self) -> Refusal:
-        return Refusal(
-            "gateway.budget.response_bytes_per_run",
-            f"response byte budget spent: {self.budget.response_bytes_per_run} bytes per run "
-            "(gateway.budget.response_bytes_per_run)",
-        )
+            return self.response_bytes <= self.limits.response_bytes_per_run
 
     def bytes_refusal(self) -> Refusal:
-        return self._bytes_refusal()
+        return Refusal(
+            "gateway.budget.response_bytes_per_run",
+            f"response byte budget spent: {self.limits.response_bytes_per_run} bytes per run "
+            "(gateway.budget.response_bytes_per_run)",
+        )

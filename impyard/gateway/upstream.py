@@ -12,8 +12,6 @@ import ipaddress
 import socket
 import ssl
 
-from impyard.gateway.rules import is_ip_literal
-
 
 class UpstreamError(Exception):
     """Upstream unreachable or refused by the address guard; ``refused`` means 403, else 502."""
@@ -21,6 +19,14 @@ class UpstreamError(Exception):
     def __init__(self, message: str, *, refused: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
+
+
+def is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def resolve(host: str, port: int) -> list[tuple[int, str]]:

@@ -315,6 +315,13 @@ class GatewayRoute(_Strict):
             raise ValueError("upstream must be an http:// or https:// URL with a host")
         if parts.username or parts.password or parts.query or parts.fragment:
             raise ValueError("upstream may not carry credentials, a query or a fragment")
+        # The gateway reads the port when a request arrives; a bad one must fail at deploy.
+        try:
+            port = parts.port
+        except ValueError as exc:  # not a number, or above 65535
+            raise ValueError("upstream has an invalid port") from exc
+        if port == 0:
+            raise ValueError("upstream has an invalid port")
         return value
 
     @field_validator("header")

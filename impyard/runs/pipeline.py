@@ -195,11 +195,10 @@ class Run:
         inside its network namespace; if that fails, the command never runs (fail closed)."""
         if not self.policy.gateway.enabled:
             return
-        from impyard.gateway import Gateway, GatewayRules
+        from impyard.gateway import Gateway
 
-        rules = GatewayRules.from_dict(self.policy.gateway.model_dump())
         self.gateway = Gateway.start(
-            rules,
+            self.policy.gateway,
             home=self.home,
             imp=self.manifest.imp,
             run_id=self.manifest.run_id,

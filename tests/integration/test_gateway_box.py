@@ -23,13 +23,13 @@ from impyard.gateway import (
     WAIT_FOR_ENV,
     Gateway,
     GatewayError,
-    GatewayRules,
     connect_in_netns,
     listen_in_netns,
     write_ready,
 )
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.policy.models import GatewayPolicy
 from tests.conftest import BOX_IMAGE
 from tests.unit.test_gateway_proxy import Upstream
 
@@ -77,7 +77,7 @@ class Harness:
         self.signal = tmp_path / "signal"
         self.signal.mkdir(mode=0o755)
 
-    def rules(self, **extra: Any) -> GatewayRules:
+    def rules(self, **extra: Any) -> GatewayPolicy:
         data: dict[str, Any] = {
             "port": GATEWAY_PORT,
             "allow": [
@@ -95,9 +95,9 @@ class Harness:
             ],
         }
         data.update(extra)
-        return GatewayRules.from_dict(data)
+        return GatewayPolicy.model_validate(data)
 
-    def gateway(self, rules: GatewayRules) -> Gateway:
+    def gateway(self, rules: GatewayPolicy) -> Gateway:
         return Gateway.start(
             rules, home=self.home, imp="yuko", run_id=self.test_id, journal=self.journal
         )
@@ -120,7 +120,7 @@ class Harness:
             labels={"impyard.run": self.test_id},
         )
 
-    def run(self, script: str, rules: GatewayRules, *, during: Any = None) -> BoxRun:
+    def run(self, script: str, rules: GatewayPolicy, *, during: Any = None) -> BoxRun:
         """The pipeline's wiring: create, start, attach to State.Pid, write ready, wait, close."""
         gateway = self.gateway(rules)
         container = self.create(gateway, script)

@@ -4,12 +4,12 @@ import threading
 from pathlib import Path
 
 from impyard.gateway.budget import DailyCounter, RunBudget
-from impyard.gateway.rules import Budget
 from impyard.home import Home
+from impyard.policy.models import GatewayBudget
 
 
 def test_requests_per_run(tmp_path: Path) -> None:
-    budget = RunBudget(Budget(requests_per_run=3), DailyCounter(Home(tmp_path), "yuko"))
+    budget = RunBudget(GatewayBudget(requests_per_run=3), DailyCounter(Home(tmp_path), "yuko"))
     assert [budget.admit() for _ in range(3)] == [None, None, None]
     refusal = budget.admit()
     assert refusal is not None and refusal.status == 429
@@ -17,7 +17,9 @@ def test_requests_per_run(tmp_path: Path) -> None:
 
 
 def test_response_bytes_per_run(tmp_path: Path) -> None:
-    budget = RunBudget(Budget(response_bytes_per_run=100), DailyCounter(Home(tmp_path), "yuko"))
+    budget = RunBudget(
+        GatewayBudget(response_bytes_per_run=100), DailyCounter(Home(tmp_path), "yuko")
+    )
     assert budget.admit() is None
     assert budget.bytes_left() == 100
     assert budget.add_bytes(60)
@@ -30,17 +32,17 @@ def test_daily_counter_persists_across_runs_and_days(tmp_path: Path) -> None:
     home = Home(tmp_path)
     day = ["2026-07-11"]
     first = RunBudget(
-        Budget(requests_per_imp_per_day=3), DailyCounter(home, "yuko", today=lambda: day[0])
+        GatewayBudget(requests_per_imp_per_day=3), DailyCounter(home, "yuko", today=lambda: day[0])
     )
     assert first.admit() is None and first.admit() is None
     second = RunBudget(
-        Budget(requests_per_imp_per_day=3), DailyCounter(home, "yuko", today=lambda: day[0])
+        GatewayBudget(requests_per_imp_per_day=3), DailyCounter(home, "yuko", today=lambda: day[0])
     )
     assert second.admit() is None
     refusal = second.admit()
     assert refusal is not None and refusal.rule == "gateway.budget.requests_per_imp_per_day"
     assert home.gateway_day_count("yuko", "2026-07-11").read_text() == "3\n"
-    other_imp = RunBudget(Budget(requests_per_imp_per_day=3), DailyCounter(home, "ada"))
+    other_imp = RunBudget(GatewayBudget(requests_per_imp_per_day=3), DailyCounter(home, "ada"))
     assert other_imp.admit() is None
     day[0] = "2026-07-12"
     assert second.admit() is None

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from impyard.gateway import Gateway, GatewayRules, write_ready
+from impyard.gateway import Gateway, write_ready
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.policy.models import GatewayPolicy
 
 SECRET = "sk-test-7f3c91a2d0e4-do-not-leak"
 RUN_ID = "run-20260711T120000Z-0123456789"
@@ -90,7 +91,7 @@ class Upstream:
         self.thread.join(10)
 
 
-def gateway_rules(upstream_port: int, gateway_port: int, **extra: Any) -> GatewayRules:
+def gateway_policy(upstream_port: int, gateway_port: int, **extra: Any) -> GatewayPolicy:
     data: dict[str, Any] = {
         "enabled": True,
         "port": gateway_port,
@@ -111,7 +112,7 @@ def gateway_rules(upstream_port: int, gateway_port: int, **extra: Any) -> Gatewa
         "budget": {},
     }
     data.update(extra)
-    return GatewayRules.from_dict(data)
+    return GatewayPolicy.model_validate(data)
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def serve_on_loopback(tmp_path: Path, upstream: Upstream, **extra: Any) -> Serve
     home.root.mkdir(parents=True, exist_ok=True)
     journal = Journal(home.journal)
     gateway = Gateway.start(
-        gateway_rules(upstream.port, port, **extra),
+        gateway_policy(upstream.port, port, **extra),
         home=home,
         imp="yuko",
         run_id=RUN_ID,
@@ -348,7 +349,7 @@ def test_close_is_idempotent_and_stops_serving(tmp_path: Path, upstream: Upstrea
 def test_disabled_gateway_gives_no_env(tmp_path: Path) -> None:
     home = Home(tmp_path)
     gateway = Gateway.start(
-        GatewayRules.from_dict({"enabled": False}),
+        GatewayPolicy(enabled=False),
         home=home,
         imp="yuko",
         run_id=RUN_ID,

@@ -1,0 +1,172 @@
+"""One client connection from the box: parse each request, judge it, then forward, tunnel or
+refuse it, and leave exactly one journal record per request."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from http.server import BaseHTTPRequestHandler
+from socketserver import BaseServer
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
+
+from impyard.gateway.errors import GatewayError
+from impyard.gateway.forward import forward
+from impyard.gateway.outcome import Record, Refused
+from impyard.gateway.rules import Decision, Endpoint, decide, normalize_host, route_header
+from impyard.gateway.tunnel import tunnel
+
+# Type only: the server creates handlers, so a runtime import would be circular.
+if TYPE_CHECKING:
+    from impyard.gateway.server import Gateway
+
+log = logging.getLogger(__name__)
+
+_MAX_REQUEST_LINE = 65536
+
+
+class GatewayHandler(BaseHTTPRequestHandler):
+    """The stdlib parses request lines and headers (and answers 100-continue); everything a
+    request may reach is decided here."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "impyard-gateway"
+    sys_version = ""
+
+    def __init__(self, conn: socket.socket, gateway: Gateway) -> None:
+        self.gateway = gateway
+        # Once a status line went out, a refusal can only cut the connection.
+        self.responded = False
+        # The stdlib handler never consults ``server`` for what this class does.
+        super().__init__(conn, ("box", 0), cast(BaseServer, None))
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("gateway %s: " + format, self.gateway.run_id, *args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Malformed requests: a one-line plain-text answer instead of the stdlib's HTML page.
+        self.send_text(code, f"impyard gateway: {message or 'bad request'}", rule="http")
+
+    def handle_one_request(self) -> None:
+        try:
+            self.raw_requestline = self.rfile.readline(_MAX_REQUEST_LINE + 1)
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
+            return
+        if not self.raw_requestline:
+            self.close_connection = True
+            return
+        if len(self.raw_requestline) > _MAX_REQUEST_LINE:
+            self.send_error(414, "request line too long")
+            return
+        self.responded = False
+        if not self.parse_request():
+            return
+        rec = Record(method=self.command.upper())
+        try:
+            self._serve(rec)
+        except Refused as refusal:
+            rec.rule, rec.reason, rec.decision = refusal.rule, refusal.reason, refusal.decision
+            if self.responded:
+                self.close_connection = True  # mid-body: cutting the connection is the signal
+            else:
+                rec.status = refusal.status
+                self.send_text(refusal.status, f"impyard gateway: {refusal.reason}", refusal.rule)
+        except (TimeoutError, ConnectionError) as exc:
+            rec.decision, rec.reason = "failed", f"connection ended: {type(exc).__name__}"
+            rec.status = rec.status or 502
+            self.close_connection = True
+        finally:
+            self.gateway.record(rec)
+
+    def send_text(self, status: int, line: str, rule: str) -> None:
+        """A refusal: one plain-text line naming the rule, then the connection ends."""
+        body = (line.replace("\r", " ").replace("\n", " ") + "\n").encode()
+        with contextlib.suppress(OSError):
+            self.send_response_only(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Impyard-Gateway-Rule", rule)
+            if status in (403, 429):
+                # A policy refusal does not change on a retry: OpenAI-style SDKs honour this
+                # header instead of retrying into a spent budget.
+                self.send_header("X-Should-Retry", "false")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+        self.responded = True
+        self.close_connection = True
+
+    def _serve(self, rec: Record) -> None:
+        policy = self.gateway.policy
+        if rec.method == "CONNECT":
+            host, port = _authority(self.path)
+            rec.host, rec.port = host, port
+            _check(rec, decide(policy, "CONNECT", host, port, ""))
+            self._admit(rec)
+            tunnel(self, rec, host, port)
+            return
+        target = self.path
+        if target.startswith("/"):
+            # Origin-form: the client spoke to the gateway directly (a credential route).
+            host, port = "127.0.0.1", policy.port
+            path, _, query = target.partition("?")
+        else:
+            parts = urlsplit(target)
+            if parts.scheme != "http" or not parts.hostname:
+                raise Refused(
+                    400,
+                    "http",
+                    f"unsupported request target {target[:80]!r}; use CONNECT for https",
+                )
+            host = normalize_host(parts.hostname)
+            try:
+                port = parts.port or 80
+            except ValueError as exc:
+                raise Refused(400, "http", "invalid port in request target") from exc
+            path, query = parts.path or "/", parts.query
+        rec.host, rec.port, rec.path = host, port, path
+        decision = decide(policy, rec.method, host, port, path)
+        _check(rec, decision)
+        extra: tuple[str, str] | None = None
+        tls = False
+        route = decision.route
+        if route is not None:
+            rec.route = route.name
+            try:
+                extra = route_header(route)
+            except GatewayError as exc:
+                raise Refused(502, decision.rule, exc.message, decision="failed") from exc
+            endpoint = Endpoint.of(route)
+            host, port, path, tls = endpoint.host, endpoint.port, decision.path, endpoint.tls
+            rec.host, rec.port, rec.path = host, port, path
+        self._admit(rec)
+        forward(self, rec, host, port, tls, path + (f"?{query}" if query else ""), extra)
+
+    def _admit(self, rec: Record) -> None:
+        """Charge the budget for a request that is about to leave; refuse if it is spent."""
+        try:
+            refusal = self.gateway.budget.admit()
+        except GatewayError as exc:
+            raise Refused(503, "gateway.budget", exc.message, decision="failed") from exc
+        if refusal is not None:
+            raise Refused.by_budget(refusal)
+        rec.decision = "allowed"
+
+
+def _check(rec: Record, decision: Decision) -> None:
+    rec.rule = decision.rule
+    if not decision.allowed:
+        raise Refused(decision.status, decision.rule, decision.reason)
+
+
+def _authority(target: str) -> tuple[str, int]:
+    parts = urlsplit(f"//{target}")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise Refused(400, "http", "CONNECT needs host:port") from exc
+    if not parts.hostname or port is None:
+        raise Refused(400, "http", "CONNECT needs host:port")
+    return normalize_host(parts.hostname), port
