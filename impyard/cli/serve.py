@@ -1,4 +1,4 @@
-"""``impyard serve``: thin; the worker lives in ``impyard.queue.serve``."""
+"""``impyard serve``: thin; the worker lives in ``impyard.runs.serve``."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def register(app: typer.Typer) -> None:
         import logging
 
         from impyard.journal import Journal
-        from impyard.queue.serve import ServeEvent, Server, ServeStatus
         from impyard.runs.pipeline import RunContext
+        from impyard.runs.serve import ServeEvent, Server, ServeStatus
 
         home = initialized_home(ctx)
         settings = state(ctx).settings

@@ -8,7 +8,10 @@ naming a path and one of the ``RULES`` below.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from impyard.policy.models import KnowledgePolicy
 
 Mode = Literal["append", "reorganize"]
 Checkpoint = Literal["pending", "integrated", "empty", "rejected", "conflict", "quarantined"]
@@ -93,6 +96,11 @@ class KnowledgeLimits:
 
     max_file_chars: int = 200_000
     max_repo_bytes: int = 1_000_000_000
+
+    @classmethod
+    def of(cls, policy: KnowledgePolicy) -> KnowledgeLimits:
+        """The limits an imp's effective ``[knowledge]`` policy sets."""
+        return cls(max_file_chars=policy.max_file_chars, max_repo_bytes=policy.max_repo_bytes)
 
     @property
     def max_file_bytes(self) -> int:

@@ -37,9 +37,9 @@ from typing import cast
 
 import pygit2
 
+from impyard.credentials import find_credentials
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.credentials import find_credentials
 from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.records import (
     ORGANIZATION,

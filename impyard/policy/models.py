@@ -18,8 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.credentials import find_credentials
+from impyard.credentials import find_credentials
 
 OverlayRule = Literal["lower", "disable", "require", "fixed", "free", "subset"]
 
@@ -181,10 +180,6 @@ class KnowledgePolicy(_Strict):
         default=True, description="A reorganize run holds the imp's one exclusive lease."
     )
 
-    def limits(self) -> KnowledgeLimits:
-        return KnowledgeLimits(
-            max_file_chars=self.max_file_chars, max_repo_bytes=self.max_repo_bytes
-        )
 
 
 class BoxPolicy(_Strict):

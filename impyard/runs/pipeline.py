@@ -25,6 +25,7 @@ from impyard.fsutil import locked, remove_tree
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge import runspace
+from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.runspace import RunSpace
 from impyard.knowledge.violations import ViolationDigest, digest
 from impyard.queue import leases, namespaces
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
     from impyard.box.spec import BoxExit, BoxSpec
     from impyard.gateway import Gateway
-    from impyard.knowledge.change import Change, KnowledgeLimits
+    from impyard.knowledge.change import Change
     from impyard.knowledge.checkout import Checkout
     from impyard.knowledge.lane import Trailers
     from impyard.policy.models import EffectivePolicy
@@ -116,7 +117,7 @@ class Run:
 
     @property
     def limits(self) -> KnowledgeLimits:
-        return self.policy.knowledge.limits()
+        return KnowledgeLimits.of(self.policy.knowledge)
 
     def checkout(self) -> Checkout:
         from impyard.knowledge.checkout import Checkout

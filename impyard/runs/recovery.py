@@ -22,6 +22,8 @@ from impyard import names
 from impyard.errors import EngineError, ImpyardError
 from impyard.knowledge import runspace
 from impyard.knowledge.runspace import RunSpace
+from impyard.queue import leases, tasks
+from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
 from impyard.runs.owner import RunOwnership
@@ -104,9 +106,6 @@ def recover_all(
     ctx: RunContext, on_resolved: Callable[[Resolution], None] | None = None
 ) -> list[Resolution]:
     """Resolve every non-terminal run and release leases of dead holders."""
-    from impyard.queue import leases
-    from impyard.queue.db import connect
-
     resolutions = []
     for manifest in manifests.list_all(ctx.home):
         if manifest.is_terminal:
@@ -139,13 +138,10 @@ def recover_all(
             on_resolved(resolution)
     sweep_finished_checkouts(ctx)
     republish_origins(ctx)
-    conn = connect(ctx.home.db)
-    try:
+    with opened(ctx.home.db) as conn:
         for imp, holder in leases.expire_dead(conn, ctx.settings.lease_ttl_seconds):
             ctx.journal.record("lease.expired", imp=imp, run=holder)
         settle_tasks(ctx, conn)
-    finally:
-        conn.close()
     return resolutions
 
 
@@ -172,8 +168,6 @@ def give_up(ctx: RunContext, manifest: Manifest, reason: str) -> Resolution:
 
 def settle_tasks(ctx: RunContext, conn: sqlite3.Connection) -> None:
     """A task left 'running' by a dead server is done if its run finished, else queued again."""
-    from impyard.queue import tasks
-
     by_task = {m.task_id: m for m in manifests.list_all(ctx.home) if m.task_id}
     for task in tasks.list_tasks(conn, "running"):
         manifest = by_task.get(task.id)

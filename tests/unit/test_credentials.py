@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from impyard.knowledge.credentials import find_credentials
+from impyard.credentials import find_credentials
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # 40 characters
 AZURE_KEY = (

@@ -292,10 +292,10 @@ def test_tightening_overlay_shows_in_deploy_and_applies_to_that_imp_only(cli: Cl
     assert warnings == []
     assert yuko.knowledge.enabled is False
     # A note of 20,000 characters: within the org's limit, beyond yuko's.
-    assert yuko.knowledge.limits().max_file_chars < 20_000 <= 200_000
+    assert yuko.knowledge.max_file_chars < 20_000 <= 200_000
     other, _ = policy_for_run(home, "kiko", strict=True)
     assert other.knowledge.enabled is True
-    assert other.knowledge.limits().max_file_chars == 200_000
+    assert other.knowledge.max_file_chars == 200_000
 
 
 def test_overlay_may_keep_narrower_gateway_grants_and_pick_its_image(tmp_path: Path) -> None:

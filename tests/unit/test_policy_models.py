@@ -28,7 +28,9 @@ def test_example_overlay_is_never_picked_up_as_a_policy_file() -> None:
 
 def test_knowledge_limits_come_from_the_policy() -> None:
     policy = Policy.model_validate({"knowledge": {"max_file_chars": 10, "max_repo_bytes": 99}})
-    assert policy.knowledge.limits() == KnowledgeLimits(max_file_chars=10, max_repo_bytes=99)
+    assert KnowledgeLimits.of(policy.knowledge) == KnowledgeLimits(
+        max_file_chars=10, max_repo_bytes=99
+    )
 
 
 def test_every_key_has_exactly_one_overlay_rule() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from impyard.knowledge.credentials import CREDENTIAL_PATTERNS, find_credentials
+from impyard.credentials import CREDENTIAL_PATTERNS, find_credentials
 from impyard.knowledge.records import (
     claimed_namespace,
     frontmatter_errors,

@@ -1,5 +1,7 @@
 """The ``impyard serve`` worker: recover, then run queued tasks up to N boxes at once.
 
+It lives beside the pipeline it drives; ``impyard.queue`` is only the store it reads.
+
 It reuses the run pipeline (``impyard.runs.pipeline.execute``) for every task.
 Shutdown: the first SIGINT/SIGTERM stops dequeuing and lets running boxes
 finish for the grace period, then kills them (their runs are quarantined,
