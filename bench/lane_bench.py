@@ -12,8 +12,7 @@ pygit2), prints the median time of
   same tree (what git itself needs to turn a directory into a tree),
 
 and the ratios. Data lives under $IMPYARD_BENCH_DIR (default ~/.cache/impyard-bench),
-a normal directory: the machine's /tmp slows down after many deletions
-(MEASUREMENTS.md).
+a normal directory: the machine's /tmp slows down after many deletions.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""The one entry point to the Docker engine (STYLE.md §1).
+"""The one entry point to the Docker SDK's API client.
 
 Every engine call goes through :func:`call`, which logs it, retries transient
 failures (5xx answers, connections reset mid-request) a bounded number of
 times, and translates docker-py/requests exceptions into ``ImpyardError``
-subclasses that carry their evidence. Nothing else in Impyard imports
-``docker``.
+subclasses that carry their evidence. Other modules use the SDK only for its
+types and helpers (``docker.types`` for mounts and log config in ``launch``,
+``docker.utils.socket`` framing in ``logs``); image lifecycle and ``check box``
+go through python-on-whales, the CLI's twin.
 
-``docker`` is imported lazily: the SDK costs ~130 ms to import
-(MEASUREMENTS.md), which commands that never touch the engine must not pay.
+``docker`` is imported lazily: the SDK costs ~130 ms to import (measured on a
+2-core machine), which commands that never touch the engine must not pay.
 """
 
 from __future__ import annotations

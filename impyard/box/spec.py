@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-#: The box's /tmp (SPEC.md "Container temporary files"): 2 GiB, world-writable
+#: The box's /tmp, the contract's place for temporary files: 2 GiB, world-writable
 #: with the sticky bit, no setuid or device files. A runtime constant on
 #: purpose: neither owner nor imp policy may change it.
 TMP_TMPFS = "rw,nosuid,nodev,size=2147483648,mode=1777"

@@ -1,4 +1,4 @@
-"""The gateway's error type (kept here until impyard/errors.py adopts it)."""
+"""The gateway's error type: an ``ImpyardError``, so the CLI shows it as one line."""
 
 from __future__ import annotations
 

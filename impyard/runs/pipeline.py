@@ -81,7 +81,8 @@ def parse_user(user: str) -> tuple[int, int]:
 
 
 class Run:
-    """The state machine of one run. Each ``_step`` writes the manifest before acting."""
+    """The state machine of one run. Each step (prepare, start_box, record_exit, checkpoint,
+    quarantine, finish) writes the manifest before it acts."""
 
     def __init__(self, ctx: RunContext, manifest: Manifest, policy: EffectivePolicy) -> None:
         self.ctx = ctx

@@ -1,4 +1,4 @@
-"""Crash recovery at each step of the pipeline (issue 6), against the real engine.
+"""Crash recovery at each step of the pipeline, against the real engine.
 
 The host's death is simulated by an exception escaping the pipeline at a chosen
 step (nothing after it runs, as with kill -9); a fresh context then recovers.

@@ -1,4 +1,4 @@
-"""`impyard run` end to end against the real engine (issue 5)."""
+"""`impyard run` end to end against the real engine."""
 
 from __future__ import annotations
 

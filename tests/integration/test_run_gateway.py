@@ -1,4 +1,4 @@
-"""`impyard run` wires the governed gateway into the box (issue 8 through the real CLI)."""
+"""`impyard run` wires the governed gateway into the box, through the real CLI."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`impyard serve` against the real engine (issue 6)."""
+"""`impyard serve` against the real engine."""
 
 from __future__ import annotations
 
