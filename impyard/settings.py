@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-CheckoutKind = Literal["auto", "overlay", "copy"]
+CheckoutChoice = Literal["auto", "overlay", "copy"]
 
 
 def _default_concurrency() -> int:
@@ -28,7 +28,7 @@ class Settings(BaseSettings):
         default=Path(".impyard"),
         description="Data root holding policy, knowledge repos, runs, memory and the journal.",
     )
-    checkout: CheckoutKind = Field(
+    checkout: CheckoutChoice = Field(
         default="auto",
         description="How a run's checkout is made: an overlay volume, a full copy, or auto-detect.",
     )

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from impyard.box import engine
 from impyard.box.spec import TMP_TMPFS
 from impyard.box.tmpwatch import gib
+from impyard.contract import TMP_SIZE_BYTES
 from impyard.errors import EngineError, ImpyardError
 
 if TYPE_CHECKING:
     from impyard.home import Home
     from impyard.settings import Settings
 
-TMP_SIZE_BYTES = 2147483648
 
 # Each fact on its own tagged line so the parse does not depend on the order
 # or on what df prints. The commands of the documented primitive come first.

@@ -8,16 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from impyard.contract import DEFAULT_USER, TMP_SIZE_BYTES
+
 #: The box's /tmp, the contract's place for temporary files: 2 GiB, world-writable
 #: with the sticky bit, no setuid or device files. A runtime constant on
 #: purpose: neither owner nor imp policy may change it.
-TMP_TMPFS = "rw,nosuid,nodev,size=2147483648,mode=1777"
+TMP_TMPFS = f"rw,nosuid,nodev,size={TMP_SIZE_BYTES},mode=1777"
 
 LABEL_RUN = "impyard.run"
 LABEL_IMP = "impyard.imp"
 
-DEFAULT_IMAGE = "impyard-box:latest"
-DEFAULT_USER = "65532:65532"
 
 MountKind = Literal["bind", "volume"]
 

@@ -16,25 +16,25 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from impyard.box import engine
 from impyard.box.engine import EngineObjectNotFoundError, call
-from impyard.box.spec import DEFAULT_IMAGE, DEFAULT_USER, BoxMount, BoxSpec, box_labels
+from impyard.box.spec import BoxMount, BoxSpec, box_labels
+from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
 from impyard.errors import ImpyardError
 from impyard.fsutil import atomic_write_json, remove_tree
 from impyard.home import Home
+from impyard.knowledge.checkout import CheckoutKind
 
 if TYPE_CHECKING:
     from impyard.settings import Settings
 
-CheckoutKind = Literal["overlay", "copy"]
 
 #: Per-home cache of probe answers, keyed by engine ID.
 FEATURES_FILE = "engine-features.json"
 #: The uid/gid boxes run as by default; they must own the upper and work dirs.
-BOX_UID = int(DEFAULT_USER.split(":")[0])
-BOX_GID = int(DEFAULT_USER.split(":")[1])
+BOX_UID, BOX_GID = parse_user(DEFAULT_USER)
 LABEL_PROBE = "impyard.probe"
 
 _probed: dict[tuple[str, str], bool] = {}

@@ -5,8 +5,7 @@ from __future__ import annotations
 import typer
 
 from impyard.cli._common import echo, print_json, state
-
-DEFAULT_IMAGE = "impyard-box:latest"
+from impyard.contract import DEFAULT_IMAGE
 
 check_app = typer.Typer(
     name="check",

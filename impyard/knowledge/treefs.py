@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import pygit2
 
+from impyard.contract import parse_user
 from impyard.errors import KnowledgeError
 from impyard.knowledge.gitobj import lookup_entry
 
@@ -57,10 +58,10 @@ def parse_owner(value: str | Owner) -> Owner:
     if isinstance(value, tuple):
         uid, gid = value
     else:
-        uid_text, sep, gid_text = value.partition(":")
-        if not sep or not uid_text.isdigit() or not gid_text.isdigit():
-            raise CheckoutError(f"box user {value!r} must be numeric 'uid:gid'")
-        uid, gid = int(uid_text), int(gid_text)
+        try:
+            uid, gid = parse_user(value)
+        except ValueError as exc:
+            raise CheckoutError(str(exc)) from exc
     if uid < 0 or gid < 0:
         raise CheckoutError(f"box user {value!r} must be numeric 'uid:gid'")
     return uid, gid

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
 from impyard.credentials import find_credentials
 
 OverlayRule = Literal["lower", "disable", "require", "fixed", "free", "subset"]
@@ -61,7 +62,6 @@ _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _ROUTE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_USER = re.compile(r"^(\d+):(\d+)$")
 
 #: ``[box.env]`` may set any variable except the ones the host owns: the run's
 #: identity (IMPYARD_*, but for the two an agent adapter reads), the proxy that
@@ -181,10 +181,9 @@ class KnowledgePolicy(_Strict):
     )
 
 
-
 class BoxPolicy(_Strict):
     image: Annotated[str, Field(min_length=1), FREE] = Field(
-        default="impyard-box:latest", description="Docker image the box runs."
+        default=DEFAULT_IMAGE, description="Docker image the box runs."
     )
     command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1), FREE] = (
         Field(
@@ -193,7 +192,7 @@ class BoxPolicy(_Strict):
         )
     )
     user: Annotated[str, FIXED] = Field(
-        default="65532:65532", description="Non-root uid:gid the box runs as."
+        default=DEFAULT_USER, description="Non-root uid:gid the box runs as."
     )
     memory_bytes: Annotated[int, Field(ge=MIN_MEMORY_BYTES), LOWER] = Field(
         # A full /tmp (2 GiB of tmpfs pages, charged to the box) plus 1 GiB for a Node agent.
@@ -231,10 +230,11 @@ class BoxPolicy(_Strict):
     @field_validator("user")
     @classmethod
     def _non_root(cls, value: str) -> str:
-        match = _USER.fullmatch(value)
-        if match is None:
-            raise ValueError("user must be numeric 'uid:gid'")
-        if int(match.group(1)) == 0 or int(match.group(2)) == 0:
+        try:
+            uid, gid = parse_user(value)
+        except ValueError:
+            raise ValueError("user must be numeric 'uid:gid'") from None
+        if uid == 0 or gid == 0:
             raise ValueError("the box never runs as root (uid or gid 0)")
         return value
 

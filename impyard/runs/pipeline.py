@@ -20,6 +20,7 @@ from impyard import names
 from impyard.box.logs import LogFollower
 from impyard.box.tmpwatch import TmpUsage, TmpWatch, oom_reason
 from impyard.box.trust import BOX_EXTRA_CA, copy_extra_ca, extra_ca_env
+from impyard.contract import parse_user
 from impyard.errors import ConfigError, ImpyardError, UsageError
 from impyard.fsutil import locked, remove_tree
 from impyard.home import Home
@@ -51,7 +52,6 @@ BOX_KNOWLEDGE = "/opt/impyard/knowledge"
 BOX_ORIGIN = "/opt/impyard/origin.git"
 BOX_TASK = "/opt/impyard/task.md"
 BOX_INIT = "/opt/impyard/bin/box-init"
-MEMORY_BLOCK_CHARS = 4000
 KNOWLEDGE_DISABLED = (
     "knowledge is disabled by policy (knowledge.enabled = false): no checkout was mounted "
     "and nothing was integrated"
@@ -73,11 +73,6 @@ class RunContext:
     @property
     def home(self) -> Home:
         return Home(self.settings.home)
-
-
-def parse_user(user: str) -> tuple[int, int]:
-    uid, _, gid = user.partition(":")
-    return int(uid), int(gid or uid)
 
 
 class Run:
@@ -552,7 +547,7 @@ def write_task_file(home: Home, path: Path, request: RunRequest, manifest: Manif
     if request.channel:
         from impyard.memory.block import memory_block
 
-        block = memory_block(home, manifest.imp, request.channel, max_chars=MEMORY_BLOCK_CHARS)
+        block = memory_block(home, manifest.imp, request.channel)
         if block:
             text += "\n" + block.rstrip("\n") + "\n"
     atomic_write_text(path, text)
