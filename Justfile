@@ -33,6 +33,11 @@ test: lint
 demo:
     bash scripts/demo.sh
 
+# Pin the test environment CI installs (requirements-ci.txt) from pyproject.toml
+lock:
+    {{venv}}/python -m pip install -q pip-tools
+    {{venv}}/pip-compile -q --extra test --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-ci.txt pyproject.toml
+
 # Benchmarks (not part of the tests)
 bench:
     {{venv}}/python -m bench

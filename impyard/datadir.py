@@ -10,7 +10,10 @@ from impyard.home import Home
 
 
 def default_org_policy() -> bytes:
-    return importlib.resources.files("impyard._policy").joinpath("org.toml").read_bytes()
+    # Package data, so an installed wheel carries it; the repository's top-level policy/
+    # is a link to the same directory, where an owner reads the defaults.
+    resource = importlib.resources.files("impyard.policy").joinpath("defaults", "org.toml")
+    return resource.read_bytes()
 
 
 def init_home(home: Home) -> bool:

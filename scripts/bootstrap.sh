@@ -14,10 +14,13 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 stamp=.venv/.impyard-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "bootstrap: installing impyard[test] into .venv"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements-ci.txt -nt "$stamp" ]; then
+    # The pinned versions (requirements-ci.txt, from `just lock`), then Impyard itself:
+    # every machine runs the tests against the same packages.
+    echo "bootstrap: installing the locked test environment into .venv"
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[test]'
+    .venv/bin/python -m pip install -q -r requirements-ci.txt
+    .venv/bin/python -m pip install -q --no-deps -e .
     touch "$stamp"
 fi
 # Byte-compile the package even where PYTHONDONTWRITEBYTECODE is set: every CLI

@@ -1,1 +1,0 @@
-"""Default owner policy shipped as package data (read with importlib.resources)."""
