@@ -62,6 +62,14 @@ class Home:
     def box_log(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "box.log"
 
+    def run_task(self, run_id: str) -> Path:
+        """The task file the box reads at /opt/impyard/task.md."""
+        return self.run_dir(run_id) / "task.md"
+
+    def run_signal_dir(self, run_id: str) -> Path:
+        """Mounted read-only in the box; the host marks its gateway ready here."""
+        return self.run_dir(run_id) / "signal"
+
     def run_owner_lock(self, run_id: str) -> Path:
         """Held (flock) by the process driving the run; recovery adopts only unheld runs."""
         return self.run_dir(run_id) / "owner.lock"

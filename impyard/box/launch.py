@@ -124,6 +124,12 @@ def _wait(container_id: str, timeout_seconds: float | None) -> dict[str, Any] | 
     return result
 
 
+def box_pid(container_id: str) -> int:
+    """The host pid of the box's first process (its network namespace is the gateway's)."""
+    info = call("inspect", engine.api().inspect_container, container_id, container_id=container_id)
+    return int(info["State"]["Pid"])
+
+
 def kill_box(container_id: str) -> bool:
     """SIGKILL the box; False when it was not running (already exited or gone)."""
     try:

@@ -66,8 +66,9 @@ def register(app: typer.Typer) -> None:
         """Run one task in a box now; exit 0 integrated/empty, 3 rejected, 4 quarantined,
         5 conflict."""
         from impyard.journal import Journal
+        from impyard.runs.admission import execute
         from impyard.runs.model import RunRequest
-        from impyard.runs.pipeline import RunContext, execute
+        from impyard.runs.pipeline import RunContext
 
         home = initialized_home(ctx)
         request = RunRequest(
@@ -97,5 +98,5 @@ def register(app: typer.Typer) -> None:
                 line += f" ({m.reason})"
             echo(line)
             for error in m.validation_errors:
-                echo(f"  {error['path'] or '-'}: {error['rule']}: {error['message']}")
+                echo(f"  {error.path or '-'}: {error.rule}: {error.message}")
         raise typer.Exit(outcome.exit_code)

@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         if m.validation_errors:
             echo("validation errors:")
             for error in m.validation_errors:
-                echo(f"  {error['path'] or '-'}: {error['rule']}: {error['message']}")
+                echo(f"  {error.path or '-'}: {error.rule}: {error.message}")
 
     @runs_app.command("logs")
     def logs_command(

@@ -13,12 +13,11 @@ so the snapshot only hashes files the box touched.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 from impyard.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
 from impyard.home import Home
+from impyard.knowledge.checkout_record import Checkout, CheckoutKind
 from impyard.knowledge.gitobj import commit_at
 from impyard.knowledge.layers import (
     MOUNT_DATA_LIMIT,
@@ -46,48 +45,9 @@ __all__ = [
     "release_checkout",
 ]
 
-CheckoutKind = Literal["overlay", "copy"]
-
 # Characters overlay's option parser would split on (',' between options, ':'
 # between lowers) or unescape ('\\'); refused rather than escaped.
 _BAD_PATH_CHARS = frozenset(",:\\=\n")
-
-
-@dataclass(frozen=True)
-class Checkout:
-    kind: CheckoutKind
-    base: str
-    root: Path  # overlay: the upper dir; copy: the plain copy
-    lowerdirs: tuple[Path, ...] = ()  # overlay only, top first
-    workdir: Path | None = None  # overlay only
-
-    @property
-    def index_path(self) -> Path:
-        """Copy kind: the recorded lstat identities (beside the checkout, never inside)."""
-        return self.root.parent / "checkout.idx"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "base": self.base,
-            "root": str(self.root),
-            "lowerdirs": [str(p) for p in self.lowerdirs],
-            "workdir": None if self.workdir is None else str(self.workdir),
-        }
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Checkout:
-        kind = raw.get("kind")
-        if kind not in ("overlay", "copy"):
-            raise CheckoutError(f"checkout record has an unknown kind {kind!r}")
-        workdir = raw.get("workdir")
-        return cls(
-            kind=kind,
-            base=str(raw["base"]),
-            root=Path(str(raw["root"])),
-            lowerdirs=tuple(Path(str(p)) for p in raw.get("lowerdirs") or ()),
-            workdir=None if workdir is None else Path(str(workdir)),
-        )
 
 
 def mount_options(checkout: Checkout) -> str:

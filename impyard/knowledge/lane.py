@@ -109,7 +109,7 @@ def integrate(
 
     violations = validate(repo, base, change, namespace=namespace, mode=mode, limits=limits)
     if violations:
-        return _keep_candidate(repo, change, trailers, "rejected", violations)
+        return keep_candidate(repo, change, trailers, "rejected", violations)
 
     with locked(home.lane_lock(imp)):
         landed = find_landed_commit(repo, trailers.run, base)
@@ -119,12 +119,12 @@ def integrate(
         head_commit = cast(pygit2.Commit, repo[head])
         conflicts = _recheck(repo, base, head, change, namespace, mode)
         if conflicts:
-            return _keep_candidate(repo, change, trailers, "conflict", conflicts)
+            return keep_candidate(repo, change, trailers, "conflict", conflicts)
         try:
             tree = build_tree(repo, head_commit.tree, change.written, change.deleted)
         except PathConflict as exc:
             clash = Violation(exc.path, "collision", "main now has a file/directory clash here")
-            return _keep_candidate(repo, change, trailers, "conflict", [clash])
+            return keep_candidate(repo, change, trailers, "conflict", [clash])
         if tree == head_commit.tree_id:
             return LaneResult("empty")
         total = tree_bytes(repo, head) + size_delta(
@@ -136,7 +136,7 @@ def integrate(
                 "repo-too-large",
                 f"main would hold {total} bytes; max_repo_bytes is {limits.max_repo_bytes}",
             )
-            return _keep_candidate(repo, change, trailers, "rejected", [too_large])
+            return keep_candidate(repo, change, trailers, "rejected", [too_large])
         message = "\n\n".join([_summary(change, trailers), "\n".join(trailers.lines())]) + "\n"
         commit = repo.create_commit(
             None, imp_signature(imp), host_signature(), message, tree, [head_commit.id]
@@ -169,13 +169,15 @@ def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -
         raise KnowledgeError(f"main moved outside the lane while integrating: {exc}") from exc
 
 
-def _keep_candidate(
+def keep_candidate(
     repo: pygit2.Repository,
     change: Change,
     trailers: Trailers,
     checkpoint: LaneCheckpoint,
     violations: list[Violation],
 ) -> LaneResult:
+    """Keep a change main will not take at refs/candidates/<run-id>, with its reasons in
+    the commit message; the only writer of candidate refs."""
     listing = "\n".join(digest(violations).lines())
     commit = preserved_commit(
         repo,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from impyard.knowledge.change import Checkpoint, Mode
+from pydantic import BaseModel, ConfigDict, Field
+
+from impyard.box.spec import BoxExit
+from impyard.knowledge.change import Checkpoint, KnowledgeLimits, Mode, Violation
+from impyard.knowledge.checkout_record import Checkout
+from impyard.knowledge.runspace import RunSpace
 
 # The manifest's ``state`` names the step about to happen (written before it starts).
 RunState = Literal[
@@ -39,9 +44,15 @@ class RunRequest:
     task_id: str | None = None
 
 
-@dataclass
-class Manifest:
-    """``runs/<run-id>/manifest.json``: the run record, rewritten atomically at each state."""
+class Manifest(BaseModel):
+    """``runs/<run-id>/manifest.json``: the run record, rewritten atomically at each state.
+
+    Typed and validated on every assignment, so a misspelt or mistyped field is an error,
+    not a silently dropped key. Steps move it with the named transitions below. Older
+    manifests (plain dicts for the checkout, no limits) still load.
+    """
+
+    model_config = ConfigDict(validate_assignment=True, extra="ignore")
 
     run_id: str
     imp: str
@@ -54,7 +65,7 @@ class Manifest:
     checkpoint: Checkpoint = "pending"
     exit_code: int | None = None
     produced_commit: str | None = None
-    validation_errors: list[dict[str, str]] = field(default_factory=list)
+    validation_errors: list[Violation] = Field(default_factory=list)
     started_at: str | None = None
     ended_at: str | None = None
     created_at: str | None = None
@@ -69,30 +80,71 @@ class Manifest:
     reason: str | None = None  # why a run was quarantined, conflicted or failed
     candidate_ref: str | None = None
     quarantine_ref: str | None = None
-    checkout: dict[str, Any] | None = None
-    #: The run's writable space (``runspace.RunSpace``): where its checkout lives, bounded.
-    space: dict[str, Any] | None = None
+    checkout: Checkout | None = None
+    #: The run's writable space: where its checkout lives, bounded.
+    space: RunSpace | None = None
     volume: str | None = None
     #: The wall-clock limit the run was admitted with (policy, or a shorter --timeout);
     #: recovery enforces it from ``started_at``, whatever today's policy says.
     timeout_seconds: float | None = None
+    #: The knowledge limits the run was admitted under; recovery validates with these.
+    limits: KnowledgeLimits | None = None
     #: When more violations were found than the manifest keeps: how many, by rule.
     validation_errors_total: int | None = None
     validation_error_counts: dict[str, int] | None = None
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls.model_validate(data)
 
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    # -- named transitions (each is written to disk by the caller before it acts) -----
+
+    def starting(self, container_name: str | None, image: str) -> None:
+        self.state, self.container_name, self.image = "starting", container_name, image
+
+    def running(self, container_id: str, image_id: str, started_at: str) -> None:
+        self.state, self.container_id, self.image_id = "running", container_id, image_id
+        self.started_at = started_at
+
+    def exited(self, box_exit: BoxExit, reason: str | None) -> None:
+        """How the box ended; ``reason`` None means a clean exit to checkpoint."""
+        self.state = "checkpointing" if reason is None else "quarantining"
+        self.exit_code, self.oom_killed = box_exit.exit_code, box_exit.oom_killed
+        self.timed_out, self.reason = box_exit.timed_out, reason
+
+    def quarantining(self, reason: str) -> None:
+        self.state, self.reason = "quarantining", reason
+
+    def finished(self, checkpoint: Checkpoint, ended_at: str, **outcome: Any) -> None:
+        """The terminal state; ``outcome`` names result fields, each validated."""
+        for name, value in outcome.items():
+            if name not in FINISH_FIELDS:
+                raise TypeError(f"{name!r} is not an outcome field of a run")
+            setattr(self, name, value)
+        self.state, self.checkpoint, self.ended_at = "finished", checkpoint, ended_at
+
+
+#: What ``Manifest.finished`` may set beside the checkpoint.
+FINISH_FIELDS = frozenset(
+    {
+        "produced_commit",
+        "candidate_ref",
+        "quarantine_ref",
+        "reason",
+        "validation_errors",
+        "validation_errors_total",
+        "validation_error_counts",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ landed twice: the lane recognises a run that already landed by its trailer.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -16,18 +15,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 from impyard import names
+from impyard.box.launch import find_boxes
 from impyard.errors import EngineError, ImpyardError
 from impyard.knowledge import runspace
-from impyard.knowledge.runspace import RunSpace
+from impyard.policy.compile import policy_for_run
+from impyard.policy.models import Policy
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened
+from impyard.runs import endings
 from impyard.runs import manifest as manifests
+from impyard.runs.endings import release_run_space
 from impyard.runs.model import Manifest
 from impyard.runs.owner import RunOwnership
-from impyard.runs.pipeline import Run, RunContext, release_run_space
+from impyard.runs.pipeline import Run, RunContext
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +65,6 @@ def _deadline(manifest: Manifest, policy_timeout: float) -> float | None:
 
 def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     """Finish one interrupted run by what really happened to its box."""
-    from impyard.box.launch import find_boxes
-    from impyard.policy.compile import policy_for_run
-
     policy, _warnings = policy_for_run(ctx.home, manifest.imp, strict=False)
     run = Run(ctx, manifest, policy)
     found = manifest.state
@@ -77,14 +76,12 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     if found not in ("created", "preparing"):
         boxes = find_boxes({"impyard.run": manifest.run_id})
     if not boxes:
-        run.save(state="quarantining", reason=f"host died while the run was {found}; no box left")
-        with contextlib.suppress(ImpyardError):
-            run.drop_volume()
-        run.quarantine()
+        endings.quarantine_without_box(run, f"host died while the run was {found}; no box left")
         return Resolution(manifest.run_id, manifest.imp, found, "quarantined", "quarantined")
     box = boxes[0]
     if manifest.container_id is None:
-        run.save(container_id=box.container_id)
+        manifest.container_id = box.container_id
+        run.save()
     action = "reattached" if box.status == "running" else "checkpointed"
     deadline = _deadline(manifest, float(policy.box.timeout_seconds))
     if box.status == "running" and ctx.on_box_started is not None:
@@ -95,10 +92,7 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     if deadline is not None and finished is not None and finished > deadline + 1:
         # It ran past its deadline while no host watched: it should have been killed.
         box_exit = replace(box_exit, timed_out=True)
-    if run.record_exit(box_exit):
-        run.checkpoint()
-    else:
-        run.quarantine()
+    endings.finish_after_exit(run, box_exit)
     return Resolution(manifest.run_id, manifest.imp, found, action, run.manifest.checkpoint)
 
 
@@ -117,7 +111,7 @@ def recover_all(
         with owner:
             try:
                 if manifest.space:  # after a reboot its checkout is an unmounted image
-                    runspace.ensure_mounted(RunSpace.from_dict(manifest.space))
+                    runspace.ensure_mounted(manifest.space)
                 resolution = resolve(ctx, manifest)
             except EngineError as exc:  # the engine is the problem: try again next start
                 log.error("could not recover run %s: %s", manifest.run_id, exc)
@@ -147,22 +141,19 @@ def recover_all(
 
 def give_up(ctx: RunContext, manifest: Manifest, reason: str) -> Resolution:
     """Quarantine a run recovery cannot finish; if even that fails, end it with the reason."""
-    from impyard.policy.models import Policy
-
     found = manifest.state
     current = manifests.read(ctx.home, manifest.run_id)
     run = Run(ctx, current, Policy())
     try:
-        run.save(state="quarantining", reason=reason)
+        current.quarantining(reason)
+        run.save()
         run.quarantine()
     except ImpyardError as exc:
         log.error("could not quarantine run %s: %s", manifest.run_id, exc)
-        run.save(
-            state="finished",
-            checkpoint="quarantined",
-            reason=f"{reason}; quarantine failed: {exc}",
-            ended_at=names.utc_now(),
+        current.finished(
+            "quarantined", names.utc_now(), reason=f"{reason}; quarantine failed: {exc}"
         )
+        run.save()
     return Resolution(manifest.run_id, manifest.imp, found, "quarantined", "quarantined")
 
 
@@ -198,7 +189,7 @@ def _left_behind(ctx: RunContext, manifest: Manifest) -> bool:
         return True
     if manifest.checkpoint == "quarantined":
         return False
-    root = Path(manifest.checkout["root"]) if manifest.checkout else None
+    root = manifest.checkout.root if manifest.checkout else None
     return space.exists() or (root is not None and root.exists())
 
 

@@ -2,7 +2,7 @@
 
 It lives beside the pipeline it drives; ``impyard.queue`` is only the store it reads.
 
-It reuses the run pipeline (``impyard.runs.pipeline.execute``) for every task.
+It admits every task with ``impyard.runs.admission.execute``, like ``impyard run``.
 Shutdown: the first SIGINT/SIGTERM stops dequeuing and lets running boxes
 finish for the grace period, then kills them (their runs are quarantined,
 never integrated half-done); a second signal kills at once.
@@ -23,8 +23,9 @@ from impyard.errors import EngineError, ImpyardError, LeaseHeldError
 from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened
+from impyard.runs.admission import execute
 from impyard.runs.model import Manifest, RunRequest
-from impyard.runs.pipeline import RunContext, execute
+from impyard.runs.pipeline import RunContext
 from impyard.runs.recovery import Resolution, recover_all
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,9 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.repo import create_imp, main_commit, open_repo
 from impyard.runs import manifest as manifests
+from impyard.runs.admission import execute
 from impyard.runs.model import RunRequest
-from impyard.runs.pipeline import Run, RunContext, execute
+from impyard.runs.pipeline import Run, RunContext
 from impyard.runs.recovery import recover_all
 from impyard.settings import Settings
 from tests.conftest import git
