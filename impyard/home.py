@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +50,28 @@ class Home:
 
     def lane_lock(self, imp: str) -> Path:
         return self.imp_dir(imp) / "lane.lock"
+
+    @property
+    def engine_features(self) -> Path:
+        """What the engine supports (overlay volumes), probed once per engine."""
+        return self.root / "engine-features.json"
+
+    def memory_file(self, imp: str) -> Path:
+        return self.memory_dir / f"{imp}.jsonl"
+
+    def memory_lock(self, imp: str) -> Path:
+        return self.memory_dir / f".{imp}.lock"
+
+    def legacy_memory_file(self, imp: str) -> Path:
+        """Where interaction memory lived before ``memory/`` (read-compatible)."""
+        return self.legacy_notes_dir / f"{imp}.jsonl"
+
+    def checkout_records(self) -> Iterator[Path]:
+        """Every run's checkout record, prepared runs included (layer GC keeps their chains)."""
+        if not self.runs_dir.is_dir():
+            return
+        for entry in os.scandir(self.runs_dir):
+            yield self.run_checkout_record(entry.name)
 
     @property
     def runs_dir(self) -> Path:

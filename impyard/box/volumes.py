@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 
 #: Per-home cache of probe answers, keyed by engine ID.
-FEATURES_FILE = "engine-features.json"
 #: The uid/gid boxes run as by default; they must own the upper and work dirs.
 BOX_UID, BOX_GID = parse_user(DEFAULT_USER)
 LABEL_PROBE = "impyard.probe"
@@ -76,7 +75,7 @@ def prepare_upper(upper: Path, work: Path) -> None:
 
 
 def _features_path(home: Home) -> Path:
-    return home.root / FEATURES_FILE
+    return home.engine_features
 
 
 def _read_cache(home: Home) -> dict[str, dict[str, object]]:

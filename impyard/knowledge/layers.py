@@ -260,11 +260,7 @@ def _first_parent_line(commit: pygit2.Commit) -> Iterator[pygit2.Commit]:
 
 
 def _layers_used_by_runs(home: Home, imp: str) -> Iterator[str]:
-    runs = home.runs_dir
-    if not runs.is_dir():
-        return
-    for entry in os.scandir(runs):
-        record = Path(entry.path) / "checkout.json"
+    for record in home.checkout_records():
         try:
             raw = json.loads(record.read_bytes())
         except (OSError, ValueError):

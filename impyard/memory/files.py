@@ -22,18 +22,6 @@ from impyard.home import Home
 from impyard.memory.entry import MemoryEntry, entry_from_record
 
 
-def memory_file(home: Home, imp: str) -> Path:
-    return home.memory_dir / f"{imp}.jsonl"
-
-
-def legacy_file(home: Home, imp: str) -> Path:
-    return home.legacy_notes_dir / f"{imp}.jsonl"
-
-
-def lock_file(home: Home, imp: str) -> Path:
-    return home.memory_dir / f".{imp}.lock"
-
-
 @contextlib.contextmanager
 def _flock(path: Path, operation: int) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -47,7 +35,7 @@ def _flock(path: Path, operation: int) -> Iterator[None]:
 @contextlib.contextmanager
 def write_lock(home: Home, imp: str) -> Iterator[None]:
     home.memory_dir.mkdir(parents=True, exist_ok=True)
-    with _flock(lock_file(home, imp), fcntl.LOCK_EX):
+    with _flock(home.memory_lock(imp), fcntl.LOCK_EX):
         yield
 
 
@@ -57,7 +45,7 @@ def read_lock(home: Home, imp: str) -> Iterator[None]:
     if not home.memory_dir.is_dir():
         yield
         return
-    with _flock(lock_file(home, imp), fcntl.LOCK_SH):
+    with _flock(home.memory_lock(imp), fcntl.LOCK_SH):
         yield
 
 

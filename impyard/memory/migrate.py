@@ -16,8 +16,6 @@ from typing import Any, Literal
 
 from impyard.home import Home
 from impyard.memory.files import (
-    legacy_file,
-    memory_file,
     read_lines,
     remove_file,
     rewrite_lines,
@@ -42,10 +40,10 @@ class Migration:
 
 def migrate_locked(home: Home, imp: str) -> Migration:
     """Migrate one imp's legacy file. The caller holds ``write_lock(home, imp)``."""
-    legacy = legacy_file(home, imp)
+    legacy = home.legacy_memory_file(imp)
     if not legacy.is_file():
         return Migration(imp, "nothing", 0, 0, 0)
-    target = memory_file(home, imp)
+    target = home.memory_file(imp)
     existing = read_lines(target, imp)
     seen = {line.key for line in existing}
     carried = []

@@ -25,8 +25,6 @@ from impyard.memory.entry import (
 from impyard.memory.files import (
     append_line,
     encode_entry,
-    legacy_file,
-    memory_file,
     read_lines,
     read_lock,
     remove_file,
@@ -73,7 +71,7 @@ def require_imp(home: Home, imp: str) -> str:
 
 
 def source_file(home: Home, imp: str) -> Path | None:
-    for path in (memory_file(home, imp), legacy_file(home, imp)):
+    for path in (home.memory_file(imp), home.legacy_memory_file(imp)):
         if path.is_file():
             return path
     return None
@@ -84,7 +82,7 @@ def read_memory(home: Home, imp: str) -> MemoryRead:
     with read_lock(home, imp):
         path = source_file(home, imp)
         lines = read_lines(path, imp) if path is not None else []
-    legacy = legacy_file(home, imp)
+    legacy = home.legacy_memory_file(imp)
     return MemoryRead(
         path=path,
         entries=tuple(line.entry for line in lines if line.entry is not None),
@@ -94,12 +92,12 @@ def read_memory(home: Home, imp: str) -> MemoryRead:
             if path is not None and line.problem is not None
         ),
         legacy=path is not None and path == legacy,
-        shadowed_legacy=legacy if path == memory_file(home, imp) and legacy.is_file() else None,
+        shadowed_legacy=legacy if path == home.memory_file(imp) and legacy.is_file() else None,
     )
 
 
 def _migrate_if_legacy_only(home: Home, imp: str) -> Migration | None:
-    if memory_file(home, imp).exists() or not legacy_file(home, imp).is_file():
+    if home.memory_file(imp).exists() or not home.legacy_memory_file(imp).is_file():
         return None
     return migrate_locked(home, imp)
 
@@ -126,7 +124,7 @@ def add_entry(
     )
     with write_lock(home, imp):
         migration = _migrate_if_legacy_only(home, imp)
-        append_line(memory_file(home, imp), encode_entry(entry))
+        append_line(home.memory_file(imp), encode_entry(entry))
     return Added(entry, migration)
 
 
@@ -145,7 +143,7 @@ def forget_entry(home: Home, imp: str, entry_id: str) -> MemoryEntry:
                 f"imp {imp!r} has no memory entry {entry_id!r} (see `impyard memory {imp} list`)"
             )
         # A legacy-only imp's file is rewritten into memory/: writes never go to notes/.
-        rewrite_lines(memory_file(home, imp), keep)
-        if path != memory_file(home, imp):
+        rewrite_lines(home.memory_file(imp), keep)
+        if path != home.memory_file(imp):
             remove_file(path)
     return gone[0]

@@ -21,7 +21,6 @@ from impyard.box.launch import (
 from impyard.box.logs import HEAD_BYTES, LOG_CAP_BYTES, MARKER, TAIL_BYTES
 from impyard.box.spec import LABEL_RUN, BoxExit, BoxMount, BoxSpec, box_labels
 from impyard.box.volumes import (
-    FEATURES_FILE,
     create_overlay_volume,
     overlay_volumes_supported,
     prepare_upper,
@@ -30,7 +29,7 @@ from impyard.box.volumes import (
 )
 from impyard.home import Home
 from impyard.settings import Settings
-from tests.conftest import BOX_IMAGE
+from tests.helpers.images import BOX_IMAGE
 
 
 def _spec(script: str, **kwargs: object) -> BoxSpec:
@@ -260,8 +259,10 @@ def test_overlay_probe_is_cached(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     home.root.mkdir()
     assert overlay_volumes_supported(home) in (True, False)
-    cache = (home.root / FEATURES_FILE).read_text()
+    cache = home.engine_features.read_text()
     assert engine.engine_id() in cache
-    assert [p.name for p in home.root.iterdir()] == [FEATURES_FILE]  # probe dirs cleaned
+    assert [p.name for p in home.root.iterdir()] == [
+        home.engine_features.name
+    ]  # probe dirs cleaned
     assert select_checkout_kind(Settings(checkout="auto"), home) in ("overlay", "copy")
     assert not os.environ.get("DOCKER_HOST", "").startswith("tcp://127.0.0.1:9")
