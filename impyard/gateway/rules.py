@@ -1,6 +1,6 @@
 """Judge one request against the run's ``[gateway]`` policy: first matching rule wins, else deny.
 
-``impyard.policy.models.GatewayPolicy`` is the only description of the rules
+``impyard.policy.gateway.GatewayPolicy`` is the only description of the rules
 and has already validated them. What is added here exists only while a
 gateway runs: the verdict for a method, host, port and path, the rule name a
 refusal and the journal cite, and a route's secret, read on the host when a
