@@ -23,6 +23,7 @@ from impyard.errors import KnowledgeError, UsageError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
+from impyard.knowledge.clashes import landed_name_clashes
 from impyard.knowledge.gitobj import changed_paths
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
@@ -39,7 +40,7 @@ from impyard.knowledge.repo import (
     size_delta,
     tree_bytes,
 )
-from impyard.knowledge.validate import REPO_PATH, landed_name_clashes, validate
+from impyard.knowledge.validate import REPO_PATH, validate
 from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
 

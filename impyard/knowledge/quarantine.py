@@ -15,8 +15,8 @@ from typing import cast
 import pygit2
 
 from impyard.knowledge.change import Change, FileState
+from impyard.knowledge.pathnames import is_storable_path
 from impyard.knowledge.repo import PathConflict, build_tree, host_signature
-from impyard.knowledge.validate import is_storable_path
 from impyard.names import check_run_id
 
 
