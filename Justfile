@@ -25,9 +25,11 @@ lint:
     {{venv}}/ruff format --check impyard tests bench
     {{venv}}/mypy
 
-# Lint, then the whole test suite (docker tests included)
+# Lint, then the whole test suite: unit tests in parallel, then the docker tests one at a time
+# (they share one engine, and their hygiene check counts its containers)
 test: lint
-    {{venv}}/pytest -q
+    {{venv}}/pytest -q -n auto tests/unit
+    {{venv}}/pytest -q tests/integration
 
 # Full demo: verify the tmpfs primitive
 demo:

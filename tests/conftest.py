@@ -3,20 +3,29 @@
 - ``docker`` tests need a real engine. Locally they skip without one; under
   ``CI=true`` a missing engine is a failure, never a skip.
 - A test may not leak environment variables or containers.
+- ``cli`` runs the CLI in this process for unit tests and as ``python -m impyard`` for
+  docker and integration tests.
+
+Helpers live in ``tests.helpers``; the names re-exported below keep older imports from
+``tests.conftest`` working.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-BOX_IMAGE = os.environ.get("IMPYARD_TEST_IMAGE", "impyard-box:latest")
+from tests.helpers.cli import Cli as Cli
+from tests.helpers.cli import CliResult as CliResult
+from tests.helpers.git import GIT_ENV as GIT_ENV
+from tests.helpers.git import git as git
+from tests.helpers.images import BOX_IMAGE, PI_IMAGE
+from tests.helpers.upstream import Upstream
+
+INTEGRATION = Path(__file__).resolve().parent / "integration"
 
 
 def _engine_problem() -> str | None:
@@ -45,9 +54,6 @@ def docker_engine() -> None:
     pytest.skip(message)
 
 
-PI_IMAGE = os.environ.get("IMPYARD_TEST_PI_IMAGE", "impyard-pi:latest")
-
-
 @pytest.fixture(scope="session")
 def pi_image(docker_engine: None) -> str:
     """The real Pi agent image (scripts/build-agent-box.sh); CI builds it, never skips it."""
@@ -71,7 +77,8 @@ def _unsynced_git_objects() -> Iterator[None]:
     """In-process git writes skip libgit2's per-object fsync (on in the product).
 
     Durability cannot be observed without a power cut, and the fixtures write
-    thousands of objects; the CLI tests run ``impyard`` as a subprocess, with it on.
+    thousands of objects; in-process CLI calls run without it too, while ``impyard``
+    run as a subprocess (integration and smoke tests) has it on.
     """
     import pygit2
 
@@ -100,6 +107,8 @@ def _hygiene(request: pytest.FixtureRequest) -> Iterator[None]:
     is_docker = request.node.get_closest_marker("docker") is not None
     if is_docker:
         request.getfixturevalue("docker_engine")
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            pytest.fail("docker tests share one engine and count its containers: run without -n")
         before_containers = _impyard_containers()
     yield
     ignored = {"PYTEST_CURRENT_TEST"}
@@ -114,57 +123,23 @@ def _hygiene(request: pytest.FixtureRequest) -> Iterator[None]:
         assert not leaked, f"test leaked containers: {sorted(leaked)}"
 
 
-GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "Test",
-    "GIT_AUTHOR_EMAIL": "test@example.invalid",
-    "GIT_COMMITTER_NAME": "Test",
-    "GIT_COMMITTER_EMAIL": "test@example.invalid",
-}
+@pytest.fixture
+def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+    """The CLI on ``tmp_path/home``: in this process, except for docker and integration
+    tests, which start runs and servers that talk to the engine and take signals."""
+    docker = request.node.get_closest_marker("docker") is not None
+    integration = request.node.path.resolve().is_relative_to(INTEGRATION)
+    return Cli(home=tmp_path / "home", in_process=not (docker or integration))
 
 
-def git(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """The git CLI as an independent checker of what the host wrote."""
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(
-        ["git", *map(str, args)], capture_output=True, text=True, env=env, check=check
-    )
-
-
-@dataclass
-class CliResult:
-    code: int
-    stdout: str
-    stderr: str
-
-
-@dataclass
-class Cli:
-    """Drives the real ``impyard`` CLI in a subprocess against one data root."""
-
-    home: Path
-
-    def __call__(
-        self,
-        *args: str,
-        env: dict[str, str] | None = None,
-        timeout: float = 120,
-        input: str | None = None,
-    ) -> CliResult:
-        full_env = {**os.environ, **GIT_ENV, **(env or {})}
-        full_env.pop("IMPYARD_HOME", None)
-        proc = subprocess.run(
-            [sys.executable, "-m", "impyard", "--home", str(self.home), *args],
-            capture_output=True,
-            text=True,
-            env=full_env,
-            timeout=timeout,
-            input=input,
-        )
-        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+@pytest.fixture(params=["in-process", "subprocess"])
+def both_cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+    """The CLI both ways: the in-process form must answer as the real console command."""
+    return Cli(home=tmp_path / "home", in_process=request.param == "in-process")
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(home=tmp_path / "home")
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.close()

@@ -11,7 +11,7 @@ import pytest
 
 from impyard.box.launch import remove_box, run_box, start_box, wait_box
 from impyard.box.spec import BoxExit, BoxMount, BoxSpec, box_labels
-from tests.conftest import BOX_IMAGE
+from tests.helpers.images import BOX_IMAGE
 
 pytestmark = pytest.mark.docker
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BOX_IMAGE, Cli
+from tests.helpers.cli import Cli
+from tests.helpers.images import BOX_IMAGE
 
 pytestmark = pytest.mark.docker
 

@@ -30,8 +30,8 @@ from impyard.gateway import (
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.policy.models import GatewayPolicy
-from tests.conftest import BOX_IMAGE
-from tests.unit.test_gateway_proxy import Upstream
+from tests.helpers.images import BOX_IMAGE
+from tests.helpers.upstream import Upstream
 
 pytestmark = pytest.mark.docker
 
@@ -41,13 +41,6 @@ SECRET_ENV = "IMPYARD_TEST_BOX_SECRET"
 BODY_SENTINEL = "BODY-SENTINEL-4471"
 # Refuse to probe anything if the box somehow had a route: no packet may leave it.
 NO_ROUTE_GUARD = '[ "$(wc -l < /proc/net/route)" -le 1 ] || { echo HAS-ROUTES; exit 9; }\n'
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    server = Upstream()
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, git
+from tests.helpers.cli import Cli
+from tests.helpers.git import git
 from tests.model_server import (
     NAMESPACE,
     Conversation,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import Cli
+from tests.helpers.cli import Cli
 
 pytestmark = pytest.mark.docker
 

@@ -21,8 +21,8 @@ from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.lane import LaneResult, integrate
 from impyard.knowledge.repo import main_commit, open_repo
 from impyard.knowledge.snapshot import snapshot
-from tests.conftest import git
-from tests.unit.test_repo_support import (
+from tests.helpers.git import git
+from tests.helpers.repo import (
     NS,
     OTHER_NS,
     assert_fsck_clean,

@@ -16,7 +16,7 @@ from impyard.knowledge.checkout import (
     read_identities,
     release_checkout,
 )
-from tests.unit.test_checkout_support import (
+from tests.helpers.checkout import (
     BASE_FILES,
     IMP,
     OWNER,

@@ -15,7 +15,7 @@ from impyard.knowledge.records import (
     is_utc_timestamp,
     parse_frontmatter,
 )
-from tests.unit.test_repo_support import NS, note_text
+from tests.helpers.repo import NS, note_text
 
 ID = f"{NS}_1"
 WHEN = "2026-07-11T12:00:00Z"

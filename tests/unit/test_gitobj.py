@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from impyard.errors import KnowledgeError
 from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
-from tests.unit.test_checkout_support import build_tree
+from tests.helpers.checkout import build_tree
 
 # Small path alphabet so that files and directories collide (a/b as file vs a/b/c).
 segment = st.sampled_from(["a", "b", "c"])

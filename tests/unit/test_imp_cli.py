@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, git
+from tests.helpers.cli import Cli
+from tests.helpers.git import git
 
 
 @pytest.fixture

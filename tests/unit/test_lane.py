@@ -14,8 +14,8 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.lane import LaneResult, find_landed_commit, integrate
 from impyard.knowledge.repo import main_commit, open_repo, tree_bytes, tree_bytes_full
-from tests.conftest import git
-from tests.unit.test_repo_support import (
+from tests.helpers.git import git
+from tests.helpers.repo import (
     NS,
     assert_fsck_clean,
     change_of,

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.lane import LaneResult, integrate
 from impyard.knowledge.repo import main_commit, open_repo
-from tests.conftest import git
-from tests.unit.test_repo_support import (
+from tests.helpers.git import git
+from tests.helpers.repo import (
     assert_fsck_clean,
     change_of,
     make_imp,

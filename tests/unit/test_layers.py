@@ -24,8 +24,7 @@ from impyard.knowledge.layers import (
     list_layers,
 )
 from impyard.knowledge.treefs import CheckoutError
-from tests.conftest import git
-from tests.unit.test_checkout_support import (
+from tests.helpers.checkout import (
     BASE_FILES,
     IMP,
     OWNER,
@@ -35,6 +34,7 @@ from tests.unit.test_checkout_support import (
     need_root,
     read_dir,
 )
+from tests.helpers.git import git
 
 
 @pytest.fixture

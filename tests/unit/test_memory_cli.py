@@ -10,7 +10,7 @@ import pytest
 
 from impyard.home import Home
 from impyard.memory import memory_block
-from tests.conftest import Cli
+from tests.helpers.cli import Cli
 
 
 @pytest.fixture

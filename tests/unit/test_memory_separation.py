@@ -19,7 +19,8 @@ import pytest
 
 from impyard.home import Home
 from impyard.memory import add_entry, forget_entry, memory_block, migrate_all, read_memory
-from tests.conftest import Cli, git
+from tests.helpers.cli import Cli
+from tests.helpers.git import git
 
 MARKER = "KNOWLEDGE-MARKER-7f3c91a2d0e4-never-in-memory"
 CHANNELS = [None, "general", "random", "records", "knowledge"]

@@ -11,7 +11,7 @@ from _pytest.mark import ParameterSet
 from impyard.datadir import init_home
 from impyard.home import Home
 from impyard.policy import PolicyError, deploy, policy_for_run
-from tests.conftest import Cli
+from tests.helpers.cli import Cli
 
 GATEWAY_ORG = """
 [[gateway.allow]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import Cli
+from tests.helpers.cli import Cli
 
 
 def test_show_json_reports_the_source_of_each_value(cli: Cli) -> None:

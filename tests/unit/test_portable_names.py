@@ -12,7 +12,7 @@ from impyard.knowledge.change import RULES, Change, KnowledgeLimits, Mode
 from impyard.knowledge.lane import integrate
 from impyard.knowledge.repo import build_tree, main_commit, open_repo
 from impyard.knowledge.validate import is_storable_path, path_violations, validate
-from tests.unit.test_repo_support import (
+from tests.helpers.repo import (
     NS,
     change_of,
     make_imp,

@@ -11,8 +11,8 @@ from impyard.errors import UsageError
 from impyard.knowledge.change import Violation
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
-from tests.conftest import git
-from tests.unit.test_repo_support import (
+from tests.helpers.git import git
+from tests.helpers.repo import (
     RUN,
     assert_fsck_clean,
     change_of,

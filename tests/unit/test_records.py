@@ -11,7 +11,7 @@ from impyard.knowledge.records import (
     parse_frontmatter,
     parse_record_path,
 )
-from tests.unit.test_repo_support import NS, note_text
+from tests.helpers.repo import NS, note_text
 
 
 def test_a_valid_record_path_parses() -> None:

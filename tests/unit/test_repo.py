@@ -26,8 +26,8 @@ from impyard.knowledge.repo import (
     tree_bytes,
     tree_bytes_full,
 )
-from tests.conftest import git
-from tests.unit.test_repo_support import assert_fsck_clean, make_imp, tree_paths
+from tests.helpers.git import git
+from tests.helpers.repo import assert_fsck_clean, make_imp, tree_paths
 
 
 def test_create_imp_builds_a_bare_repo_with_the_initial_layout(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from tests.conftest import Cli
+from tests.helpers.cli import Cli
 
 
 def test_a_persistent_database_error_is_reported_not_retried_forever(cli: Cli) -> None:

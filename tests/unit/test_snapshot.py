@@ -16,8 +16,7 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout, prepare_checkout, release_checkout
 from impyard.knowledge.snapshot import MAX_DEPTH, snapshot
-from tests.conftest import git
-from tests.unit.test_checkout_support import (
+from tests.helpers.checkout import (
     BASE_FILES,
     IMP,
     OWNER,
@@ -27,6 +26,7 @@ from tests.unit.test_checkout_support import (
     mounted,
     need_root,
 )
+from tests.helpers.git import git
 
 LIMITS = KnowledgeLimits()
 ACME = "records/vendors/acme--n_000000000000_1.md"

@@ -16,7 +16,7 @@ from impyard.knowledge.validate import (
     path_violations,
     validate,
 )
-from tests.unit.test_repo_support import (
+from tests.helpers.repo import (
     NS,
     OTHER_NS,
     change_of,

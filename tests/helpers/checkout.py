@@ -1,4 +1,4 @@
-"""Helpers for the checkout, layer and snapshot tests (no tests here)."""
+"""Hand-built repositories and mounted checkouts for the checkout, layer and snapshot tests."""
 
 from __future__ import annotations
 

@@ -1,0 +1,8 @@
+"""The box images the docker tests run (built by `just box` and `just box-pi`)."""
+
+from __future__ import annotations
+
+import os
+
+BOX_IMAGE = os.environ.get("IMPYARD_TEST_IMAGE", "impyard-box:latest")
+PI_IMAGE = os.environ.get("IMPYARD_TEST_PI_IMAGE", "impyard-pi:latest")
