@@ -261,8 +261,7 @@ def test_overlay_probe_is_cached(tmp_path: Path) -> None:
     assert overlay_volumes_supported(home) in (True, False)
     cache = home.engine_features.read_text()
     assert engine.engine_id() in cache
-    assert [p.name for p in home.root.iterdir()] == [
-        home.engine_features.name
-    ]  # probe dirs cleaned
+    # The probe dirs are cleaned up.
+    assert [p.name for p in home.root.iterdir()] == [home.engine_features.name]
     assert select_checkout_kind(Settings(checkout="auto"), home) in ("overlay", "copy")
     assert not os.environ.get("DOCKER_HOST", "").startswith("tcp://127.0.0.1:9")
