@@ -8,6 +8,7 @@ import sys
 BENCHES = (
     "checkout_bench",
     "lane_bench",
+    "bigchange_bench",
     "launch_bench",
     "run_bench",
     "serve_bench",

@@ -2,15 +2,24 @@
 
 Boxes mount ``knowledge/<imp>/origin.git`` read-only; the canonical repo is never
 mounted. The mirror carries only ``refs/heads/main`` (no candidate or quarantine
-refs, whose content was refused), no hooks and a minimal config. It is refreshed
-by copying just the objects main gained since the mirror's main — O(change) for
-a one-commit advance — and then moving its main.
+refs, whose content was refused), no hooks and a minimal config.
+
+A refresh publishes what main gained since the mirror's main — O(change), found
+by diffing each new commit's tree against its parent's, never by walking the
+repository — and only then moves the mirror's main, so the mirror's main always
+names complete history and a refresh that died halfway is simply redone.
+Objects arrive three ways, cheapest first: a canonical pack whose every object
+is among them is hard-linked in whole (a large run's blobs and trees, already
+durable); the rest are written as one new pack when many, or loose when few.
+A pack holding anything else (a refused run's content) is never linked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import cast
@@ -19,7 +28,12 @@ import pygit2
 
 from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
+from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
 from impyard.knowledge.repo import MAIN, TREE_MODE, main_commit, open_repo
+
+_BLOB_MODES = frozenset(
+    {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
+)
 
 
 def publish_origin(home: Home, imp: str) -> str:
@@ -33,13 +47,24 @@ def sync_origin(repo: pygit2.Repository, origin_path: Path) -> str:
     """The lock-free core: callers hold the lane lock (or own the directory, at creation)."""
     head = main_commit(repo)
     origin = _open_or_create(origin_path)
-    _copy_commits(repo, origin, pygit2.Oid(hex=head))
-    origin.references.create(MAIN, pygit2.Oid(hex=head), force=True)
+    target = pygit2.Oid(hex=head)
+    published = _published(origin)
+    if published != target:
+        _publish_objects(repo, origin, target, published)
+        origin.references.create(MAIN, target, force=True)
     # Only main may ever be published; drop anything else that appeared.
     for name in list(origin.references):
         if name != MAIN:
             origin.references.delete(name)
     return head
+
+
+def _published(origin: pygit2.Repository) -> pygit2.Oid | None:
+    try:
+        target = origin.lookup_reference(MAIN).target
+    except (KeyError, pygit2.GitError):
+        return None
+    return target if isinstance(target, pygit2.Oid) else None
 
 
 def _open_or_create(path: Path) -> pygit2.Repository:
@@ -61,67 +86,131 @@ def _open_or_create(path: Path) -> pygit2.Repository:
     return pygit2.Repository(str(path))
 
 
-def _copy_commits(src: pygit2.Repository, dst: pygit2.Repository, head: pygit2.Oid) -> None:
-    """Copy commits (oldest first) and their new trees/blobs until history dst already has."""
-    missing: list[pygit2.Oid] = []
-    stack = [head]
-    seen: set[pygit2.Oid] = set()
+def _publish_objects(
+    src: pygit2.Repository, dst: pygit2.Repository, head: pygit2.Oid, published: pygit2.Oid | None
+) -> None:
+    """Make every object ``head`` has and ``published`` lacks durable in ``dst``."""
+    wanted = _objects_since(src, head, published)
+    remaining = _link_packs(src, dst, wanted)
+    _copy_objects(src, dst, remaining)
+
+
+def _objects_since(
+    src: pygit2.Repository, head: pygit2.Oid, published: pygit2.Oid | None
+) -> set[bytes]:
+    """Raw ids of the commits after ``published`` up to ``head`` and of what their trees add."""
+    walker = src.walk(head, pygit2.enums.SortMode.TOPOLOGICAL)
+    if published is not None:
+        # A mirror main the canonical repo does not know: publish all of head's history.
+        with contextlib.suppress(KeyError, ValueError, pygit2.GitError):
+            walker.hide(published)
+    found: set[bytes] = set()
+    for commit in walker:
+        found.add(commit.id.raw)
+        parent = commit.parents[0].tree if commit.parents else None
+        _tree_objects(src, parent, commit.tree, found)
+    return found
+
+
+def _tree_objects(
+    src: pygit2.Repository, old: pygit2.Tree | None, new: pygit2.Tree, found: set[bytes]
+) -> None:
+    """Add to ``found`` the trees and blobs of ``new`` that ``old`` does not hold at the same path.
+
+    ``old`` is the parent commit's tree: either published (complete in the mirror)
+    or itself being published now, so what it shares with ``new`` needs no copy.
+    """
+    stack: list[tuple[pygit2.Tree | None, pygit2.Tree]] = [(old, new)]
     while stack:
-        oid = stack.pop()
-        if oid in seen or dst.odb.exists(oid):
+        before, tree = stack.pop()
+        if (before is not None and before.id == tree.id) or tree.id.raw in found:
             continue
-        seen.add(oid)
-        missing.append(oid)
-        stack.extend(_commit(src, oid).parent_ids)
-    # A commit is written only after its tree and parents, so "exists in dst"
-    # always means "complete in dst" and later syncs can stop there.
-    for oid in reversed(_topo(src, missing)):
-        _copy_tree(src, dst, _commit(src, oid).tree_id)
-        _copy_object(src, dst, oid)
-
-
-def _topo(src: pygit2.Repository, commits: list[pygit2.Oid]) -> list[pygit2.Oid]:
-    """Children before parents (reverse gives parents first)."""
-    wanted = set(commits)
-    order: list[pygit2.Oid] = []
-    done: set[pygit2.Oid] = set()
-
-    def visit(oid: pygit2.Oid) -> None:
-        stack = [(oid, False)]
-        while stack:
-            current, expanded = stack.pop()
-            if current in done:
+        found.add(tree.id.raw)
+        prior = {entry.name: entry for entry in before} if before is not None else {}
+        for entry in tree:
+            was = prior.get(entry.name)
+            if was is not None and was.id == entry.id:
                 continue
-            if expanded:
-                done.add(current)
-                order.append(current)
-                continue
-            stack.append((current, True))
-            stack.extend((p, False) for p in _commit(src, current).parent_ids if p in wanted)
-
-    for oid in commits:
-        visit(oid)
-    order.reverse()
-    return order
+            if entry.filemode == TREE_MODE:
+                was_tree = src[was.id] if was is not None and was.filemode == TREE_MODE else None
+                stack.append((_as_tree(was_tree), cast(pygit2.Tree, src[entry.id])))
+            elif entry.filemode in _BLOB_MODES:
+                found.add(entry.id.raw)
 
 
-def _copy_tree(src: pygit2.Repository, dst: pygit2.Repository, tree_id: pygit2.Oid) -> None:
-    if dst.odb.exists(tree_id):
-        return  # written after all its children, so complete
-    for entry in cast(pygit2.Tree, src[tree_id]):
-        if entry.filemode == TREE_MODE:
-            _copy_tree(src, dst, entry.id)
-        elif not dst.odb.exists(entry.id):
-            _copy_object(src, dst, entry.id)
-    _copy_object(src, dst, tree_id)
+def _as_tree(obj: pygit2.Object | None) -> pygit2.Tree | None:
+    return obj if isinstance(obj, pygit2.Tree) else None
 
 
-def _copy_object(src: pygit2.Repository, dst: pygit2.Repository, oid: pygit2.Oid) -> None:
-    kind, data = src.odb.read(oid)[:2]
-    written = dst.odb.write(kind, data)
-    if written != oid:  # pragma: no cover - would mean a corrupt source odb
-        raise RuntimeError(f"object {oid} changed while copying")
+def _link_packs(src: pygit2.Repository, dst: pygit2.Repository, wanted: set[bytes]) -> set[bytes]:
+    """Hard-link into ``dst`` each canonical pack made only of wanted objects; return the rest.
+
+    A large run's snapshot and tree packs qualify whole, so publishing them costs
+    two links instead of re-reading and re-writing every object.
+    """
+    source, target = pack_dir(src), pack_dir(dst)
+    try:
+        offered = sorted(n for n in os.listdir(source) if _is_pack_index(n))
+    except FileNotFoundError:
+        offered = []
+    remaining = set(wanted)
+    if not offered or not remaining:
+        return remaining
+    target.mkdir(exist_ok=True)
+    present = set(os.listdir(target))
+    for idx_name in offered:
+        if idx_name in present:
+            continue  # published before: its objects pass the existence check below
+        oids = pack_object_ids(source / idx_name, at_most=len(wanted))
+        if not oids or not all(oid in wanted for oid in oids):
+            continue
+        pack_name = idx_name[: -len(".idx")] + ".pack"
+        # The .pack first: a reader only looks for packs through their .idx.
+        _link_or_copy(source / pack_name, target / pack_name)
+        _link_or_copy(source / idx_name, target / idx_name)
+        present.add(idx_name)
+        remaining.difference_update(oids)
+    if any(_is_pack_index(name) for name in present):
+        # Also covers links an interrupted refresh made but never synced: the mirror's
+        # main is about to name their objects.
+        fsync_dir(target)
+    return remaining
 
 
-def _commit(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Commit:
-    return cast(pygit2.Commit, repo[oid])
+def _is_pack_index(name: str) -> bool:
+    return name.startswith("pack-") and name.endswith(".idx")
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+        return
+    except FileExistsError:
+        return  # packs are named by their checksum: it is the same pack
+    except OSError:
+        pass  # another filesystem, or links not allowed: copy instead
+    fd, name = tempfile.mkstemp(prefix="tmp_pack_", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, source.open("rb") as inp:
+            shutil.copyfileobj(inp, out)
+            out.flush()
+            os.fchmod(out.fileno(), 0o444)
+            os.fsync(out.fileno())
+        os.replace(name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+        raise
+
+
+def _copy_objects(src: pygit2.Repository, dst: pygit2.Repository, oids: set[bytes]) -> None:
+    """Write ``oids`` (read from ``src``) into ``dst``: one pack when many, loose when few."""
+    if len(oids) < PACK_THRESHOLD:
+        # Few: skip what the mirror has (in a pack, or left by an interrupted refresh).
+        oids = {oid for oid in oids if not dst.odb.exists(pygit2.Oid(raw=oid))}
+    with ObjectBatch(dst) as batch:
+        for oid in sorted(oids):
+            kind, data = src.odb.read(pygit2.Oid(raw=oid))[:2]
+            if batch.add(kind, data) != oid:  # pragma: no cover - would mean a corrupt source odb
+                raise RuntimeError(f"object {oid.hex()} changed while copying")
+        batch.write()

@@ -11,6 +11,10 @@ becomes a ``Violation`` in ``Change.problems``; only host faults raise.
 What is read follows what changed: the overlay upper dir holds only the run's
 change; the copy fallback lstat-walks the tree and hashes only files whose
 recorded identity (inode, size, mtime, ctime) differs.
+
+New blobs are written together when the walk ends (``packs.ObjectBatch``): one
+fsynced pack for a large change instead of an fsynced file per blob, loose
+objects for a small one. Either way they are durable when ``snapshot`` returns.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from impyard.knowledge.change import RULES, Change, FileState, Violation
 from impyard.knowledge.change import KnowledgeLimits as Limits
 from impyard.knowledge.checkout import Checkout, read_identities
 from impyard.knowledge.gitobj import commit_at, lookup_entry
+from impyard.knowledge.packs import ExistenceProbe, ObjectBatch
 from impyard.knowledge.treefs import OPAQUE_XATTR, Identity, entries, is_executable
 
 # Deep enough for any sane layout; bounded so a hostile nest of directories cannot
@@ -48,28 +53,32 @@ class SnapshotError(KnowledgeError):
 def snapshot(repo: pygit2.Repository, checkout: Checkout, limits: Limits) -> Change:
     """Hash the run's change into ``repo``'s odb and describe it against ``checkout.base``."""
     base = commit_at(repo, checkout.base, SnapshotError).tree
-    walker = _Walker(repo, limits)
-    try:
-        root_fd = os.open(checkout.root, _DIR_FLAGS)
-    except OSError as exc:
-        raise SnapshotError(f"cannot open checkout {checkout.root}: {exc}") from exc
-    try:
-        if checkout.kind == "overlay":
-            walker.walk_upper(root_fd, "", base, hidden=False, depth=0)
-        else:
-            identities = read_identities(checkout.index_path)
-            walker.walk_copy(root_fd, "", base, identities, depth=0)
-            for path in identities:
-                if path not in walker.present:
-                    walker.change.deleted.add(path)
-    finally:
-        os.close(root_fd)
+    with ObjectBatch(repo) as batch:
+        walker = _Walker(repo, limits, batch)
+        try:
+            root_fd = os.open(checkout.root, _DIR_FLAGS)
+        except OSError as exc:
+            raise SnapshotError(f"cannot open checkout {checkout.root}: {exc}") from exc
+        try:
+            if checkout.kind == "overlay":
+                walker.walk_upper(root_fd, "", base, hidden=False, depth=0)
+            else:
+                identities = read_identities(checkout.index_path)
+                walker.walk_copy(root_fd, "", base, identities, depth=0)
+                for path in identities:
+                    if path not in walker.present:
+                        walker.change.deleted.add(path)
+        finally:
+            os.close(root_fd)
+        batch.write()
     return walker.change
 
 
 class _Walker:
-    def __init__(self, repo: pygit2.Repository, limits: Limits) -> None:
+    def __init__(self, repo: pygit2.Repository, limits: Limits, batch: ObjectBatch) -> None:
         self.repo = repo
+        self.batch = batch
+        self.stored = ExistenceProbe(repo)
         self.limit = limits.max_file_bytes
         self.change = Change()
         # Paths holding a regular file after the run (copy mode: a base path not
@@ -242,9 +251,8 @@ class _Walker:
             and is_executable(before) == executable
         ):
             return  # copied up or touched, but the same file as at base
-        if not self.repo.odb.exists(oid):
-            # Hash first: writing always creates and deletes a temp file.
-            self.repo.odb.write(_BLOB, data)
+        if oid.raw not in self.batch and oid not in self.stored:
+            self.batch.add(_BLOB, data, oid.raw)
         self.change.written[path] = FileState(blob=str(oid), size=len(data), executable=executable)
 
     def _refuse_special(self, st: os.stat_result, path: str) -> None:
