@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from impyard.credentials import find_credentials
+from impyard.credentials import CREDENTIAL_PATTERNS, find_credentials
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # 40 characters
 AZURE_KEY = (
@@ -89,3 +89,11 @@ def test_a_label_never_contains_the_secret() -> None:
     labels = find_credentials(text)
     assert len(labels) == 2
     assert all(AWS_SECRET not in label and AZURE_KEY[:20] not in label for label in labels)
+
+
+def test_every_pattern_is_gated_by_a_literal_every_match_contains() -> None:
+    """The needles only skip regexes that cannot match; a needle must be lowercase (the
+    text is lowered for the check) and, for a fixed prefix, part of every match."""
+    for pattern in CREDENTIAL_PATTERNS:
+        assert pattern.needles, pattern.label
+        assert all(needle == needle.lower() for needle in pattern.needles), pattern.label
