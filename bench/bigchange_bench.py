@@ -22,7 +22,7 @@ Prints medians in ms and the ratios impyard/git. Every repetition starts from
 a fresh imp and a fresh scratch repo (the record files themselves are reused,
 so both sides read them from the page cache). Data lives under
 $IMPYARD_BENCH_DIR (default /var/tmp; the machine's /tmp is slow after many
-deletions, see MEASUREMENTS.md).
+deletions).
 """
 
 from __future__ import annotations
@@ -46,10 +46,13 @@ from impyard.home import Home
 from impyard.knowledge import lane
 from impyard.knowledge.change import FileState, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.origin import publish_origin
 from impyard.knowledge.packs import ObjectBatch
-from impyard.knowledge.repo import MAIN, build_tree, create_imp, main_commit, open_repo, tree_bytes
+from impyard.knowledge.repo import MAIN, main_commit
+from impyard.knowledge.sizes import tree_bytes
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.trees import build_tree
 
 IMP = "bench"
 NAMESPACE = "n_00000000beef"

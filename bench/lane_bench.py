@@ -30,18 +30,11 @@ import pygit2
 from impyard.datadir import init_home
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
+from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.lane import Trailers, integrate
 from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.repo import (
-    FILE_MODE,
-    MAIN,
-    TREE_MODE,
-    create_imp,
-    host_signature,
-    main_commit,
-    open_repo,
-    tree_bytes,
-)
+from impyard.knowledge.repo import FILE_MODE, MAIN, TREE_MODE, host_signature, main_commit
+from impyard.knowledge.sizes import tree_bytes
 from impyard.knowledge.validate import validate
 
 TOPICS = 100

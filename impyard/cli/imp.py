@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Create an imp and its knowledge repository (initial branch main)."""
-        from impyard.knowledge.repo import ImpSettings, create_imp
+        from impyard.knowledge.imps import ImpSettings, create_imp
 
         home = initialized_home(ctx)
         settings = ImpSettings(image=image, command=command)
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     ) -> None:
         """List imps with their knowledge repository and settings."""
-        from impyard.knowledge.repo import list_imps, read_imp_settings
+        from impyard.knowledge.imps import list_imps, read_imp_settings
 
         home = initialized_home(ctx)
         rows = []
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         imp: str = typer.Argument(..., help="Imp name."),
     ) -> None:
         """Print the imp's canonical bare repository path (and nothing else)."""
-        from impyard.knowledge.repo import require_imp
+        from impyard.knowledge.imps import require_imp
 
         home = initialized_home(ctx)
         echo(str(require_imp(home, imp).resolve()))

@@ -19,13 +19,13 @@ from impyard.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
 from impyard.home import Home
 from impyard.knowledge.checkout_record import Checkout, CheckoutKind
 from impyard.knowledge.gitobj import commit_at
+from impyard.knowledge.imps import open_repo
 from impyard.knowledge.layers import (
     MOUNT_DATA_LIMIT,
     ensure_layer_locked,
     layer_chain,
     layers_lock,
 )
-from impyard.knowledge.repo import open_repo
 from impyard.knowledge.treefs import (
     CheckoutError,
     Identity,

@@ -25,21 +25,13 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.clashes import landed_name_clashes
 from impyard.knowledge.gitobj import changed_paths
+from impyard.knowledge.imps import open_repo
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
 from impyard.knowledge.records import ORGANIZATION, parse_record_path
-from impyard.knowledge.repo import (
-    MAIN,
-    PathConflict,
-    build_tree,
-    host_signature,
-    imp_signature,
-    main_commit,
-    open_repo,
-    record_tree_bytes,
-    size_delta,
-    tree_bytes,
-)
+from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
+from impyard.knowledge.sizes import record_tree_bytes, size_delta, tree_bytes
+from impyard.knowledge.trees import PathConflict, build_tree
 from impyard.knowledge.validate import REPO_PATH, validate
 from impyard.knowledge.violations import digest
 from impyard.names import check_run_id

@@ -40,7 +40,8 @@ from impyard.errors import KnowledgeError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
 from impyard.knowledge.gitobj import changed_paths, commit_at
-from impyard.knowledge.repo import main_commit, open_repo
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.repo import main_commit
 from impyard.knowledge.treefs import (
     CheckoutError,
     Owner,

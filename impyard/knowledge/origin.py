@@ -28,8 +28,9 @@ import pygit2
 
 from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
+from impyard.knowledge.imps import open_repo
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
-from impyard.knowledge.repo import MAIN, TREE_MODE, main_commit, open_repo
+from impyard.knowledge.repo import MAIN, TREE_MODE, main_commit
 
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}

@@ -16,7 +16,8 @@ import pygit2
 
 from impyard.knowledge.change import Change, FileState
 from impyard.knowledge.pathnames import is_storable_path
-from impyard.knowledge.repo import PathConflict, build_tree, host_signature
+from impyard.knowledge.repo import host_signature
+from impyard.knowledge.trees import PathConflict, build_tree
 from impyard.names import check_run_id
 
 

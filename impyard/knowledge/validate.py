@@ -54,7 +54,8 @@ from impyard.knowledge.records import (
     frontmatter_errors,
     parse_record_path,
 )
-from impyard.knowledge.repo import TREE_MODE, size_delta, tree_bytes
+from impyard.knowledge.repo import TREE_MODE
+from impyard.knowledge.sizes import size_delta, tree_bytes
 
 REPO_PATH = "."  # the path a repository-wide violation names
 

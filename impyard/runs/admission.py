@@ -15,7 +15,8 @@ from impyard.errors import ConfigError, UsageError
 from impyard.fsutil import locked, remove_tree
 from impyard.knowledge import runspace
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.repo import main_commit, open_repo
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.repo import main_commit
 from impyard.knowledge.runspace import RunSpace
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import EffectivePolicy

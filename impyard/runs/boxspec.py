@@ -15,7 +15,7 @@ from impyard.fsutil import atomic_write_text
 from impyard.gateway import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV, Gateway
 from impyard.home import Home
 from impyard.knowledge.checkout import Checkout
-from impyard.knowledge.repo import read_imp_settings
+from impyard.knowledge.imps import read_imp_settings
 from impyard.memory.block import memory_block
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.model import Manifest, RunRequest

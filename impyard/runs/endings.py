@@ -18,10 +18,11 @@ from impyard.home import Home
 from impyard.knowledge import runspace
 from impyard.knowledge.change import Violation
 from impyard.knowledge.checkout import release_checkout
+from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import Trailers, integrate, keep_candidate
 from impyard.knowledge.layers import collect_layers, ensure_layer
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
-from impyard.knowledge.repo import main_commit, open_repo
+from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.violations import ViolationDigest, digest
 from impyard.runs.model import Manifest

@@ -196,8 +196,8 @@ def _left_behind(ctx: RunContext, manifest: Manifest) -> bool:
 def republish_origins(ctx: RunContext) -> None:
     """A host that died between moving main and refreshing the published origin leaves
     boxes a stale origin; refreshing is idempotent and cheap."""
+    from impyard.knowledge.imps import list_imps
     from impyard.knowledge.origin import publish_origin
-    from impyard.knowledge.repo import list_imps
 
     for imp in list_imps(ctx.home):
         try:

@@ -15,7 +15,8 @@ import pytest
 from impyard.datadir import init_home
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.repo import create_imp, main_commit, open_repo
+from impyard.knowledge.imps import create_imp, open_repo
+from impyard.knowledge.repo import main_commit
 from impyard.runs import manifest as manifests
 from impyard.runs.admission import execute
 from impyard.runs.model import RunRequest

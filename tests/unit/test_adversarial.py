@@ -18,8 +18,9 @@ import pytest
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import LaneResult, integrate
-from impyard.knowledge.repo import main_commit, open_repo
+from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from tests.helpers.git import git
 from tests.helpers.repo import (

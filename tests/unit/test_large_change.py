@@ -19,10 +19,11 @@ from impyard.knowledge import lane as lane_module
 from impyard.knowledge import origin as origin_module
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import LaneResult, integrate
 from impyard.knowledge.origin import publish_origin
 from impyard.knowledge.packs import PACK_THRESHOLD
-from impyard.knowledge.repo import main_commit, open_repo
+from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from tests.conftest import git
 from tests.unit.test_repo_support import (

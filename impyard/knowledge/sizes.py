@@ -1,0 +1,100 @@
+"""Repository size: the sum of blob sizes in a commit's tree, cached per commit beside
+the repository so a check costs O(change), not a walk of 100,000 records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import cast
+
+import pygit2
+
+from impyard.fsutil import atomic_write_json, locked
+from impyard.knowledge.change import FileState
+from impyard.knowledge.gitobj import lookup_entry
+from impyard.knowledge.repo import TREE_MODE
+
+# How many commits' tree sizes the cache remembers; bases of live runs are recent commits.
+SIZE_CACHE_ENTRIES = 2048
+
+
+def size_cache_path(repo: pygit2.Repository) -> Path:
+    """knowledge/<imp>/tree-bytes.json, beside repo.git (a cache: safe to delete)."""
+    return Path(repo.path).resolve().parent / "tree-bytes.json"
+
+
+def tree_bytes_full(repo: pygit2.Repository, tree: pygit2.Tree) -> int:
+    """Walk the whole tree once: O(repo). Used only when the cache has no entry."""
+    total = 0
+    stack = [tree]
+    while stack:
+        current = stack.pop()
+        for entry in current:
+            if entry.filemode == TREE_MODE:
+                stack.append(cast(pygit2.Tree, repo[entry.id]))
+            elif entry.type_str == "blob":
+                total += repo.odb.read_header(entry.id)[1]
+    return total
+
+
+def _read_size_cache(repo: pygit2.Repository) -> dict[str, int]:
+    try:
+        raw = json.loads(size_cache_path(repo).read_text())
+    except (OSError, ValueError):
+        return {}  # missing or torn: it is only a cache
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, int)}
+
+
+def write_size_cache_entry(repo: pygit2.Repository, commit: str, total: int) -> None:
+    path = size_cache_path(repo)
+    # Own lock (not the lane lock): validate() writes here outside the lane.
+    with locked(path.with_name(path.name + ".lock")):
+        cache = _read_size_cache(repo)
+        cache.pop(commit, None)
+        cache[commit] = total  # dicts keep insertion order: newest last
+        while len(cache) > SIZE_CACHE_ENTRIES:
+            cache.pop(next(iter(cache)))
+        atomic_write_json(path, cache)
+
+
+def tree_bytes(repo: pygit2.Repository, commit: str) -> int:
+    """Total blob bytes of ``commit``'s tree: cached per commit, computed by a full walk once."""
+    cached = _read_size_cache(repo).get(commit)
+    if cached is not None:
+        return cached
+    total = tree_bytes_full(repo, repo[commit].peel(pygit2.Tree))
+    write_size_cache_entry(repo, commit, total)
+    return total
+
+
+def record_tree_bytes(repo: pygit2.Repository, commit: str, total: int) -> None:
+    write_size_cache_entry(repo, commit, total)
+
+
+def blob_size(repo: pygit2.Repository, oid: pygit2.Oid | str) -> int:
+    return int(repo.odb.read_header(oid if isinstance(oid, pygit2.Oid) else pygit2.Oid(hex=oid))[1])
+
+
+def size_delta(
+    repo: pygit2.Repository,
+    tree: pygit2.Tree,
+    written: Mapping[str, FileState],
+    deleted: Iterable[str],
+) -> int:
+    """Bytes the repo grows by when ``written``/``deleted`` are applied to ``tree``: O(change)."""
+    delta = 0
+    for path, state in written.items():
+        delta += state.size
+        old = lookup_entry(tree, path)
+        if old is not None and old.type_str == "blob":
+            delta -= blob_size(repo, old.id)
+    for path in deleted:
+        if path in written:
+            continue
+        old = lookup_entry(tree, path)
+        if old is not None and old.type_str == "blob":
+            delta -= blob_size(repo, old.id)
+    return delta
