@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from impyard.errors import UsageError
+from impyard.fsutil import atomic_write_bytes
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class Home:
     def layers(self, imp: str) -> Path:
         """Read-only lower directories of overlay checkouts, one per base commit."""
         return self.imp_dir(imp) / "layers"
+
+    #: The imp's settings file (image, command, agent), inside its knowledge dir.
+    IMP_SETTINGS = "imp.json"
+
+    def imp_settings(self, imp: str) -> Path:
+        return self.imp_dir(imp) / self.IMP_SETTINGS
 
     def lane_lock(self, imp: str) -> Path:
         return self.imp_dir(imp) / "lane.lock"
@@ -152,3 +162,45 @@ class Home:
 
     def is_initialized(self) -> bool:
         return self.org_policy.is_file() and self.knowledge_dir.is_dir()
+
+
+def default_org_policy() -> bytes:
+    # Package data, so an installed wheel carries it; the repository's top-level policy/
+    # is a link to the same directory, where an owner reads the defaults.
+    resource = importlib.resources.files("impyard.policy").joinpath("defaults", "org.toml")
+    return resource.read_bytes()
+
+
+def init_home(home: Home) -> bool:
+    """Create what is missing; never overwrite an owner's edited policy. True if anything new."""
+    if home.root.exists() and not home.root.is_dir():
+        raise UsageError(f"the data root {home.root} exists and is not a directory")
+    fresh = not home.is_initialized()
+    try:
+        for directory in (
+            home.root,
+            home.policy_dir,
+            home.imp_policy_dir,
+            home.knowledge_dir,
+            home.runs_dir,
+            home.memory_dir,
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+        if not home.org_policy.exists():
+            atomic_write_bytes(home.org_policy, default_org_policy())
+    except OSError as exc:
+        # A path under a regular file, a read-only mount, no permission: the owner's to fix.
+        where = exc.filename or home.root
+        raise UsageError(
+            f"cannot create the data root {home.root}: {where}: {exc.strerror or exc}"
+        ) from exc
+    if not home.compiled_policy.exists():
+        # Imported here, not at the top: every command imports Home, and the policy
+        # compiler (pydantic models) and the queue store only matter to `init`.
+        from impyard.policy.compile import deploy
+
+        deploy(home)
+    from impyard.queue.db import connect
+
+    connect(home.db).close()  # creates the schema, so other tools can read it at once
+    return fresh

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from impyard.cli._common import echo, state
-from impyard.datadir import init_home
+from impyard.home import init_home
 
 
 def register(app: typer.Typer) -> None:

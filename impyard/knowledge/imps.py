@@ -103,10 +103,6 @@ class ImpSettings:
         return {"image": self.image, "command": self.command, "agent": self.agent}
 
 
-def imp_settings_path(home: Home, imp: str) -> Path:
-    return home.imp_dir(imp) / "imp.json"
-
-
 def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Path:
     """Create knowledge/<imp>/ (repo.git, origin.git, imp.json); return the canonical repo path.
 
@@ -146,7 +142,7 @@ def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Pat
             repo, str(commit), tree_bytes_full(repo, cast(pygit2.Tree, repo[tree]))
         )
         sync_origin(repo, staging / "origin.git")
-        atomic_write_json(staging / "imp.json", (settings or ImpSettings()).as_dict())
+        atomic_write_json(staging / Home.IMP_SETTINGS, (settings or ImpSettings()).as_dict())
         fsync_dir(staging)
         try:
             os.rename(staging_home_dir, final)
@@ -196,15 +192,13 @@ def require_imp(home: Home, imp: str) -> Path:
 def read_imp_settings(home: Home, imp: str) -> ImpSettings:
     require_imp(home, imp)
     try:
-        raw: Any = json.loads(imp_settings_path(home, imp).read_text())
+        raw: Any = json.loads(home.imp_settings(imp).read_text())
     except FileNotFoundError:
         return ImpSettings()
     except (OSError, ValueError) as exc:
-        raise KnowledgeError(
-            f"imp {imp!r}: unreadable {imp_settings_path(home, imp)}: {exc}"
-        ) from exc
+        raise KnowledgeError(f"imp {imp!r}: unreadable {home.imp_settings(imp)}: {exc}") from exc
     if not isinstance(raw, dict):
-        raise KnowledgeError(f"imp {imp!r}: {imp_settings_path(home, imp)} is not a JSON object")
+        raise KnowledgeError(f"imp {imp!r}: {home.imp_settings(imp)} is not a JSON object")
     image, command, agent = raw.get("image"), raw.get("command"), raw.get("agent")
     return ImpSettings(
         image=image if isinstance(image, str) else None,

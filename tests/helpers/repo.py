@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pygit2
 
-from impyard.datadir import init_home
-from impyard.home import Home
+from impyard.home import Home, init_home
 from impyard.knowledge.change import Change, FileState, Mode
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.lane import Trailers

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.datadir import init_home
-from impyard.home import Home
+from impyard.home import Home, init_home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.repo import main_commit

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from _pytest.mark import ParameterSet
 
-from impyard.datadir import init_home
-from impyard.home import Home
+from impyard.home import Home, init_home
 from impyard.policy import PolicyError, deploy, policy_for_run
 from tests.helpers.cli import Cli
 

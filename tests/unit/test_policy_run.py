@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from impyard.datadir import init_home
 from impyard.errors import ConfigError, UsageError
-from impyard.home import Home
+from impyard.home import Home, init_home
 from impyard.policy import PolicyError, deploy, policy_for_run
 
 
