@@ -82,8 +82,9 @@ def _unsynced_git_objects() -> Iterator[None]:
     """
     import pygit2
 
-    import impyard.knowledge.repo  # noqa: F401  (it turns the option on when imported)
+    from impyard.knowledge.repo import configure_libgit2
 
+    configure_libgit2()  # what the product sets, first, so it does not turn fsync back on
     pygit2.settings.enable_fsync_gitdir(False)
     yield
     pygit2.settings.enable_fsync_gitdir(True)

@@ -18,7 +18,7 @@ from impyard.errors import KnowledgeError, NotFoundError, UsageError
 from impyard.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
 from impyard.knowledge.change import FileState
-from impyard.knowledge.repo import MAIN, host_signature
+from impyard.knowledge.repo import MAIN, configure_libgit2, host_signature
 from impyard.knowledge.sizes import tree_bytes_full, write_size_cache_entry
 from impyard.knowledge.trees import build_tree
 from impyard.names import check_imp_name
@@ -122,6 +122,7 @@ def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Pat
     try:
         staging.mkdir()
         repo_path = staging / "repo.git"
+        configure_libgit2()
         repo = pygit2.init_repository(str(repo_path), bare=True, initial_head="main")
         _strip_templates(repo_path)
         tree = build_tree(
@@ -210,6 +211,7 @@ def read_imp_settings(home: Home, imp: str) -> ImpSettings:
 def open_repo(home: Home, imp: str) -> pygit2.Repository:
     path = require_imp(home, imp)
     try:
+        configure_libgit2()
         return pygit2.Repository(str(path))
     except pygit2.GitError as exc:
         raise KnowledgeError(f"imp {imp!r}: cannot open {path}: {exc}") from exc

@@ -30,7 +30,7 @@ from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
-from impyard.knowledge.repo import MAIN, TREE_MODE, main_commit
+from impyard.knowledge.repo import MAIN, TREE_MODE, configure_libgit2, main_commit
 
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
@@ -69,6 +69,7 @@ def _published(origin: pygit2.Repository) -> pygit2.Oid | None:
 
 
 def _open_or_create(path: Path) -> pygit2.Repository:
+    configure_libgit2()
     if path.is_dir():
         return pygit2.Repository(str(path))
     # Build beside it and rename, so a box never sees a half-made mirror.
