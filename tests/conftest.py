@@ -18,10 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import Cli as Cli
-from tests.helpers.cli import CliResult as CliResult
-from tests.helpers.git import GIT_ENV as GIT_ENV
-from tests.helpers.git import git as git
+from tests.helpers.cli import Cli
 from tests.helpers.images import BOX_IMAGE, PI_IMAGE
 from tests.helpers.upstream import Upstream
 

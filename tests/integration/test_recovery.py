@@ -22,7 +22,7 @@ from impyard.runs.model import RunRequest
 from impyard.runs.pipeline import Run, RunContext
 from impyard.runs.recovery import recover_all
 from impyard.settings import Settings
-from tests.conftest import git
+from tests.helpers.git import git
 
 pytestmark = pytest.mark.docker
 

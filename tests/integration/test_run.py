@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import GIT_ENV, Cli, git
+from tests.helpers.cli import Cli
+from tests.helpers.git import GIT_ENV, git
 
 pytestmark = pytest.mark.docker
 

@@ -25,8 +25,8 @@ from impyard.knowledge.origin import publish_origin
 from impyard.knowledge.packs import PACK_THRESHOLD
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
-from tests.conftest import git
-from tests.unit.test_repo_support import (
+from tests.helpers.git import git
+from tests.helpers.repo import (
     NS,
     assert_fsck_clean,
     make_imp,

@@ -17,8 +17,8 @@ from impyard.knowledge import packs
 from impyard.knowledge.change import FileState
 from impyard.knowledge.packs import ObjectBatch, PackWriter, object_id, pack_object_ids
 from impyard.knowledge.trees import PathConflict, _apply, _build_packed, _plan
-from tests.conftest import git
-from tests.unit.test_repo_support import assert_fsck_clean
+from tests.helpers.git import git
+from tests.helpers.repo import assert_fsck_clean
 
 BLOB = pygit2.enums.ObjectType.BLOB
 
