@@ -246,6 +246,7 @@ class Server:
             # Nothing of the run exists yet: the task waits, and so does claiming.
             self._requeue(task)
             self._disk_wait_until = time.monotonic() + DISK_RETRY_SECONDS
+            self.ctx.journal.record("task.requeued", task=task.id, imp=task.imp, reason=str(exc))
             self.report("requeued", f"task {task.id} waits for disk space: {exc}")
             return
         except LeaseHeldError as exc:
