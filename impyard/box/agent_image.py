@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from impyard.box.agents import AGENTS
+from impyard.box.engine import stderr_tail
 from impyard.box.spec import TMP_TMPFS
 from impyard.errors import EngineError, ImpyardError
 
@@ -151,8 +152,7 @@ def _agent_version_in(image: str) -> str:
 
 
 def _tail(exc: Exception) -> str:
-    text = str(getattr(exc, "stderr", "") or exc).strip()
-    return " | ".join(line for line in text.splitlines()[-3:] if line.strip())
+    return stderr_tail(str(getattr(exc, "stderr", "") or exc))
 
 
 def main(argv: list[str] | None = None) -> int:

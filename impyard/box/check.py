@@ -76,7 +76,7 @@ class CheckRunError(EngineError):
     """The check box could not be run at all (not: a check failed)."""
 
     def __init__(self, image: str, exit_code: int, stderr: str) -> None:
-        tail = " | ".join(line for line in stderr.strip().splitlines()[-3:] if line.strip())
+        tail = engine.stderr_tail(stderr)
         super().__init__(
             f"could not run the check box from {image} (docker exit {exit_code}): {tail}"
         )

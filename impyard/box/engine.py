@@ -42,6 +42,12 @@ RETRY_ATTEMPTS = 3
 _POOL_SIZE = 32
 
 
+def stderr_tail(text: str, lines: int = 3) -> str:
+    """The last non-blank lines of a docker CLI's stderr, on one line: the evidence an
+    error message carries."""
+    return " | ".join(line for line in text.strip().splitlines()[-lines:] if line.strip())
+
+
 class EngineUnreachableError(EngineError):
     """The engine did not accept a connection at all."""
 
