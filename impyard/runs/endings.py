@@ -177,12 +177,13 @@ def release_run_space(home: Home, manifest: Manifest) -> None:
             runspace.unmount(space)
         return
     record = home.run_checkout_record(manifest.run_id)
-    if manifest.checkout is not None and (space is None or space.kind == "plain"):
+    if space is None and manifest.checkout is not None:
+        # Runs from before run spaces kept their checkout in the run dir itself.
         release_checkout(manifest.checkout, record)
     else:
         record.unlink(missing_ok=True)
     if space is not None:
-        runspace.release(space)  # a loop space goes whole: no per-file unlinking
+        runspace.release(space)  # the space goes whole, checkout and index included
 
 
 def prepare_next_base(run: Run) -> None:
