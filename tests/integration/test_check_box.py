@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.images import BOX_IMAGE
+from tests.helpers.policy import edit_org
 
 pytestmark = pytest.mark.docker
 
@@ -67,10 +68,7 @@ def test_check_box_passes_on_the_pi_agent_image(cli: Cli, pi_image: str) -> None
 def test_a_memory_limit_below_a_full_tmp_is_named_as_the_cause(cli: Cli) -> None:
     """tmpfs pages count against the box's memory: a 1 GiB limit cannot hold a 2 GiB /tmp."""
     assert cli("init").code == 0
-    org = cli.home / "policy" / "org.toml"
-    org.write_text(
-        org.read_text().replace("memory_bytes = 3221225472", "memory_bytes = 1073741824")
-    )
+    edit_org(cli.home, "memory_bytes = 3221225472", "memory_bytes = 1073741824")
     assert cli("deploy").code == 0
     result = cli("check", "box", "--json")
     assert result.code != 0

@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
+from tests.helpers.policy import edit_org
 from tests.model_server import (
     NAMESPACE,
     Conversation,
@@ -145,12 +146,9 @@ def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_pa
         )
         with ModelServer(spec_check_script(site.url("/page.html"))) as model:
             set_up_owner(cli, model.url, extra=extra)
-            org = cli.home / "policy" / "org.toml"
             # box.extra_ca_file sits in the [box] table of the org policy.
             ca_line = f'extra_ca_file = "{site.ca_file}"\n'
-            org.write_text(
-                org.read_text().replace('network = "none"\n', f'network = "none"\n{ca_line}', 1)
-            )
+            edit_org(cli.home, 'network = "none"\n', f'network = "none"\n{ca_line}')
             assert cli("deploy").code == 0
             prompt = (
                 "Print $TMPDIR, inspect /tmp, download the internal page into /tmp with curl, "

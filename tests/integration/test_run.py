@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.git import GIT_ENV, git
+from tests.helpers.policy import edit_org
 
 pytestmark = pytest.mark.docker
 
@@ -118,8 +119,7 @@ def test_timeout_kills_and_quarantines(yard: Cli) -> None:
 def test_an_oom_kill_from_filling_tmp_says_so(yard: Cli) -> None:
     """/tmp is memory: a box that fills it past its memory limit is OOM-killed, and the run
     says that /tmp was the cause instead of a bare "out of memory"."""
-    org = yard.home / "policy" / "org.toml"
-    org.write_text(org.read_text().replace("memory_bytes = 3221225472", "memory_bytes = 268435456"))
+    edit_org(yard.home, "memory_bytes = 3221225472", "memory_bytes = 268435456")
     assert yard("deploy").code == 0
     code, record = run_json(
         yard, "--command", "dd if=/dev/zero of=/tmp/fill bs=1048576 count=1024; sleep 1; exit 0"
@@ -342,10 +342,7 @@ def test_a_box_that_writes_past_its_space_is_quarantined_and_the_disk_keeps_its_
 ) -> None:
     """The run's writable space is a filesystem sized from max_repo_bytes: a box writing
     500 MB with a 10 MB limit hits ENOSPC in the box, not the host's data root."""
-    org = yard.home / "policy" / "org.toml"
-    org.write_text(
-        org.read_text().replace("max_repo_bytes = 1000000000", "max_repo_bytes = 10000000")
-    )
+    edit_org(yard.home, "max_repo_bytes = 1000000000", "max_repo_bytes = 10000000")
     assert yard("deploy").code == 0
     free_before = shutil.disk_usage(yard.home).free
     fill = 'dd if=/dev/zero of="$IMPYARD_KNOWLEDGE_DIR/records/fill" bs=1048576 count=500'

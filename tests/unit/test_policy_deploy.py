@@ -11,6 +11,7 @@ from _pytest.mark import ParameterSet
 from impyard.home import Home, init_home
 from impyard.policy import PolicyError, deploy, policy_for_run
 from tests.helpers.cli import Cli
+from tests.helpers.policy import edit_org
 
 GATEWAY_ORG = """
 [[gateway.allow]]
@@ -26,13 +27,6 @@ value = "Bearer {secret}"
 secret_env = "IMPYARD_SECRET_LLM"
 methods = ["POST"]
 """
-
-
-def edit_org(home: Path, old: str, new: str) -> None:
-    org = home / "policy" / "org.toml"
-    text = org.read_text()
-    assert old in text
-    org.write_text(text.replace(old, new))
 
 
 def write_overlay(home: Path, imp: str, text: str) -> Path:

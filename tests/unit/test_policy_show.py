@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from tests.helpers.cli import Cli
+from tests.helpers.policy import edit_org
 
 
 def test_show_json_reports_the_source_of_each_value(cli: Cli) -> None:
     assert cli("init").code == 0
-    org = cli.home / "policy" / "org.toml"
     # Drop a key from the org file: its value must then come from the model default.
-    org.write_text(org.read_text().replace("max_repo_bytes = 1000000000\n", ""))
+    edit_org(cli.home, "max_repo_bytes = 1000000000\n", "")
     (cli.home / "policy" / "imps" / "yuko.toml").write_text(
         "[knowledge]\nmax_file_chars = 1000\n[gateway.budget]\nrequests_per_run = 7\n"
     )
