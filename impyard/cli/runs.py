@@ -110,6 +110,15 @@ def register(app: typer.Typer) -> None:
         width = max(len(label) for label, _ in rows)
         for label, value in rows:
             echo(f"{label:<{width}}  {value}")
+        if m.checkpoints:
+            echo("mid-run checkpoints:")
+            for c in m.checkpoints:
+                when = c.landed_at or c.requested_at
+                files = ", ".join(c.files[:5]) + (" …" if c.file_count > 5 else "")
+                echo(
+                    f"  {c.number}  {c.state}  {when}  {c.commit or '-'}  "
+                    f"{c.file_count} file(s): {files or '-'}"
+                )
         if m.validation_errors:
             echo("validation errors:")
             for error in m.validation_errors:

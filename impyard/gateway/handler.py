@@ -11,6 +11,7 @@ from socketserver import BaseServer
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
+from impyard.gateway.control import is_control, serve_control
 from impyard.gateway.errors import GatewayError
 from impyard.gateway.forward import forward
 from impyard.gateway.outcome import Record, Refused
@@ -127,6 +128,10 @@ class GatewayHandler(BaseHTTPRequestHandler):
                 raise Refused(400, "http", "invalid port in request target") from exc
             path, query = parts.path or "/", parts.query
         rec.host, rec.port, rec.path = host, port, path
+        if is_control(host, port, policy.port, path):
+            gateway = self.gateway
+            serve_control(self, rec, path, query, gateway.control, gateway.control_rate)
+            return
         decision = decide(policy, rec.method, host, port, path)
         _check(rec, decision)
         extra: tuple[str, str] | None = None

@@ -19,6 +19,7 @@ from typing import Any
 
 from impyard.fsutil import atomic_write_text
 from impyard.gateway.budget import DailyCounter, RunBudget
+from impyard.gateway.control import ControlRate, RunControl
 from impyard.gateway.errors import GatewayError
 from impyard.gateway.handler import GatewayHandler
 from impyard.gateway.netns import listen_in_netns
@@ -57,6 +58,7 @@ class Gateway:
         imp: str,
         run_id: str,
         journal: Journal,
+        control: RunControl | None = None,
         max_workers: int = 64,
         client_timeout: float = 60.0,
         upstream_timeout: float = 120.0,
@@ -68,6 +70,9 @@ class Gateway:
         self.run_id = run_id
         self.journal = journal
         self.budget = RunBudget(policy.budget, DailyCounter(home, imp))
+        #: The run's answers to its box's control requests (None: nothing to check).
+        self.control = control
+        self.control_rate = ControlRate(policy.budget.control_requests_per_minute)
         self.client_timeout = client_timeout
         self.upstream_timeout = upstream_timeout
         self.tunnel_idle_timeout = tunnel_idle_timeout

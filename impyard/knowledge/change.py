@@ -49,6 +49,7 @@ RULES: dict[str, str] = {
     ),
     "collision": "path was added to main by another run since this run's base",
     "too-deep": "directories nest deeper than the snapshot walks",
+    "checkpointed": "a file an earlier checkpoint of this run landed may not change any more",
 }
 
 
@@ -84,6 +85,8 @@ class Change:
     written: dict[str, FileState] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
     problems: list[Violation] = field(default_factory=list)
+    #: Contents a check held in memory instead of writing them to the odb (hex oid → bytes).
+    unstored: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def is_empty(self) -> bool:

@@ -6,14 +6,20 @@ on those paths are rebuilt — then re-checked against what landed since the
 run's base (path collisions, duplicate ids, repository size), committed with
 trusted trailers and published by compare-and-swap of ``main``.
 
+A run may checkpoint more than once (mid-run, then at exit): each lane commit
+carries the run and the checkpoint's number in its trailers, only the part of
+the change that is new since the run's last checkpoint is integrated
+(``increments``), and the run's own earlier commits are not collisions.
+
 Crash safety: a host that dies after moving ``main`` but before recording the
-outcome re-integrates the run on restart; ``find_landed_commit`` sees the
-run's ``Impyard-Run`` trailer on main and returns that commit instead of
-landing the run twice.
+outcome re-integrates the checkpoint on restart; ``find_landed_commit`` sees the
+run's ``Impyard-Run`` and ``Impyard-Checkpoint`` trailers on main and returns
+that commit instead of landing it twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -26,6 +32,7 @@ from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.clashes import landed_name_clashes
 from impyard.knowledge.gitobj import changed_paths
 from impyard.knowledge.imps import open_repo
+from impyard.knowledge.increments import Landed, Split, split
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
 from impyard.knowledge.records import ORGANIZATION, parse_record_path
@@ -49,6 +56,10 @@ class Trailers:
     channel: str | None
     base: str
     mode: Mode
+    #: Which checkpoint of the run this is (1 for a run that only checkpoints at exit).
+    checkpoint: int = 1
+    #: The exit checkpoint, or one the box asked for while it ran.
+    at_exit: bool = True
 
     def lines(self) -> list[str]:
         values = {
@@ -58,6 +69,7 @@ class Trailers:
             "Impyard-Channel": self.channel or "-",
             "Impyard-Base": self.base,
             "Impyard-Mode": self.mode,
+            "Impyard-Checkpoint": f"{self.checkpoint} ({'exit' if self.at_exit else 'mid-run'})",
         }
         for key, value in values.items():
             if not value or any(ch in value for ch in "\r\n") or value != value.strip():
@@ -87,41 +99,54 @@ def integrate(
     mode: Mode,
     limits: KnowledgeLimits,
     trailers: Trailers,
+    landed: Landed | None = None,
+    keep_refused: bool = True,
 ) -> LaneResult:
-    """Validate, then land ``change`` on main (or keep it as a candidate); never lands twice."""
+    """Validate, then land ``change`` on main (or keep it as a candidate); never lands twice.
+
+    ``change`` is the run's whole change against ``base``; ``landed`` is what the run's
+    earlier checkpoints landed (``increments.landed_by``). ``keep_refused`` False (a mid-run
+    checkpoint: the box is alive and can fix its files) keeps no candidate ref for what
+    main does not take; the violations are the answer.
+    """
     check_run_id(trailers.run)
     if (trailers.imp, trailers.base, trailers.mode) != (imp, base, mode):
         raise UsageError("trailers disagree with the run being integrated (imp, base or mode)")
     trailers.lines()  # refuse unusable trailer values before any work
     repo = open_repo(home, imp)
-    if change.is_empty:
-        return LaneResult("empty")
-    landed = find_landed_commit(repo, trailers.run, base)
-    if landed is not None:
-        return LaneResult("integrated", commit=landed)
+    parts = split(change, landed or {})
+    increment = parts.increment
+    outcome = _Outcome(repo, parts, trailers, keep_refused)
+    if increment.is_empty:
+        return outcome.landed("empty")
+    found = find_landed_commit(repo, trailers.run, base, trailers.checkpoint)
+    if found is not None:
+        return outcome.landed("integrated", found)
 
-    violations = validate(repo, base, change, namespace=namespace, mode=mode, limits=limits)
+    violations = validate(
+        repo, base, parts.effective, namespace=namespace, mode=mode, limits=limits
+    )
     if violations:
-        return keep_candidate(repo, change, trailers, "rejected", violations)
+        return outcome.refused("rejected", violations)
 
     with locked(home.lane_lock(imp)):
-        landed = find_landed_commit(repo, trailers.run, base)
-        if landed is not None:
-            return LaneResult("integrated", commit=landed)
+        found = find_landed_commit(repo, trailers.run, base, trailers.checkpoint)
+        if found is not None:
+            return outcome.landed("integrated", found)
         head = main_commit(repo)
         head_commit = cast(pygit2.Commit, repo[head])
-        conflicts = _recheck(repo, base, head, change, namespace, mode)
+        conflicts = _recheck(repo, base, head, increment, namespace, mode, trailers.run)
         if conflicts:
-            return keep_candidate(repo, change, trailers, "conflict", conflicts)
+            return outcome.refused("conflict", conflicts)
         try:
-            tree = build_tree(repo, head_commit.tree, change.written, change.deleted)
+            tree = build_tree(repo, head_commit.tree, increment.written, increment.deleted)
         except PathConflict as exc:
             clash = Violation(exc.path, "collision", "main now has a file/directory clash here")
-            return keep_candidate(repo, change, trailers, "conflict", [clash])
+            return outcome.refused("conflict", [clash])
         if tree == head_commit.tree_id:
-            return LaneResult("empty")
+            return outcome.landed("empty")
         total = tree_bytes(repo, head) + size_delta(
-            repo, head_commit.tree, change.written, change.deleted
+            repo, head_commit.tree, increment.written, increment.deleted
         )
         if total > limits.max_repo_bytes:
             too_large = Violation(
@@ -129,15 +154,42 @@ def integrate(
                 "repo-too-large",
                 f"main would hold {total} bytes; max_repo_bytes is {limits.max_repo_bytes}",
             )
-            return keep_candidate(repo, change, trailers, "rejected", [too_large])
-        message = "\n\n".join([_summary(change, trailers), "\n".join(trailers.lines())]) + "\n"
+            return outcome.refused("rejected", [too_large])
+        message = "\n\n".join([_summary(increment, trailers), "\n".join(trailers.lines())])
         commit = repo.create_commit(
-            None, imp_signature(imp), host_signature(), message, tree, [head_commit.id]
+            None, imp_signature(imp), host_signature(), message + "\n", tree, [head_commit.id]
         )
         _compare_and_swap_main(repo, head, commit)
         record_tree_bytes(repo, str(commit), total)
         sync_origin(repo, home.origin(imp))
-    return LaneResult("integrated", commit=str(commit))
+    return outcome.landed("integrated", str(commit))
+
+
+@dataclass
+class _Outcome:
+    """How one integration ends, with the refused changes to checkpointed files (if any)
+    reported, and kept at the candidate ref when the lane keeps what it refuses."""
+
+    repo: pygit2.Repository
+    parts: Split
+    trailers: Trailers
+    keep_refused: bool
+
+    def landed(self, checkpoint: LaneCheckpoint, commit: str | None = None) -> LaneResult:
+        touched = self.parts.touched
+        result = LaneResult(checkpoint, commit=commit, violations=list(touched))
+        if touched and self.keep_refused and self.parts.kept_back:
+            kept = Change(written=dict(self.parts.kept_back))
+            result.candidate_ref = keep_candidate(
+                self.repo, kept, self.trailers, checkpoint, touched
+            ).candidate_ref
+        return result
+
+    def refused(self, checkpoint: LaneCheckpoint, violations: list[Violation]) -> LaneResult:
+        every = [*violations, *self.parts.touched]
+        if not self.keep_refused:
+            return LaneResult(checkpoint, violations=every)
+        return keep_candidate(self.repo, self.parts.rest, self.trailers, checkpoint, every)
 
 
 def _summary(change: Change, trailers: Trailers) -> str:
@@ -148,7 +200,10 @@ def _summary(change: Change, trailers: Trailers) -> str:
         parts.append(f"{other} organization file(s)")
     if change.deleted:
         parts.append(f"{len(change.deleted)} deletion(s)")
-    return f"{trailers.imp}: {trailers.mode} run {trailers.run} ({', '.join(parts)})"
+    which = f"run {trailers.run}"
+    if not (trailers.at_exit and trailers.checkpoint == 1):
+        which += f" checkpoint {trailers.checkpoint}"
+    return f"{trailers.imp}: {trailers.mode} {which} ({', '.join(parts)})"
 
 
 def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -> None:
@@ -198,20 +253,49 @@ def commits_since(repo: pygit2.Repository, base: str, head: str) -> list[pygit2.
     return found
 
 
-def find_landed_commit(repo: pygit2.Repository, run_id: str, base: str) -> str | None:
-    """The commit on main since ``base`` carrying ``Impyard-Run: <run_id>``, if any."""
+def checkpoint_number(commit: pygit2.Commit) -> int:
+    """Which checkpoint of its run a lane commit is (commits before mid-run checkpoints: 1)."""
+    value = commit.message_trailers.get("Impyard-Checkpoint", "1")
+    number = value.split(" ", 1)[0]
+    return int(number) if number.isdigit() else 0
+
+
+def run_commits(repo: pygit2.Repository, run_id: str, base: str) -> Iterator[pygit2.Commit]:
+    """The commits of run ``run_id`` on main since ``base``, newest first."""
     try:
         since = commits_since(repo, base, main_commit(repo))
     except KnowledgeError:
-        return None
+        return
     for commit in since:
         if commit.message_trailers.get("Impyard-Run") == run_id:
+            yield commit
+
+
+def find_landed_commit(
+    repo: pygit2.Repository, run_id: str, base: str, checkpoint: int = 1
+) -> str | None:
+    """The commit on main since ``base`` of checkpoint ``checkpoint`` of ``run_id``, if any."""
+    for commit in run_commits(repo, run_id, base):
+        if checkpoint_number(commit) == checkpoint:
             return str(commit.id)
     return None
 
 
+def recheck(
+    repo: pygit2.Repository, base: str, change: Change, namespace: str, mode: Mode, run_id: str
+) -> list[Violation]:
+    """What landed on main since ``base`` that ``change`` now clashes with (reads only)."""
+    return _recheck(repo, base, main_commit(repo), change, namespace, mode, run_id)
+
+
 def _recheck(
-    repo: pygit2.Repository, base: str, head: str, change: Change, namespace: str, mode: Mode
+    repo: pygit2.Repository,
+    base: str,
+    head: str,
+    change: Change,
+    namespace: str,
+    mode: Mode,
+    run_id: str,
 ) -> list[Violation]:
     """What landed since ``base`` that this change now clashes with: O(changes since base)."""
     if head == base:
@@ -227,6 +311,8 @@ def _recheck(
     found: list[Violation] = []
     landed: list[str] = []
     for commit in commits_since(repo, base, head):
+        if commit.message_trailers.get("Impyard-Run") == run_id:
+            continue  # an earlier checkpoint of this run; ``increments`` handles its files
         parent = commit.parents[0]
         for path in changed_paths(parent.tree, commit.tree):
             landed.append(path)

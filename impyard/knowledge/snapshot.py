@@ -1,8 +1,10 @@
-"""Turn what a finished run left in its checkout into blobs and a ``Change``.
+"""Turn what a run left in its checkout into blobs and a ``Change``.
 
-Runs only after the box is gone, and treats every byte and name it finds as
-hostile: entries are classified by lstat (``fstatat`` on a directory fd) before
-anything is opened; directories and files are opened relative to their parent's
+Runs after the box is gone, or while it runs when the box asks for a check or a
+mid-run checkpoint (a file it rewrites meanwhile is read as it is at that moment,
+never past the size limit), and treats every byte and name it finds as hostile:
+entries are classified by lstat (``fstatat`` on a directory fd) before anything
+is opened; directories and files are opened relative to their parent's
 fd with ``O_NOFOLLOW`` (never a path resolved through box-controlled names) and
 ``O_NONBLOCK`` (a fifo can never block us, even if one raced in), then fstat'ed to
 confirm the same inode; no file is read past the size limit. Adversarial input
@@ -15,6 +17,8 @@ recorded identity (inode, size, mtime, ctime) differs.
 New blobs are written together when the walk ends (``packs.ObjectBatch``): one
 fsynced pack for a large change instead of an fsynced file per blob, loose
 objects for a small one. Either way they are durable when ``snapshot`` returns.
+A check (``store=False``) writes nothing: new contents stay in memory
+(``Change.unstored``), up to ``CHECK_MEMORY_BYTES``.
 """
 
 from __future__ import annotations
@@ -46,14 +50,56 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _BLOB = pygit2.enums.ObjectType.BLOB
 
 
+# What a check may hold in memory: new content beyond this is refused, not written.
+CHECK_MEMORY_BYTES = 256 * 2**20
+
+
 class SnapshotError(KnowledgeError):
     """The host could not read a checkout (a fault of the host, not of the box)."""
 
 
-def snapshot(repo: pygit2.Repository, checkout: Checkout, limits: Limits) -> Change:
-    """Hash the run's change into ``repo``'s odb and describe it against ``checkout.base``."""
+class CheckTooLarge(KnowledgeError):
+    """A check would hold more new content in memory than it may."""
+
+
+class _InMemory:
+    """The ``ObjectBatch`` of a check: contents kept in memory, nothing written."""
+
+    def __init__(self, budget: int) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.budget = budget
+
+    def __enter__(self) -> _InMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __contains__(self, oid: bytes) -> bool:
+        return oid.hex() in self.objects
+
+    def add(self, kind: int, data: bytes, oid: bytes) -> bytes:
+        self.budget -= len(data)
+        if self.budget < 0:
+            raise CheckTooLarge(
+                f"the change holds more than {CHECK_MEMORY_BYTES // 2**20} MiB of new content; "
+                "a checkpoint (or the exit) validates it"
+            )
+        self.objects[oid.hex()] = data
+        return oid
+
+    def write(self) -> None:
+        return None
+
+
+def snapshot(
+    repo: pygit2.Repository, checkout: Checkout, limits: Limits, *, store: bool = True
+) -> Change:
+    """Hash the run's change into ``repo``'s odb and describe it against ``checkout.base``;
+    with ``store`` False keep new contents in ``Change.unstored`` instead (a check)."""
     base = commit_at(repo, checkout.base, SnapshotError).tree
-    with ObjectBatch(repo) as batch:
+    batch: ObjectBatch | _InMemory = ObjectBatch(repo) if store else _InMemory(CHECK_MEMORY_BYTES)
+    with batch:
         walker = _Walker(repo, limits, batch)
         try:
             root_fd = os.open(checkout.root, _DIR_FLAGS)
@@ -71,11 +117,15 @@ def snapshot(repo: pygit2.Repository, checkout: Checkout, limits: Limits) -> Cha
         finally:
             os.close(root_fd)
         batch.write()
+    if isinstance(batch, _InMemory):
+        walker.change.unstored = batch.objects
     return walker.change
 
 
 class _Walker:
-    def __init__(self, repo: pygit2.Repository, limits: Limits, batch: ObjectBatch) -> None:
+    def __init__(
+        self, repo: pygit2.Repository, limits: Limits, batch: ObjectBatch | _InMemory
+    ) -> None:
         self.repo = repo
         self.batch = batch
         self.stored = ExistenceProbe(repo)
@@ -323,4 +373,4 @@ def _shown(rel: str, name: str) -> str:
     return repr(os.fsencode(rel + name))
 
 
-__all__ = ["MAX_DEPTH", "SnapshotError", "snapshot"]
+__all__ = ["CHECK_MEMORY_BYTES", "MAX_DEPTH", "CheckTooLarge", "SnapshotError", "snapshot"]

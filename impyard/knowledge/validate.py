@@ -74,7 +74,11 @@ __all__ = [
 
 
 def read_text(
-    repo: pygit2.Repository, path: str, state: FileState, limits: KnowledgeLimits
+    repo: pygit2.Repository,
+    path: str,
+    state: FileState,
+    limits: KnowledgeLimits,
+    unstored: dict[str, bytes] | None = None,
 ) -> tuple[str | None, list[Violation]]:
     """The file's text, or the reasons it is not acceptable text (size checked before reading)."""
     if state.size > limits.max_file_bytes:
@@ -85,8 +89,9 @@ def read_text(
                 f"{state.size} bytes exceeds max_file_chars ({limits.max_file_chars} characters)",
             )
         ]
+    held = unstored.get(state.blob) if unstored else None
     try:
-        data = cast(pygit2.Blob, repo[state.blob]).data
+        data = held if held is not None else cast(pygit2.Blob, repo[state.blob]).data
     except (KeyError, ValueError) as exc:
         raise KnowledgeError(f"{path}: blob {state.blob} is not in the repository") from exc
     try:
@@ -129,7 +134,7 @@ def validate(
         found.extend(_placement(path, mode, base_tree, deleting=False))
         if state.executable:
             found.append(Violation(path, "executable", "file mode is executable (use 0644)"))
-        text, content = read_text(repo, path, state, limits)
+        text, content = read_text(repo, path, state, limits, change.unstored)
         found.extend(content)
         if text is not None:
             found.extend(

@@ -203,6 +203,10 @@ class GatewayBudget(_Strict):
     requests_per_imp_per_day: Annotated[int, Field(gt=0), LOWER] = Field(
         default=5000, description="Requests all runs of one imp may make per UTC day."
     )
+    control_requests_per_minute: Annotated[int, Field(gt=0), LOWER] = Field(
+        default=60,
+        description="Checks and checkpoints (/impyard/...) one run may ask for per minute.",
+    )
 
 
 class GatewayPolicy(_Strict):

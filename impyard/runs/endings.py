@@ -19,12 +19,14 @@ from impyard.knowledge import runspace
 from impyard.knowledge.change import Violation
 from impyard.knowledge.checkout import release_checkout
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import Trailers, integrate, keep_candidate
+from impyard.knowledge.increments import split
+from impyard.knowledge.lane import integrate, keep_candidate
 from impyard.knowledge.layers import collect_layers, ensure_layer
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.violations import ViolationDigest, digest
+from impyard.runs.landing import landed_files, trailers
 from impyard.runs.model import Manifest
 
 if TYPE_CHECKING:
@@ -39,11 +41,13 @@ KNOWLEDGE_DISABLED = (
 
 
 def finish_after_exit(run: Run, box_exit: BoxExit, interrupted: str | None = None) -> None:
-    """Record how the box ended, then checkpoint a clean exit or quarantine the rest."""
-    if run.record_exit(box_exit, interrupted):
-        run.checkpoint()
-    else:
-        run.quarantine()
+    """Record how the box ended, then checkpoint a clean exit or quarantine the rest (after
+    a mid-run checkpoint still in progress, which may land first)."""
+    with run.checkpoint_lock:
+        if run.record_exit(box_exit, interrupted):
+            run.checkpoint()
+        else:
+            run.quarantine()
 
 
 def quarantine_without_box(run: Run, reason: str) -> None:
@@ -84,19 +88,24 @@ def space_full_note(manifest: Manifest) -> str:
 
 
 def checkpoint(run: Run) -> None:
-    """Snapshot, validate and integrate a clean exit through the imp's lane."""
+    """Snapshot, validate and integrate a clean exit through the imp's lane: what is new
+    since the run's last mid-run checkpoint, if it had any."""
     m = run.manifest
     if m.checkout is None:
         run.event("knowledge.disabled")
         run.finish(checkpoint="empty", reason=KNOWLEDGE_DISABLED)
         return
+    number = m.next_checkpoint
+    exit_trailers = trailers(m, number, at_exit=True)
     with run.phase("checkpoint"):
         repo = open_repo(run.home, m.imp)
         change = snapshot(repo, m.checkout, run.limits)
-        if not run.policy.knowledge.checkpoint_on_clean_exit and not change.is_empty:
+        landed = landed_files(repo, m)
+        rest = split(change, landed).rest
+        if not run.policy.knowledge.checkpoint_on_clean_exit and not rest.is_empty:
             reason = "policy disables checkpoint_on_clean_exit"
             violation = Violation("", "checkpoint-disabled", reason)
-            result = keep_candidate(repo, change, trailers(m), "rejected", [violation])
+            result = keep_candidate(repo, rest, exit_trailers, "rejected", [violation])
         else:
             result = integrate(
                 run.home,
@@ -106,12 +115,15 @@ def checkpoint(run: Run) -> None:
                 namespace=m.namespace,
                 mode=m.mode,
                 limits=run.limits,
-                trailers=trailers(m),
+                trailers=exit_trailers,
+                landed=landed,
             )
     found = digest(result.violations)
     run.event("knowledge.validated", violations=found.total, checkpoint=result.checkpoint)
     if result.checkpoint == "integrated":
-        run.event("knowledge.integrated", commit=result.commit, base=m.base_commit)
+        run.event(
+            "knowledge.integrated", commit=result.commit, base=m.base_commit, checkpoint=number
+        )
     elif result.checkpoint in ("rejected", "conflict"):
         run.event(
             f"knowledge.{result.checkpoint}",
@@ -119,27 +131,22 @@ def checkpoint(run: Run) -> None:
             violations=found.kept,
             **found.summary_fields(),
         )
+    outcome, produced = result.checkpoint, result.commit
+    earlier = m.landed_checkpoints
+    if earlier and produced is None:
+        # Mid-run checkpoints landed: the run produced their last commit, whatever the exit.
+        produced = earlier[-1].commit
+        if outcome == "empty":
+            outcome = "integrated"
     run.finish(
-        checkpoint=result.checkpoint,
-        produced_commit=result.commit,
+        checkpoint=outcome,
+        produced_commit=produced,
         candidate_ref=result.candidate_ref,
-        reason="integration conflict" if result.checkpoint == "conflict" else None,
+        reason="integration conflict" if outcome == "conflict" else None,
         **digest_fields(found),
     )
-    if result.checkpoint == "integrated":
+    if outcome == "integrated":
         prepare_next_base(run)
-
-
-def trailers(m: Manifest) -> Trailers:
-    """What the commit of this run says about where it came from (host-issued only)."""
-    return Trailers(
-        imp=m.imp,
-        run=m.run_id,
-        task=m.task_id or "",
-        channel=m.channel or "",
-        base=m.base_commit,
-        mode=m.mode,
-    )
 
 
 def quarantine_run(run: Run) -> None:
@@ -151,11 +158,19 @@ def quarantine_run(run: Run) -> None:
         if m.checkout is not None:
             repo = open_repo(run.home, m.imp)
             change = snapshot(repo, m.checkout, run.limits)
-            skipped = digest(change.problems)
-            quarantine(repo, m.run_id, m.base_commit, change, m.reason or "abnormal exit")
+            # What mid-run checkpoints landed stays on main; the rest is kept here.
+            rest = split(change, landed_files(repo, m)).rest
+            skipped = digest(rest.problems)
+            quarantine(repo, m.run_id, m.base_commit, rest, m.reason or "abnormal exit")
             ref = quarantine_ref(m.run_id)
     run.event("run.quarantined", reason=m.reason, ref=ref, skipped=skipped.total)
-    run.finish(checkpoint="quarantined", quarantine_ref=ref, **digest_fields(skipped))
+    earlier = m.landed_checkpoints
+    run.finish(
+        checkpoint="quarantined",
+        quarantine_ref=ref,
+        produced_commit=earlier[-1].commit if earlier else None,
+        **digest_fields(skipped),
+    )
 
 
 def digest_fields(found: ViolationDigest) -> dict[str, Any]:

@@ -44,6 +44,26 @@ class RunRequest:
     task_id: str | None = None
 
 
+class CheckpointRecord(BaseModel):
+    """One checkpoint the box asked for while it ran. Written as ``pending`` before the lane
+    acts; recovery settles a pending one by what is on main."""
+
+    model_config = ConfigDict(validate_assignment=True, extra="ignore")
+
+    number: int
+    state: Literal["pending", "integrated"] = "pending"
+    requested_at: str
+    landed_at: str | None = None
+    commit: str | None = None
+    #: Paths the checkpoint landed (written or deleted), the first MAX_LISTED of them.
+    files: list[str] = Field(default_factory=list)
+    file_count: int = 0
+
+
+#: How many paths a checkpoint record lists in the manifest (all count in file_count).
+MAX_LISTED = 1000
+
+
 class Manifest(BaseModel):
     """``runs/<run-id>/manifest.json``: the run record, rewritten atomically at each state.
 
@@ -92,6 +112,8 @@ class Manifest(BaseModel):
     #: When more violations were found than the manifest keeps: how many, by rule.
     validation_errors_total: int | None = None
     validation_error_counts: dict[str, int] | None = None
+    #: Checkpoints the box asked for while it ran, in order (the exit checkpoint is not one).
+    checkpoints: list[CheckpointRecord] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
 
@@ -105,6 +127,15 @@ class Manifest(BaseModel):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def landed_checkpoints(self) -> list[CheckpointRecord]:
+        return [c for c in self.checkpoints if c.state == "integrated"]
+
+    @property
+    def next_checkpoint(self) -> int:
+        """The number the run's next checkpoint (mid-run or exit) lands under."""
+        return len(self.landed_checkpoints) + 1
 
     # -- named transitions (each is written to disk by the caller before it acts) -----
 

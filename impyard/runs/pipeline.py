@@ -10,6 +10,7 @@ box gets is assembled in ``boxspec``; how a run ends, in ``endings``.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from impyard.queue.db import opened
 from impyard.runs import endings
 from impyard.runs import manifest as manifests
 from impyard.runs.boxspec import box_spec, write_task_file
+from impyard.runs.control import BoxControl
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.settings import Settings
 
@@ -68,12 +70,18 @@ class Run:
         self.gateway: Gateway | None = None
         self.tmp_watch = TmpWatch()
         self.log_follower: LogFollower | None = None
+        #: One checkpoint at a time: the box's mid-run ones (on gateway threads) and the
+        #: exit checkpoint or quarantine, which waits for one in progress.
+        self.checkpoint_lock = threading.Lock()
+        #: The manifest is changed and saved from the run's thread and from a gateway thread.
+        self.manifest_lock = threading.RLock()
         self._t0 = time.monotonic()
 
     # -- bookkeeping -------------------------------------------------------------------
 
     def save(self) -> None:
-        manifests.write(self.home, self.manifest)
+        with self.manifest_lock:
+            manifests.write(self.home, self.manifest)
 
     def event(self, name: str, **fields: Any) -> None:
         self.ctx.journal.record(name, run=self.manifest.run_id, imp=self.manifest.imp, **fields)
@@ -84,7 +92,8 @@ class Run:
         try:
             yield
         finally:
-            self.manifest.timings_ms[name] = round((time.monotonic() - start) * 1000, 1)
+            with self.manifest_lock:
+                self.manifest.timings_ms[name] = round((time.monotonic() - start) * 1000, 1)
 
     @property
     def limits(self) -> KnowledgeLimits:
@@ -143,6 +152,7 @@ class Run:
             imp=self.manifest.imp,
             run_id=self.manifest.run_id,
             journal=self.ctx.journal,
+            control=BoxControl(self) if self.manifest.checkout is not None else None,
         )
         self.home.run_signal_dir(self.manifest.run_id).mkdir(exist_ok=True)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from impyard import names
-from impyard.box.launch import find_boxes
+from impyard.box.launch import box_pid, find_boxes
 from impyard.errors import EngineError, ImpyardError
 from impyard.knowledge import runspace
 from impyard.policy.compile import policy_for_run
@@ -27,6 +27,7 @@ from impyard.queue.db import opened
 from impyard.runs import endings
 from impyard.runs import manifest as manifests
 from impyard.runs.endings import release_run_space
+from impyard.runs.landing import settle_pending
 from impyard.runs.model import Manifest
 from impyard.runs.owner import RunOwnership
 from impyard.runs.pipeline import Run, RunContext
@@ -69,6 +70,7 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     run = Run(ctx, manifest, policy)
     found = manifest.state
     run.event("run.recovering", state=found)
+    settle_pending(run)  # a mid-run checkpoint the host died in
     if found in ("checkpointing", "quarantining"):
         (run.checkpoint if found == "checkpointing" else run.quarantine)()
         return Resolution(manifest.run_id, manifest.imp, found, "finished", manifest.checkpoint)
@@ -87,13 +89,32 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     if box.status == "running" and ctx.on_box_started is not None:
         ctx.on_box_started(run.manifest)  # serve may kill it on shutdown like its own boxes
     timeout = float(policy.box.timeout_seconds) if deadline is None else deadline - time.time()
-    box_exit = run.wait_box(timeout)
+    if box.status == "running":
+        reattach_gateway(run, box.container_id)
+    try:
+        box_exit = run.wait_box(timeout)
+    finally:
+        run.close_gateway()
     finished = _epoch(box_exit.finished_at) if box_exit.finished_at else None
     if deadline is not None and finished is not None and finished > deadline + 1:
         # It ran past its deadline while no host watched: it should have been killed.
         box_exit = replace(box_exit, timed_out=True)
     endings.finish_after_exit(run, box_exit)
     return Resolution(manifest.run_id, manifest.imp, found, action, run.manifest.checkpoint)
+
+
+def reattach_gateway(run: Run, container_id: str) -> None:
+    """A box that outlived its host lost its gateway with it: listen in its namespace again,
+    so its model calls and checkpoints go on. Without one the box is simply cut off."""
+    try:
+        run.open_gateway()
+        run.attach_gateway(box_pid(container_id))
+    except ImpyardError as exc:
+        log.error("run %s: could not reattach its gateway: %s", run.manifest.run_id, exc)
+        run.close_gateway()
+        return
+    if run.gateway is not None:
+        run.event("gateway.reattached")
 
 
 def recover_all(

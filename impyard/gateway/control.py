@@ -1,0 +1,165 @@
+"""The control API a box reaches on its own gateway: ``GET /impyard/check`` and
+``POST /impyard/checkpoint``.
+
+The gateway belongs to one run, so the run is known from the host side of the
+listener; a box can only ask about itself. Nothing it sends (query, headers,
+body) names a run, imp, base or namespace: all of it is ignored, and a body is
+read and dropped. Requests are rate-limited per run and journaled like every
+other gateway request. Answers are JSON, or text (``?format=text`` or
+``Accept: text/plain``) for the box tools: a first line ``ok`` or ``fail``,
+then one line per violation, then a summary line.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qs
+
+from impyard.gateway.framing import content_length, is_chunked, read_chunked, read_exact
+from impyard.gateway.outcome import Record, Refused
+
+if TYPE_CHECKING:
+    from impyard.gateway.handler import GatewayHandler
+
+PREFIX = "/impyard/"
+RULE = "impyard.control"
+#: Endpoint -> the one method it answers.
+ENDPOINTS = {"check": "GET", "checkpoint": "POST"}
+# A control request carries no meaningful body; more than this is refused unread.
+_MAX_BODY = 65536
+
+
+class ControlRefused(Exception):
+    """The run cannot answer now (busy, ending, knowledge disabled): a status and one line."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class RunControl(Protocol):
+    """What the run behind a gateway answers; implemented by ``impyard.runs.control``."""
+
+    def check(self) -> Mapping[str, Any]: ...
+
+    def checkpoint(self) -> Mapping[str, Any]: ...
+
+
+class ControlRate:
+    """At most ``per_minute`` control requests in any 60 seconds, per run."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._times: deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def admit(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            while self._times and now - self._times[0] >= 60:
+                self._times.popleft()
+            if len(self._times) >= self.per_minute:
+                return False
+            self._times.append(now)
+            return True
+
+
+def is_control(host: str, port: int, gateway_port: int, path: str) -> bool:
+    """A request to the gateway itself (origin-form, or absolute to its loopback address)."""
+    return host in ("127.0.0.1", "localhost") and port == gateway_port and path.startswith(PREFIX)
+
+
+def serve_control(
+    handler: GatewayHandler,
+    rec: Record,
+    path: str,
+    query: str,
+    control: RunControl | None,
+    rate: ControlRate,
+) -> None:
+    """Answer one control request, or raise ``Refused`` with the reason."""
+    rec.route, rec.rule = "impyard", RULE
+    _drain_body(handler)
+    name = path[len(PREFIX) :]
+    method = ENDPOINTS.get(name)
+    if method is None:
+        known = ", ".join(f"{m} {PREFIX}{n}" for n, m in ENDPOINTS.items())
+        raise Refused(404, RULE, f"no control endpoint {path[:80]!r} (there is {known})")
+    if rec.method != method:
+        raise Refused(405, RULE, f"{PREFIX}{name} answers {method} only")
+    if control is None:
+        raise Refused(409, RULE, "this run has no checkout to check (knowledge is disabled)")
+    if not rate.admit():
+        raise Refused(429, RULE, f"over {rate.per_minute} control requests a minute for this run")
+    try:
+        answer = control.check() if name == "check" else control.checkpoint()
+    except ControlRefused as exc:
+        raise Refused(exc.status, RULE, exc.reason) from exc
+    rec.decision = "allowed"
+    wants_text = "text" in parse_qs(query).get("format", []) or "text/plain" in (
+        handler.headers.get("Accept") or ""
+    )
+    if wants_text:
+        body, kind = render_text(name, answer).encode(), "text/plain; charset=utf-8"
+    else:
+        body, kind = (json.dumps(answer) + "\n").encode(), "application/json"
+    handler.send_response_only(200)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("Cache-Control", "no-store")
+    handler.end_headers()
+    handler.wfile.write(body)
+    handler.responded = True
+    rec.status, rec.bytes = 200, len(body)
+
+
+def render_text(name: str, answer: Mapping[str, Any]) -> str:
+    """The box tools' format: ``ok``/``fail``, one line per violation, a summary."""
+    violations = answer.get("violations") or []
+    lines = [f"{v['path']}: {v['rule']}: {v['message']}".replace("\n", " ") for v in violations]
+    if name == "check":
+        ok = bool(answer.get("ok"))
+        summary = (
+            f"impyard-check: {len(violations)} violation(s)" if violations else "impyard-check: ok"
+        )
+        summary += (
+            f" ({answer.get('records', 0)} record(s), "
+            f"{answer.get('organization_files', 0)} organization file(s) in this run's change)"
+        )
+    else:
+        number, outcome = answer.get("checkpoint"), answer.get("outcome")
+        ok = not violations and outcome in ("integrated", "empty")
+        if outcome == "integrated":
+            summary = (
+                f"impyard-checkpoint: checkpoint {number} landed as {answer.get('commit')} "
+                f"({len(answer.get('files') or [])} file(s))"
+            )
+        elif outcome == "empty":
+            summary = "impyard-checkpoint: nothing new to checkpoint"
+        else:
+            summary = f"impyard-checkpoint: nothing landed ({outcome})"
+        if violations:
+            summary += f"; {len(violations)} violation(s)"
+    return "\n".join(["ok" if ok else "fail", *lines, summary]) + "\n"
+
+
+def _drain_body(handler: GatewayHandler) -> None:
+    """Read and drop a request body, so the connection stays in step; never trust it."""
+    if is_chunked(handler.headers):
+        seen = 0
+        for piece in read_chunked(handler.rfile):
+            seen += len(piece)
+            if seen > _MAX_BODY:
+                raise Refused(413, RULE, "a control request has no body to speak of")
+        return
+    length = content_length(handler.headers) or 0
+    if length > _MAX_BODY:
+        raise Refused(413, RULE, "a control request has no body to speak of")
+    for _ in read_exact(handler.rfile, length):
+        pass

@@ -1,0 +1,162 @@
+"""What a running box may ask of its host through its gateway: a check of its checkout
+as it is now (nothing is written), and a mid-run checkpoint through the lane.
+
+Both take the same snapshot as the exit checkpoint, while the box runs. A
+checkpoint is recorded in the manifest as ``pending`` before the lane acts and
+settled by recovery if the host dies meanwhile (``settle_pending``); a run has
+one checkpoint at a time (``Run.checkpoint_lock``), and the exit checkpoint waits
+for one in progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from impyard import names
+from impyard.gateway.control import ControlRefused
+from impyard.knowledge.change import Change
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.increments import split
+from impyard.knowledge.lane import integrate, recheck
+from impyard.knowledge.records import ORGANIZATION, RECORDS
+from impyard.knowledge.snapshot import CheckTooLarge, snapshot
+from impyard.knowledge.validate import validate
+from impyard.knowledge.violations import digest
+from impyard.runs.landing import landed_files, landed_paths, record_landed, trailers
+from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
+
+if TYPE_CHECKING:
+    from impyard.runs.pipeline import Run
+
+log = logging.getLogger(__name__)
+
+# How long a check waits for a checkpoint of the same run to finish before it is 409.
+CHECK_WAIT_SECONDS = 30.0
+
+
+class BoxControl:
+    """The ``RunControl`` of one run (``impyard.gateway.control``)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def check(self) -> dict[str, Any]:
+        run = self.run
+        if not run.checkpoint_lock.acquire(timeout=CHECK_WAIT_SECONDS):
+            raise ControlRefused(409, "a checkpoint of this run is still in progress")
+        try:
+            m = self._running()
+            assert m.checkout is not None
+            repo = open_repo(run.home, m.imp)
+            try:
+                change = snapshot(repo, m.checkout, run.limits, store=False)
+            except CheckTooLarge as exc:
+                raise ControlRefused(413, str(exc)) from exc
+            parts = split(change, landed_files(repo, m))
+            violations = validate(
+                repo,
+                m.base_commit,
+                parts.effective,
+                namespace=m.namespace,
+                mode=m.mode,
+                limits=run.limits,
+            )
+            violations += parts.touched
+            # What landed on main since the base, read only: a collision shows now.
+            violations += recheck(
+                repo, m.base_commit, parts.increment, m.namespace, m.mode, m.run_id
+            )
+        finally:
+            run.checkpoint_lock.release()
+        found = digest(violations)
+        run.event("knowledge.checked", violations=found.total)
+        return {
+            "ok": not violations,
+            "violations": found.kept,
+            "violations_total": found.total,
+            "records": _count_under(parts.effective, RECORDS),
+            "organization_files": _count_under(parts.effective, ORGANIZATION),
+        }
+
+    def checkpoint(self) -> dict[str, Any]:
+        run = self.run
+        if not run.checkpoint_lock.acquire(blocking=False):
+            raise ControlRefused(409, "a checkpoint of this run is already in progress")
+        try:
+            return self._checkpoint()
+        finally:
+            run.checkpoint_lock.release()
+
+    def _checkpoint(self) -> dict[str, Any]:
+        run = self.run
+        m = self._running()
+        assert m.checkout is not None
+        number = m.next_checkpoint
+        record = CheckpointRecord(number=number, requested_at=names.utc_now())
+        with run.manifest_lock:
+            m.checkpoints.append(record)
+            run.save()
+        try:
+            repo = open_repo(run.home, m.imp)
+            change = snapshot(repo, m.checkout, run.limits)
+            result = integrate(
+                run.home,
+                m.imp,
+                change,
+                base=m.base_commit,
+                namespace=m.namespace,
+                mode=m.mode,
+                limits=run.limits,
+                trailers=trailers(m, number, at_exit=False),
+                landed=landed_files(repo, m),
+                keep_refused=False,
+            )
+        except BaseException:
+            with run.manifest_lock:
+                if record.state == "pending":  # nothing landed that we know of
+                    m.checkpoints.remove(record)
+                    run.save()
+            raise
+        found = digest(result.violations)
+        files: list[str] = []
+        with run.manifest_lock:
+            if result.checkpoint == "integrated" and result.commit is not None:
+                files = landed_paths(repo, result.commit)
+                record_landed(record, result.commit, files)
+            else:
+                m.checkpoints.remove(record)
+            run.save()
+        run.event(
+            "knowledge.checkpointed",
+            checkpoint=number if record.state == "integrated" else None,
+            outcome=result.checkpoint,
+            commit=result.commit,
+            files=len(files),
+            violations=found.total,
+        )
+        landed = record.state == "integrated"
+        return {
+            "checkpoint": number if landed else None,
+            "outcome": result.checkpoint,
+            "commit": result.commit,
+            "files": files[:MAX_LISTED],
+            "violations": found.kept,
+            "violations_total": found.total,
+        }
+
+    def _running(self) -> Manifest:
+        m = self.run.manifest
+        if m.checkout is None:
+            raise ControlRefused(409, "knowledge is disabled for this run: nothing to check")
+        if m.state != "running":
+            raise ControlRefused(409, f"the run is {m.state}; its exit checkpoint decides now")
+        return m
+
+
+def _count_under(change: Change, top: str) -> int:
+    prefix = top + "/"
+    return sum(1 for path in change.written if path.startswith(prefix))
+
+
+__all__ = ["BoxControl"]

@@ -1,0 +1,69 @@
+"""Where a run's checkpoints meet the lane: their trailers, what they landed (read back
+from their commits), and how a checkpoint a crashed host left pending is settled."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pygit2
+
+from impyard import names
+from impyard.knowledge.gitobj import changed_paths, commit_at
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.increments import LandedFile, landed_by
+from impyard.knowledge.lane import Trailers, find_landed_commit
+from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
+
+if TYPE_CHECKING:
+    from impyard.runs.pipeline import Run
+
+
+def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
+    """What checkpoint ``number`` of this run says in its commit about where it came from
+    (all host-issued)."""
+    return Trailers(
+        imp=m.imp,
+        run=m.run_id,
+        task=m.task_id or "",
+        channel=m.channel or "",
+        base=m.base_commit,
+        mode=m.mode,
+        checkpoint=number,
+        at_exit=at_exit,
+    )
+
+
+def landed_files(repo: pygit2.Repository, m: Manifest) -> dict[str, LandedFile | None]:
+    """What the run's earlier checkpoints landed (read from their commits)."""
+    return landed_by(repo, [c.commit for c in m.landed_checkpoints if c.commit])
+
+
+def landed_paths(repo: pygit2.Repository, commit: str) -> list[str]:
+    """The paths a lane commit changed against its first parent."""
+    landed = commit_at(repo, commit)
+    parent = landed.parents[0].tree if landed.parents else None
+    return list(changed_paths(parent, landed.tree))
+
+
+def record_landed(record: CheckpointRecord, commit: str, files: list[str]) -> None:
+    record.state, record.commit, record.landed_at = "integrated", commit, names.utc_now()
+    record.files, record.file_count = files[:MAX_LISTED], len(files)
+
+
+def settle_pending(run: Run) -> list[CheckpointRecord]:
+    """After a host crash: a pending checkpoint that reached main is recorded as landed,
+    one that did not is dropped (its files are still in the checkout). Returns the settled."""
+    m = run.manifest
+    pending = [c for c in m.checkpoints if c.state == "pending"]
+    if not pending:
+        return []
+    repo = open_repo(run.home, m.imp)
+    for record in pending:
+        found = find_landed_commit(repo, m.run_id, m.base_commit, record.number)
+        if found is not None:
+            record_landed(record, found, landed_paths(repo, found))
+        else:
+            m.checkpoints.remove(record)
+        run.event("knowledge.checkpoint_recovered", checkpoint=record.number, commit=found)
+    run.save()
+    return pending
