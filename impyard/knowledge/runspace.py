@@ -117,10 +117,21 @@ def _is_mounted(path: Path) -> bool:
 def committed_bytes(home: Home) -> int:
     """How much the mounted run spaces could still grow: their free blocks."""
     total = 0
+    root_dev = os.stat(home.runs_dir).st_dev
     for point in mounted_spaces(home):
-        with contextlib.suppress(OSError):
-            st = os.statvfs(point)
+        try:
+            fd = os.open(point, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # released since mountinfo was read
+        try:
+            # Unmounted since mountinfo was read: its statvfs would be the data root's
+            # own free space, promised a second time.
+            if os.fstat(fd).st_dev == root_dev:
+                continue
+            st = os.fstatvfs(fd)
             total += st.f_bavail * st.f_frsize
+        finally:
+            os.close(fd)
     return total
 
 
