@@ -1,0 +1,214 @@
+"""A run that checkpoints more than once, through the lane (no Docker): only what is new
+since the last checkpoint lands, checkpointed files are final for the run, the run's own
+commits are not collisions, and nothing lands twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+
+from impyard.home import Home
+from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode
+from impyard.knowledge.gitobj import changed_paths
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.increments import Landed, landed_by, split
+from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
+from impyard.knowledge.repo import main_commit
+from tests.helpers.git import git
+from tests.helpers.repo import (
+    NS,
+    OTHER_NS,
+    RUN,
+    assert_fsck_clean,
+    change_of,
+    make_imp,
+    note,
+    note_path,
+    note_text,
+    run_id,
+    tree_paths,
+)
+
+LIMITS = KnowledgeLimits()
+
+
+def checkpoint(
+    home: Home,
+    change: Change,
+    base: str,
+    number: int,
+    *,
+    at_exit: bool,
+    landed: Landed,
+    run: str = RUN,
+    ns: str = NS,
+    mode: Mode = "append",
+) -> LaneResult:
+    trailers = Trailers("yuko", run, "task-1", None, base, mode, number, at_exit)
+    return integrate(
+        home,
+        "yuko",
+        change,
+        base=base,
+        namespace=ns,
+        mode=mode,
+        limits=LIMITS,
+        trailers=trailers,
+        landed=landed,
+        keep_refused=at_exit,
+    )
+
+
+def commit_paths(repo: pygit2.Repository, sha: str) -> set[str]:
+    commit = repo[sha].peel(pygit2.Commit)
+    return set(changed_paths(commit.parents[0].tree, commit.tree))
+
+
+def show(home: Home, rev: str) -> str:
+    return git("-C", home.repo("yuko"), "show", rev).stdout
+
+
+def test_mid_run_then_exit_land_only_what_is_new_with_numbered_trailers(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    one, two = note(number=1), note(number=2)
+    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    assert first.checkpoint == "integrated" and first.violations == []
+    landed = landed_by(repo, [first.commit or ""])
+    assert set(landed) == {one[0]}
+    # The exit snapshot is the whole run again; only note 2 is new.
+    last = checkpoint(home, change_of(repo, dict([one, two])), base, 2, at_exit=True, landed=landed)
+    assert last.checkpoint == "integrated" and last.violations == []
+    assert commit_paths(repo, last.commit or "") == {two[0]}
+    log = git("-C", home.repo("yuko"), "log", "--format=%(trailers:key=Impyard-Checkpoint)", "main")
+    assert [line for line in log.stdout.splitlines() if line] == [
+        "Impyard-Checkpoint: 2 (exit)",
+        "Impyard-Checkpoint: 1 (mid-run)",
+    ]
+    assert "checkpoint 2" in git("-C", home.repo("yuko"), "log", "-1", "--format=%s").stdout
+    assert find_landed_commit(repo, RUN, base, 1) == first.commit
+    assert find_landed_commit(repo, RUN, base, 2) == last.commit
+    assert_fsck_clean(home.repo("yuko"))
+
+
+def test_a_changed_checkpointed_note_is_refused_while_the_rest_lands(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    path, data = note(number=1)
+    first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
+    landed = landed_by(repo, [first.commit or ""])
+    rewritten = note_text(f"{NS}_1", body="A different claim.\n").encode()
+    two = note(number=2)
+    last = checkpoint(
+        home,
+        change_of(repo, {path: rewritten, two[0]: two[1]}),
+        base,
+        2,
+        at_exit=True,
+        landed=landed,
+    )
+    assert last.checkpoint == "integrated"
+    assert [(v.path, v.rule) for v in last.violations] == [(path, "checkpointed")]
+    assert "changed after a checkpoint landed it" in last.violations[0].message
+    assert commit_paths(repo, last.commit or "") == {two[0]}
+    assert show(home, f"main:{path}").encode() == data  # main keeps what landed
+    # The refused version is kept for the owner, nothing is lost.
+    assert last.candidate_ref == f"refs/candidates/{RUN}"
+    assert show(home, f"{last.candidate_ref}:{path}").encode() == rewritten
+
+
+def test_deleting_a_checkpointed_note_is_refused_and_it_stays(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    path, data = note(number=1)
+    first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
+    landed = landed_by(repo, [first.commit or ""])
+    last = checkpoint(home, change_of(repo, {}), base, 2, at_exit=True, landed=landed)
+    assert last.checkpoint == "empty"
+    assert [(v.path, v.rule) for v in last.violations] == [(path, "checkpointed")]
+    assert "deleted after a checkpoint" in last.violations[0].message
+    assert show(home, f"main:{path}").encode() == data
+
+
+def test_a_mid_run_refusal_keeps_no_candidate(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    bad = change_of(repo, {note_path(OTHER_NS, 1): note_text(f"{OTHER_NS}_1").encode()})
+    result = checkpoint(home, bad, base, 1, at_exit=False, landed={})
+    assert result.checkpoint == "rejected" and result.candidate_ref is None
+    assert {v.rule for v in result.violations} == {"namespace"}
+    assert list(repo.references) == ["refs/heads/main"]
+    assert main_commit(repo) == base
+
+
+def test_the_runs_own_checkpoints_are_not_collisions_with_others_between(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    one, two = note(number=1), note(number=2, slug="beta")
+    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    # Another run lands in the same topic meanwhile.
+    other = note(OTHER_NS, 1)
+    between = checkpoint(
+        home,
+        change_of(repo, dict([other])),
+        main_commit(repo),
+        1,
+        at_exit=True,
+        landed={},
+        run=run_id(5),
+        ns=OTHER_NS,
+    )
+    assert between.checkpoint == "integrated"
+    landed = landed_by(repo, [first.commit or ""])
+    last = checkpoint(home, change_of(repo, dict([one, two])), base, 2, at_exit=True, landed=landed)
+    assert last.checkpoint == "integrated" and last.violations == []
+    assert {one[0], two[0], other[0]} <= tree_paths(open_repo(home, "yuko"))
+    assert_fsck_clean(home.repo("yuko"))
+
+
+def test_the_whole_run_is_validated_a_new_note_reusing_a_checkpointed_id_is_refused(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    one = note(number=1)
+    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    landed = landed_by(repo, [first.commit or ""])
+    twin = note_path(number=1, slug="twin")
+    result = checkpoint(
+        home,
+        change_of(repo, {one[0]: one[1], twin: note_text(f"{NS}_1").encode()}),
+        base,
+        2,
+        at_exit=False,
+        landed=landed,
+    )
+    assert result.checkpoint == "rejected"
+    assert any(v.rule == "duplicate-id" for v in result.violations)
+
+
+def test_a_checkpoint_number_lands_once(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    change = change_of(repo, dict([note()]))
+    first = checkpoint(home, change, base, 1, at_exit=False, landed={})
+    again = checkpoint(home, change, base, 1, at_exit=False, landed={})
+    assert again.checkpoint == "integrated" and again.commit == first.commit
+    assert len(git("-C", home.repo("yuko"), "rev-list", "main").stdout.split()) == 2
+
+
+def test_split_refuses_re_creating_what_a_checkpoint_deleted() -> None:
+    """Reorganize: a checkpoint deleted organization/old.md; writing it again is refused
+    and kept back, and the run's effective change keeps it deleted."""
+    again = FileState(blob="a" * 40, size=3, executable=False)
+    landed: Landed = {"organization/old.md": None}
+    parts = split(Change(written={"organization/old.md": again}), landed)
+    assert [(v.path, v.rule) for v in parts.touched] == [("organization/old.md", "checkpointed")]
+    assert "re-created" in parts.touched[0].message
+    assert parts.kept_back == {"organization/old.md": again}
+    assert "organization/old.md" in parts.effective.deleted
+    assert parts.increment.is_empty
+    assert parts.rest.written == {"organization/old.md": again}
