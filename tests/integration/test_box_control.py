@@ -1,0 +1,319 @@
+"""The box asks its own gateway: ``impyard-check`` and ``impyard-checkpoint`` from inside
+running boxes, against the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import pytest
+
+from tests.helpers.cli import Cli
+from tests.helpers.git import GIT_ENV, git
+from tests.helpers.repo import assert_fsck_clean
+
+pytestmark = pytest.mark.docker
+
+KDIR = '"$IMPYARD_KNOWLEDGE_DIR"'
+
+
+def note(topic: str, slug: str, body: str) -> str:
+    return f'printf "{body}\\n" | impyard-note {topic} {slug} >/dev/null'
+
+
+@pytest.fixture
+def yard(cli: Cli) -> Cli:
+    assert cli("init").code == 0
+    created = cli("imp", "create", "yuko")
+    assert created.code == 0, created.stderr
+    return cli
+
+
+def repo_of(cli: Cli) -> Path:
+    return Path(cli("knowledge", "yuko").stdout.strip())
+
+
+def run(cli: Cli, script: str, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any]]:
+    result = cli(
+        "run", "yuko", "--prompt", "p", "--json", "--command", script, *args, timeout=timeout
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def box_log(cli: Cli, run_id: str) -> str:
+    return cli("runs", "logs", run_id).stdout
+
+
+def main_files(repo: Path, rev: str = "main") -> set[str]:
+    return set(git("-C", repo, "ls-tree", "-r", "--name-only", rev).stdout.split())
+
+
+def checkpoint_trailers(repo: Path, run_id: str) -> list[str]:
+    """``Impyard-Checkpoint`` of the run's commits on main, oldest first."""
+    git_repo = pygit2.Repository(str(repo))
+    walker = git_repo.walk(git_repo.references["refs/heads/main"].target)
+    walker.simplify_first_parent()
+    found = [
+        commit.message_trailers.get("Impyard-Checkpoint", "")
+        for commit in walker
+        if commit.message_trailers.get("Impyard-Run") == run_id
+    ]
+    return found[::-1]
+
+
+def repo_state(repo: Path) -> tuple[str, str]:
+    refs = git("-C", repo, "for-each-ref", "--format=%(refname) %(objectname)").stdout
+    objects = git("-C", repo, "count-objects", "-v").stdout
+    return refs, objects
+
+
+def start(cli: Cli, script: str) -> subprocess.Popen[str]:
+    env = {**os.environ, **GIT_ENV}
+    env.pop("IMPYARD_HOME", None)
+    argv = ["--home", str(cli.home), "run", "yuko", "--prompt", "p", "--json"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "impyard", *argv, "--command", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=180)
+    assert "Traceback" not in err, err
+    record: dict[str, Any] = json.loads(out)
+    return record
+
+
+def test_check_reports_each_violation_kind_from_a_running_box_and_writes_nothing(
+    yard: Cli,
+) -> None:
+    code, first = run(yard, note("facts", "base", "an existing record"))
+    assert code == 0, first
+    existing = f"records/facts/base--{first['namespace']}_1.md"
+    repo = repo_of(yard)
+    before = repo_state(repo)
+    deep = "/".join(["d"] * 70)
+    bad = f"""
+set -u
+cd {KDIR}
+ns=$IMPYARD_KNOWLEDGE_NAMESPACE
+cp {existing} /tmp/existing.md && cp README.md /tmp/README.md
+printf 'changed\\n' >> {existing}
+mkdir -p records/t organization .hidden
+printf 'no frontmatter\\n' > records/t/plain--${{ns}}_1.md
+printf -- '---\\nid: n_000000000000_1\\ncreated_at: 2026-07-11T12:00:00Z\\n---\\nx\\n' \\
+    > records/t/other--n_000000000000_1.md
+printf 'x\\n' > records/t/wrongname.md
+printf 'index\\n' > organization/index.md
+printf 'x\\n' > README.md
+printf 'x\\n' > .hidden/x.md
+printf 'x\\n' > records/t/AGENTS.md
+printf 'x\\n' > records/t/exec.md && chmod +x records/t/exec.md
+printf 'key AKIAIOSFODNN7EXAMPLE\\n' > records/t/cred.md
+printf '\\377\\376\\n' > records/t/binary.md
+printf 'x\\n' > 'records/t/con.md'
+printf 'x\\n' > records/t/Case.md && printf 'x\\n' > records/t/case.md
+ln -s /etc/passwd records/t/link.md
+mkfifo records/t/pipe.md
+printf 'x\\n' > records/t/a.md && ln records/t/a.md records/t/b.md
+mkdir -p records/{deep} && printf 'x\\n' > records/{deep}/x.md
+impyard-check > /tmp/check.out; echo "check-status=$?"
+cat /tmp/check.out
+# Leave nothing behind, so the exit checkpoint writes nothing either.
+cat /tmp/existing.md > {existing} && cat /tmp/README.md > README.md
+rm -rf records/t records/d organization/index.md .hidden
+"""
+    code, record = run(yard, bad)
+    assert code == 0, record
+    assert record["checkpoint"] == "empty"
+    log = box_log(yard, record["run_id"])
+    assert "check-status=1" in log, log
+    rules = {
+        line.split(": ")[1]
+        for line in log.splitlines()
+        if line.startswith(("records", "organization", "README", ".hidden", "'", "b'"))
+    }
+    expected = {
+        "modified-existing",
+        "frontmatter",
+        "namespace",
+        "bad-record-name",
+        "organization-in-append",
+        "protected-path",
+        "hidden-path",
+        "instruction-file",
+        "executable",
+        "credential",
+        "not-utf8-text",
+        "unportable-name",
+        "name-clash",
+        "symlink",
+        "special-file",
+        "hard-link",
+        "too-deep",
+    }
+    assert expected <= rules, (expected - rules, log)
+    assert "impyard-check: " in log and "violation(s)" in log
+    # Nothing reached Git: no ref moved, no object was written, by the check or the exit.
+    assert repo_state(repo) == before
+
+
+def test_two_checkpoints_and_the_exit_land_three_commits_in_order(yard: Cli) -> None:
+    script = "; ".join(
+        [
+            note("facts", "one", "first"),
+            "impyard-checkpoint",
+            note("facts", "two", "second"),
+            "impyard-checkpoint",
+            note("facts", "three", "third"),
+        ]
+    )
+    code, record = run(yard, script)
+    assert code == 0, record
+    repo = repo_of(yard)
+    ns = record["namespace"]
+    assert checkpoint_trailers(repo, record["run_id"]) == ["1 (mid-run)", "2 (mid-run)", "3 (exit)"]
+    commits = git("-C", repo, "rev-list", "--reverse", "main").stdout.split()[1:]
+    assert len(commits) == 3
+    for sha, slug in zip(commits, ("one", "two", "three"), strict=True):
+        changed = git("-C", repo, "diff-tree", "--no-commit-id", "--name-only", "-r", sha).stdout
+        assert changed.split() == [f"records/facts/{slug}--{ns}_{commits.index(sha) + 1}.md"]
+    assert record["produced_commit"] == commits[-1]
+    listed = record["checkpoints"]
+    assert [(c["number"], c["state"], c["commit"]) for c in listed] == [
+        (1, "integrated", commits[0]),
+        (2, "integrated", commits[1]),
+    ]
+    assert listed[0]["files"] == [f"records/facts/one--{ns}_1.md"] and listed[0]["landed_at"]
+    log = box_log(yard, record["run_id"])
+    assert f"impyard-checkpoint: checkpoint 1 landed as {commits[0]} (1 file(s))" in log
+    shown = yard("runs", "show", record["run_id"]).stdout
+    assert "mid-run checkpoints:" in shown and commits[1] in shown
+    assert_fsck_clean(repo)
+
+
+def test_a_checkpointed_note_changed_later_is_refused_at_exit_while_the_rest_lands(
+    yard: Cli,
+) -> None:
+    script = "; ".join(
+        [
+            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
+            note("facts", "one", "the original claim"),
+            "impyard-checkpoint",
+            f"printf 'edited afterwards\\n' >> {KDIR}/records/facts/one--${{NS}}_1.md",
+            note("facts", "two", "a new fact"),
+        ]
+    )
+    code, record = run(yard, script)
+    assert code == 0, record
+    ns = record["namespace"]
+    one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
+    assert record["checkpoint"] == "integrated"
+    assert [(e["path"], e["rule"]) for e in record["validation_errors"]] == [(one, "checkpointed")]
+    repo = repo_of(yard)
+    assert {one, two} <= main_files(repo)
+    landed = git("-C", repo, "show", f"main:{one}").stdout
+    assert "the original claim" in landed and "edited afterwards" not in landed
+    assert checkpoint_trailers(repo, record["run_id"]) == ["1 (mid-run)", "2 (exit)"]
+    # The refused edit is kept for the owner.
+    assert record["candidate_ref"] == f"refs/candidates/{record['run_id']}"
+    kept = git("-C", repo, "show", f"{record['candidate_ref']}:{one}").stdout
+    assert "edited afterwards" in kept
+
+
+def test_a_box_killed_after_a_checkpoint_keeps_it_and_quarantines_only_the_rest(
+    yard: Cli,
+) -> None:
+    script = "; ".join(
+        [
+            note("facts", "one", "landed"),
+            "impyard-checkpoint",
+            note("facts", "two", "lost?"),
+            "sleep 60",
+        ]
+    )
+    code, record = run(yard, script, "--timeout", "4")
+    assert code == 4, record
+    assert record["checkpoint"] == "quarantined" and record["timed_out"]
+    ns = record["namespace"]
+    one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
+    repo = repo_of(yard)
+    assert one in main_files(repo) and two not in main_files(repo)
+    assert record["produced_commit"] == git("-C", repo, "rev-parse", "main").stdout.strip()
+    assert [c["state"] for c in record["checkpoints"]] == ["integrated"]
+    quarantined = main_files(repo, record["quarantine_ref"])
+    assert two in quarantined and one not in quarantined  # only the rest
+
+
+def test_concurrent_runs_of_one_imp_checkpointing_at_once_all_land(yard: Cli) -> None:
+    script = "; ".join(
+        [
+            note("facts", "a", "first"),
+            note("facts", "b", "second"),
+            "impyard-checkpoint || exit 9",
+            note("facts", "c", "third"),
+            "impyard-checkpoint || exit 9",
+            note("facts", "d", "fourth"),
+        ]
+    )
+    procs = [start(yard, script) for _ in range(4)]
+    records = [finished(p) for p in procs]
+    assert all(r["checkpoint"] == "integrated" for r in records), records
+    repo = repo_of(yard)
+    files = main_files(repo)
+    for r in records:
+        ns = r["namespace"]
+        assert {f"records/facts/{s}--{ns}_{n}.md" for n, s in enumerate("abcd", 1)} <= files
+        assert checkpoint_trailers(repo, r["run_id"]) == ["1 (mid-run)", "2 (mid-run)", "3 (exit)"]
+    assert len(git("-C", repo, "rev-list", "main").stdout.split()) == 1 + 3 * 4
+    assert_fsck_clean(repo)
+
+
+def test_a_box_cannot_checkpoint_on_another_runs_behalf(yard: Cli) -> None:
+    """Each gateway answers for its own run only: a box that names another run (query,
+    header, body) checkpoints itself, and never what the other run wrote."""
+    other = start(yard, note("facts", "theirs", "not yours") + "; sleep 6")
+    manifests = yard.home / "runs"
+    deadline = time.monotonic() + 60
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        for path in manifests.glob("run-*/manifest.json"):
+            data = json.loads(path.read_text())
+            if data["state"] == "running":
+                victim = data
+        time.sleep(0.1)
+    assert victim is not None, "the other run never started"
+    forged = json.dumps({"run": victim["run_id"], "imp": "yuko", "namespace": victim["namespace"]})
+    claim = f"run={victim['run_id']}&namespace={victim['namespace']}&base={victim['base_commit']}"
+    script = "; ".join(
+        [
+            note("facts", "mine", "my fact"),
+            f"wget -q -Y off -O - --header 'X-Impyard-Run: {victim['run_id']}' "
+            f"--post-data '{forged}' 'http://127.0.0.1:3128/impyard/checkpoint?{claim}'",
+            "exit 3",
+        ]
+    )
+    code, mine = run(yard, script)
+    assert code == 4, mine  # exited 3: the rest is quarantined, the checkpoint stays
+    answer = json.loads(
+        next(line for line in box_log(yard, mine["run_id"]).splitlines() if line.startswith("{"))
+    )
+    theirs = finished(other)
+    repo = repo_of(yard)
+    commit = answer["commit"]
+    message = git("-C", repo, "log", "-1", "--format=%B", commit).stdout
+    assert f"Impyard-Run: {mine['run_id']}" in message
+    assert victim["run_id"] not in message
+    assert answer["files"] == [f"records/facts/mine--{mine['namespace']}_1.md"]
+    assert theirs["checkpoints"] == [] and theirs["checkpoint"] == "integrated"
+    assert checkpoint_trailers(repo, theirs["run_id"]) == ["1 (exit)"]
