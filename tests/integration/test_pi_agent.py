@@ -327,3 +327,95 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     events = json.loads(cli("journal", "--run", runs["thrifty"]["run_id"], "--json").stdout)
     refused = [e for e in events if e["event"] == "gateway.request" and e["status"] == 429]
     assert refused and all(e["rule"] == budget_rule for e in refused)
+
+
+CHECKED_SLUG = "checked-note"
+BAD_MARKER = "draft-without-an-id-7d1e"
+FIXED_MARKER = "fixed-after-impyard-check-41b9"
+
+
+def check_and_fix_script() -> Script:
+    """Write a note without an ``id`` line, run impyard-check, fix exactly what it reports,
+    check again, and finish only once it prints ok. The namespace comes from the system
+    prompt. A step whose precondition is not in the last tool result ends the run with a
+    reply that says so (the bad note stays, so the run is rejected and the test fails)."""
+
+    def script(conversation: Conversation) -> Reply:
+        match = NAMESPACE.search(conversation.system())
+        if match is None:
+            return Reply.say("UNEXPECTED: no namespace in the system prompt.")
+        namespace = match.group(0)
+        path = f"/opt/impyard/knowledge/records/pi/{CHECKED_SLUG}--{namespace}_1.md"
+        violation = f"records/pi/{CHECKED_SLUG}--{namespace}_1.md: frontmatter: "
+        seen = conversation.last_tool_result()
+        if conversation.turn == 0:
+            bad = (
+                "---\ncreated_at: 2026-12-01T12:00:00Z\nsource_urls:\n"
+                f"- https://example.com/{CHECKED_SLUG}\n---\n\n# {CHECKED_SLUG}\n\n"
+                f"{BAD_MARKER}\n"
+            )
+            return Reply.call("write", path=path, content=bad)
+        if conversation.turn in (1, 3):
+            return Reply.call("bash", command="impyard-check")
+        if conversation.turn == 2:
+            if violation not in seen:
+                return Reply.say(f"UNEXPECTED: impyard-check did not report the note: {seen!r}")
+            url = f"https://example.com/{CHECKED_SLUG}"
+            return write_note(namespace, "pi", CHECKED_SLUG, url, f"{FIXED_MARKER}\n")
+        if conversation.turn == 4 and "impyard-check: ok" in seen and violation not in seen:
+            return Reply.say("Fixed the note; impyard-check prints ok.")
+        return Reply.say(f"UNEXPECTED at turn {conversation.turn}: {seen!r}")
+
+    return script
+
+
+@pytest.mark.usefixtures("pi_image")
+def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> None:
+    with ModelServer(check_and_fix_script()) as model:
+        set_up_owner(cli, model.url)
+        code, run = run_json(cli, "yuko", "--prompt", "Write one checked note.")
+        turns = model.completions()
+    namespace = str(run["namespace"])
+    path = f"records/pi/{CHECKED_SLUG}--{namespace}_1.md"
+
+    # Pi was told to check, saw the violation, fixed it and saw ok: five model turns.
+    system = Conversation(turns[0].body["messages"]).system()
+    assert "Before you finish, run impyard-check" in system
+    assert "run it again until it prints ok" in system
+    assert len(turns) == 5, [Conversation(t.body["messages"]).last_tool_result() for t in turns]
+    first_check = Conversation(turns[2].body["messages"]).last_tool_result()
+    assert f"{path}: frontmatter: frontmatter 'id' is missing" in first_check, first_check
+    assert "impyard-check: 1 violation(s)" in first_check, first_check
+    assert "exited with code 1" in first_check, first_check  # impyard-check's exit status
+    second_check = Conversation(turns[4].body["messages"]).last_tool_result()
+    assert "impyard-check: ok (1 record(s)" in second_check, second_check
+    assert "frontmatter" not in second_check and "exited with code" not in second_check
+    final = Conversation(turns[4].body["messages"])
+    assert final.tool_results()[-3] == first_check  # the order Pi saw them in
+
+    assert code == 0, run
+    assert run["checkpoint"] == "integrated", run
+    assert run["validation_errors"] == [], run
+    repo = cli("knowledge", "yuko").stdout.strip()
+    message = git("-C", repo, "log", "-1", "--format=%B").stdout
+    for trailer in (
+        "Impyard-Imp: yuko",
+        f"Impyard-Run: {run['run_id']}",
+        f"Impyard-Base: {run['base_commit']}",
+        "Impyard-Mode: append",
+    ):
+        assert trailer in message
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+    note = git("-C", repo, "show", f"main:{path}").stdout
+    assert note.startswith(f"---\nid: {namespace}_1\ncreated_at: ")
+    assert FIXED_MARKER in note
+    assert BAD_MARKER not in git("-C", repo, "log", "-p", "main").stdout
+
+    # Both checks went through this run's gateway, answered and journaled.
+    events = json.loads(cli("journal", "--run", str(run["run_id"]), "--json").stdout)
+    checks = [
+        (e["method"], e["rule"], e["decision"], e["status"])
+        for e in events
+        if e["event"] == "gateway.request" and e.get("path") == "/impyard/check"
+    ]
+    assert checks == [("GET", "impyard.control", "allowed", 200)] * 2, events
