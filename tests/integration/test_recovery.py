@@ -7,6 +7,10 @@ step (nothing after it runs, as with kill -9); a fresh context then recovers.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +26,8 @@ from impyard.runs.model import RunRequest
 from impyard.runs.pipeline import Run, RunContext
 from impyard.runs.recovery import recover_all
 from impyard.settings import Settings
-from tests.helpers.git import git
+from tests.helpers.git import GIT_ENV, git
+from tests.helpers.repo import assert_fsck_clean
 
 pytestmark = pytest.mark.docker
 
@@ -173,3 +178,59 @@ def test_a_run_recovery_cannot_integrate_is_quarantined_once_not_retried_forever
     assert "recovery failed" in str(after.reason) and "Impyard-Channel" in str(after.reason)
     assert recover_all(context(home.root)) == []
     assert landed_commits(home, after.run_id) == 0
+
+
+# The box retries its checkpoint until a host answers again (a dead host resets it).
+RETRYING_BOX = "; ".join(
+    [
+        'printf "one\\n" | impyard-note facts one >/dev/null',
+        "n=0",
+        "until impyard-checkpoint; do n=$((n+1)); [ $n -lt 300 ] || exit 9; sleep 0.2; done",
+        'printf "two\\n" | impyard-note facts two >/dev/null',
+    ]
+)
+
+
+@pytest.mark.parametrize("point", ["before-ref", "after-ref"])
+def test_host_death_in_a_mid_run_checkpoint_loses_nothing_and_lands_nothing_twice(
+    home: Home, point: str
+) -> None:
+    """The host is SIGKILLed inside the box's first checkpoint (the commit written but main
+    not moved, or main moved but the manifest not told). The box keeps running; a restarted
+    serve adopts it, listens in its namespace again, and the box's retried checkpoint and
+    its exit land each note exactly once."""
+    env = {**os.environ, **GIT_ENV}
+    env.pop("IMPYARD_HOME", None)
+    argv = ["--home", str(home.root), "run", "yuko", "--prompt", "p", "--command", RETRYING_BOX]
+    crashed = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.crash", point, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    dead = only_run(home)
+    assert dead.state == "running"
+    assert [c.state for c in dead.checkpoints] == ["pending"]
+    served = subprocess.run(
+        [sys.executable, "-m", "impyard", "--home", str(home.root), "serve", "--once"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert served.returncode == 0, served.stderr
+    assert "recovered" in served.stdout
+    after = only_run(home)
+    assert after.state == "finished" and after.checkpoint == "integrated", after.reason
+    assert [(c.number, c.state) for c in after.checkpoints] == [(1, "integrated")]
+    log = git("-C", home.repo("yuko"), "log", "--format=%B", "main").stdout
+    assert log.count(f"Impyard-Run: {after.run_id}") == 2
+    assert "Impyard-Checkpoint: 1 (mid-run)" in log and "Impyard-Checkpoint: 2 (exit)" in log
+    files = git("-C", home.repo("yuko"), "ls-tree", "-r", "--name-only", "main").stdout.split()
+    ns = after.namespace
+    assert {f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"} <= set(files)
+    events = [e["event"] for e in Journal(home.journal).read(run=after.run_id)]
+    assert "gateway.reattached" in events and "knowledge.checkpoint_recovered" in events
+    assert_fsck_clean(home.repo("yuko"))
