@@ -87,16 +87,23 @@ def _unsynced_git_objects() -> Iterator[None]:
     pygit2.settings.enable_fsync_gitdir(True)
 
 
-def _impyard_containers() -> set[str]:
+def _impyard_containers() -> dict[str, str]:
+    """Every Impyard box on the engine: container id -> its run id."""
     import docker
 
     client = docker.from_env(timeout=10)
     try:
         # The low-level listing: no per-container inspect that races with removal.
         found = client.api.containers(all=True, filters={"label": "impyard.run"})
-        return {c["Id"] for c in found}
+        return {c["Id"]: c["Labels"]["impyard.run"] for c in found}
     finally:
         client.close()
+
+
+def _runs_under(root: Path, containers: dict[str, str]) -> list[str]:
+    """The containers whose run lives in a data root under ``root``: boxes of other
+    processes on the same engine (a bench, another checkout's tests) are not a leak."""
+    return sorted(cid for cid, run in containers.items() if any(root.glob(f"**/runs/{run}")))
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +115,7 @@ def _hygiene(request: pytest.FixtureRequest) -> Iterator[None]:
         if os.environ.get("PYTEST_XDIST_WORKER"):
             pytest.fail("docker tests share one engine and count its containers: run without -n")
         before_containers = _impyard_containers()
+        tmp_path = request.getfixturevalue("tmp_path")
     yield
     ignored = {"PYTEST_CURRENT_TEST"}
     leaked_env = {
@@ -117,8 +125,11 @@ def _hygiene(request: pytest.FixtureRequest) -> Iterator[None]:
     }
     assert not leaked_env, f"test leaked environment variables: {sorted(leaked_env)}"
     if is_docker:
-        leaked = _impyard_containers() - before_containers
-        assert not leaked, f"test leaked containers: {sorted(leaked)}"
+        new = {
+            cid: run for cid, run in _impyard_containers().items() if cid not in before_containers
+        }
+        leaked = _runs_under(tmp_path, new)
+        assert not leaked, f"test leaked containers: {leaked}"
 
 
 @pytest.fixture

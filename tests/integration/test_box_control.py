@@ -14,6 +14,7 @@ from typing import Any
 import pygit2
 import pytest
 
+from impyard.journal import Journal
 from tests.helpers.cli import Cli
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.repo import assert_fsck_clean
@@ -74,10 +75,10 @@ def repo_state(repo: Path) -> tuple[str, str]:
     return refs, objects
 
 
-def start(cli: Cli, script: str) -> subprocess.Popen[str]:
+def start(cli: Cli, script: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, **GIT_ENV}
     env.pop("IMPYARD_HOME", None)
-    argv = ["--home", str(cli.home), "run", "yuko", "--prompt", "p", "--json"]
+    argv = ["--home", str(cli.home), "run", "yuko", "--prompt", "p", "--json", *args]
     return subprocess.Popen(
         [sys.executable, "-m", "impyard", *argv, "--command", script],
         stdout=subprocess.PIPE,
@@ -317,3 +318,31 @@ def test_a_box_cannot_checkpoint_on_another_runs_behalf(yard: Cli) -> None:
     assert answer["files"] == [f"records/facts/mine--{mine['namespace']}_1.md"]
     assert theirs["checkpoints"] == [] and theirs["checkpoint"] == "integrated"
     assert checkpoint_trailers(repo, theirs["run_id"]) == ["1 (exit)"]
+
+
+def test_a_reorganize_run_checkpoints_while_it_keeps_the_lease(yard: Cli) -> None:
+    script = "; ".join(
+        [
+            f"printf '# Index\\n' > {KDIR}/organization/index.md",
+            "impyard-checkpoint || exit 9",
+            "sleep 4",
+            f"printf '# Summary\\n' > {KDIR}/organization/summary.md",
+        ]
+    )
+    proc = start(yard, script, "--reorganize")
+    repo = repo_of(yard)
+    deadline = time.monotonic() + 60
+    while "organization/index.md" not in main_files(repo) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        # Landed mid-run, and the lease is still this run's: no second reorganizer.
+        assert "organization/index.md" in main_files(repo)
+        second = yard("run", "yuko", "--prompt", "again", "--reorganize", "--command", "true")
+        assert second.code != 0 and "held by run" in second.stderr
+    finally:
+        record = finished(proc)
+    assert record["checkpoint"] == "integrated" and record["mode"] == "reorganize"
+    assert checkpoint_trailers(repo, record["run_id"]) == ["1 (mid-run)", "2 (exit)"]
+    assert {"organization/index.md", "organization/summary.md"} <= main_files(repo)
+    events = [e["event"] for e in Journal(yard.home / "journal.jsonl").read(run=record["run_id"])]
+    assert events.index("knowledge.checkpointed") < events.index("lease.released")
