@@ -13,6 +13,7 @@ BENCHES = (
     "run_bench",
     "serve_bench",
     "agent_bench",
+    "control_bench",
 )
 
 
