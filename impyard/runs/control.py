@@ -23,7 +23,7 @@ from impyard.knowledge.records import ORGANIZATION, RECORDS
 from impyard.knowledge.snapshot import CheckTooLarge, snapshot
 from impyard.knowledge.validate import validate
 from impyard.knowledge.violations import digest
-from impyard.runs.landing import landed_files, landed_paths, record_landed, trailers
+from impyard.runs.landing import LandedCache, landed_paths, record_landed, trailers
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class BoxControl:
 
     def __init__(self, run: Run) -> None:
         self.run = run
+        self.landed = LandedCache()
 
     def check(self) -> dict[str, Any]:
         run = self.run
@@ -53,7 +54,7 @@ class BoxControl:
                 change = snapshot(repo, m.checkout, run.limits, store=False)
             except CheckTooLarge as exc:
                 raise ControlRefused(413, str(exc)) from exc
-            parts = split(change, landed_files(repo, m))
+            parts = split(change, self.landed.files(repo, m))
             violations = validate(
                 repo,
                 m.base_commit,
@@ -109,7 +110,7 @@ class BoxControl:
                 mode=m.mode,
                 limits=run.limits,
                 trailers=trailers(m, number, at_exit=False),
-                landed=landed_files(repo, m),
+                landed=self.landed.files(repo, m),
                 keep_refused=False,
             )
         except BaseException:

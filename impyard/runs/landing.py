@@ -35,7 +35,26 @@ def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
 
 def landed_files(repo: pygit2.Repository, m: Manifest) -> dict[str, LandedFile | None]:
     """What the run's earlier checkpoints landed (read from their commits)."""
-    return landed_by(repo, [c.commit for c in m.landed_checkpoints if c.commit])
+    return LandedCache().files(repo, m)
+
+
+class LandedCache:
+    """``landed_files`` for a box that asks again and again: each checkpoint commit is read
+    once (re-reading them all made every request cost ~0.3 ms more per checkpoint)."""
+
+    def __init__(self) -> None:
+        self._commits: tuple[str, ...] = ()
+        self._files: dict[str, LandedFile | None] = {}
+
+    def files(self, repo: pygit2.Repository, m: Manifest) -> dict[str, LandedFile | None]:
+        commits = tuple(c.commit for c in m.landed_checkpoints if c.commit)
+        known = len(self._commits)
+        if commits[:known] != self._commits:  # not a continuation: read them all again
+            self._commits, self._files, known = (), {}, 0
+        if len(commits) > known:
+            self._files = {**self._files, **landed_by(repo, commits[known:])}
+            self._commits = commits
+        return self._files
 
 
 def landed_paths(repo: pygit2.Repository, commit: str) -> list[str]:

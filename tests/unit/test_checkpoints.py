@@ -15,6 +15,8 @@ from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, landed_by, split
 from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.knowledge.repo import main_commit
+from impyard.runs.landing import LandedCache, landed_files
+from impyard.runs.model import CheckpointRecord, Manifest
 from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,
@@ -212,3 +214,40 @@ def test_split_refuses_re_creating_what_a_checkpoint_deleted() -> None:
     assert "organization/old.md" in parts.effective.deleted
     assert parts.increment.is_empty
     assert parts.rest.written == {"organization/old.md": again}
+
+
+def test_the_landed_cache_follows_the_manifest_and_starts_over_when_it_is_rewritten(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    one, two = note(number=1), note(number=2)
+    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    landed = landed_by(repo, [first.commit or ""])
+    second = checkpoint(
+        home, change_of(repo, dict([one, two])), base, 2, at_exit=False, landed=landed
+    )
+    m = Manifest(
+        run_id=RUN,
+        imp="yuko",
+        task_id=None,
+        channel=None,
+        mode="append",
+        base_commit=base,
+        namespace=NS,
+    )
+    cache = LandedCache()
+    assert cache.files(repo, m) == {}
+    m.checkpoints.append(
+        CheckpointRecord(number=1, state="integrated", requested_at="t", commit=first.commit)
+    )
+    assert set(cache.files(repo, m)) == {one[0]}
+    m.checkpoints.append(
+        CheckpointRecord(number=2, state="integrated", requested_at="t", commit=second.commit)
+    )
+    assert cache.files(repo, m) == landed_files(repo, m) and set(cache.files(repo, m)) == {
+        one[0],
+        two[0],
+    }
+    m.checkpoints.pop(0)  # not a continuation (recovery dropped one): read afresh
+    assert set(cache.files(repo, m)) == {two[0]}
