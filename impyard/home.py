@@ -112,6 +112,14 @@ class Home:
         """The certificates of policy ``box.extra_ca_file``, as this run's box trusts them."""
         return self.run_dir(run_id) / "ca.pem"
 
+    def run_receipts(self, run_id: str) -> Path:
+        """Host-written fetch receipts of every response the run's gateway relayed."""
+        return self.run_dir(run_id) / "receipts.jsonl"
+
+    def run_ca_bundle(self, run_id: str) -> Path:
+        """The one trust bundle the box gets (image roots, Impyard CA, owner's extra CA)."""
+        return self.run_dir(run_id) / "ca-bundle.pem"
+
     def run_space(self, run_id: str) -> Path:
         """Where the run's size-limited writable filesystem is mounted (``runspace``)."""
         return self.run_dir(run_id) / "space"
@@ -135,6 +143,17 @@ class Home:
     @property
     def gateway_dir(self) -> Path:
         return self.root / "gateway"
+
+    @property
+    def gateway_ca_dir(self) -> Path:
+        """The data root's TLS-inspection CA (``ca.key`` never leaves the host) and the
+        leaf certificates minted with it."""
+        return self.gateway_dir / "ca"
+
+    @property
+    def archive_dir(self) -> Path:
+        """Opt-in content-addressed source archive: ``sha256/<aa>/<rest>``."""
+        return self.root / "archive"
 
     def gateway_day_count(self, imp: str, day: str) -> Path:
         """The per-imp, per-UTC-day request counter (``day`` is YYYY-MM-DD)."""

@@ -39,7 +39,9 @@ def forward(
     credential header) replacing any header of that name the client sent."""
     gw = client.gateway
     try:
-        sock = open_connection(host, port, timeout=gw.upstream_timeout, tls=tls)
+        sock = open_connection(
+            host, port, timeout=gw.upstream_timeout, tls=tls, context=gw.upstream_tls
+        )
     except UpstreamError as exc:
         raise Refused.by_upstream(exc, rec.rule) from exc
     default_port = 443 if tls else 80

@@ -14,6 +14,8 @@ class Record:
     """What the journal keeps about one request: never a body, header value or secret."""
 
     method: str
+    #: "https" for a request inside an inspected TLS tunnel.
+    scheme: str = "http"
     host: str = ""
     port: int = 0
     path: str = ""
@@ -22,6 +24,10 @@ class Record:
     rule: str = ""
     status: int = 0
     bytes: int = 0
+    #: Request body bytes relayed upstream.
+    request_bytes: int = 0
+    #: The fetch receipt of the relayed response, if one was written.
+    receipt: str | None = None
     reason: str | None = None
     started: float = field(default_factory=time.monotonic)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from impyard.gateway.errors import GatewayError
 from impyard.gateway.handler import GatewayHandler
 from impyard.gateway.netns import listen_in_netns
 from impyard.gateway.outcome import Record
+from impyard.gateway.upstream import upstream_context
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.names import check_imp_name
@@ -59,6 +61,7 @@ class Gateway:
         run_id: str,
         journal: Journal,
         control: RunControl | None = None,
+        upstream_ca_file: str | None = None,
         max_workers: int = 64,
         client_timeout: float = 60.0,
         upstream_timeout: float = 120.0,
@@ -73,6 +76,8 @@ class Gateway:
         #: The run's answers to its box's control requests (None: nothing to check).
         self.control = control
         self.control_rate = ControlRate(policy.budget.control_requests_per_minute)
+        self.upstream_ca_file = upstream_ca_file
+        self._upstream_tls: ssl.SSLContext | None = None
         self.client_timeout = client_timeout
         self.upstream_timeout = upstream_timeout
         self.tunnel_idle_timeout = tunnel_idle_timeout
@@ -105,6 +110,13 @@ class Gateway:
             except OSError as exc:
                 raise GatewayError(f"gateway: cannot create {home.gateway_dir}: {exc}") from exc
         return gateway
+
+    @property
+    def upstream_tls(self) -> ssl.SSLContext:
+        """Verification of upstream TLS (system roots + the owner's extra CA), built once."""
+        if self._upstream_tls is None:
+            self._upstream_tls = upstream_context(self.upstream_ca_file)
+        return self._upstream_tls
 
     @property
     def port(self) -> int:

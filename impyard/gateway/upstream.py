@@ -56,8 +56,29 @@ def resolve(host: str, port: int) -> list[tuple[int, str]]:
     return usable
 
 
-def open_connection(host: str, port: int, *, timeout: float, tls: bool = False) -> socket.socket:
-    """A connected socket to ``host:port`` (TLS-wrapped with verification when ``tls``)."""
+def upstream_context(extra_ca_file: str | None = None) -> ssl.SSLContext:
+    """How the gateway verifies upstream TLS: the host's system roots, plus the owner's
+    extra CA file (internal services) when policy names one. HTTP/1.1 only."""
+    context = ssl.create_default_context()
+    if extra_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=extra_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise UpstreamError(f"cannot load box.extra_ca_file {extra_ca_file}: {exc}") from exc
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def open_connection(
+    host: str,
+    port: int,
+    *,
+    timeout: float,
+    tls: bool = False,
+    context: ssl.SSLContext | None = None,
+) -> socket.socket:
+    """A connected socket to ``host:port`` (TLS-wrapped with verification when ``tls``,
+    against ``context`` or the system roots)."""
     last: OSError | None = None
     for family, address in resolve(host, port):
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -71,8 +92,8 @@ def open_connection(host: str, port: int, *, timeout: float, tls: bool = False) 
         if not tls:
             return sock
         try:
-            context = ssl.create_default_context()
-            return context.wrap_socket(sock, server_hostname=host)
+            verifier = context if context is not None else ssl.create_default_context()
+            return verifier.wrap_socket(sock, server_hostname=host)
         except (OSError, ssl.SSLError) as exc:
             sock.close()
             raise UpstreamError(f"TLS to {host}:{port} failed: {exc}") from exc

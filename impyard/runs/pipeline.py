@@ -153,6 +153,7 @@ class Run:
             run_id=self.manifest.run_id,
             journal=self.ctx.journal,
             control=BoxControl(self) if self.manifest.checkout is not None else None,
+            upstream_ca_file=self.policy.box.extra_ca_file,
         )
         self.home.run_signal_dir(self.manifest.run_id).mkdir(exist_ok=True)
 
