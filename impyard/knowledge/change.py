@@ -50,6 +50,10 @@ RULES: dict[str, str] = {
     "collision": "path was added to main by another run since this run's base",
     "too-deep": "directories nest deeper than the snapshot walks",
     "checkpointed": "a file an earlier checkpoint of this run landed may not change any more",
+    "source-receipt": (
+        "a cited receipt is not one of this run's fetch receipts, or its URL is not one of the "
+        "note's source_urls"
+    ),
 }
 
 

@@ -11,6 +11,9 @@ carries the run and the checkpoint's number in its trailers, only the part of
 the change that is new since the run's last checkpoint is integrated
 (``increments``), and the run's own earlier commits are not collisions.
 
+A lane commit ends with its ``Impyard-*`` trailers, then one ``Source-Receipt``
+trailer per fetch receipt the records it adds cite (``citations``).
+
 Crash safety: a host that dies after moving ``main`` but before recording the
 outcome re-integrates the checkpoint on restart; ``find_landed_commit`` sees the
 run's ``Impyard-Run`` and ``Impyard-Checkpoint`` trailers on main and returns
@@ -29,6 +32,7 @@ from impyard.errors import KnowledgeError, UsageError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
+from impyard.knowledge.citations import Citation, Receipts, trailer_lines
 from impyard.knowledge.clashes import landed_name_clashes
 from impyard.knowledge.gitobj import changed_paths
 from impyard.knowledge.imps import open_repo
@@ -39,7 +43,7 @@ from impyard.knowledge.records import ORGANIZATION, parse_record_path
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.sizes import record_tree_bytes, size_delta, tree_bytes
 from impyard.knowledge.trees import PathConflict, build_tree
-from impyard.knowledge.validate import REPO_PATH, validate
+from impyard.knowledge.validate import REPO_PATH, check_change
 from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
 
@@ -101,13 +105,15 @@ def integrate(
     trailers: Trailers,
     landed: Landed | None = None,
     keep_refused: bool = True,
+    receipts: Receipts | None = None,
 ) -> LaneResult:
     """Validate, then land ``change`` on main (or keep it as a candidate); never lands twice.
 
     ``change`` is the run's whole change against ``base``; ``landed`` is what the run's
     earlier checkpoints landed (``increments.landed_by``). ``keep_refused`` False (a mid-run
     checkpoint: the box is alive and can fix its files) keeps no candidate ref for what
-    main does not take; the violations are the answer.
+    main does not take; the violations are the answer. ``receipts`` are the run's fetch
+    receipts by id (default: none, so a note citing one is refused).
     """
     check_run_id(trailers.run)
     if (trailers.imp, trailers.base, trailers.mode) != (imp, base, mode):
@@ -123,11 +129,20 @@ def integrate(
     if found is not None:
         return outcome.landed("integrated", found)
 
-    violations = validate(
-        repo, base, parts.effective, namespace=namespace, mode=mode, limits=limits
+    checked = check_change(
+        repo,
+        base,
+        parts.effective,
+        namespace=namespace,
+        mode=mode,
+        limits=limits,
+        receipts=receipts,
     )
-    if violations:
-        return outcome.refused("rejected", violations)
+    if checked.violations:
+        return outcome.refused("rejected", checked.violations)
+    # Notes an earlier checkpoint landed had their receipts in that checkpoint's commit.
+    cited = [c for path in increment.written for c in checked.citations.get(path, ())]
+    message = _message(increment, trailers, cited)
 
     with locked(home.lane_lock(imp)):
         found = find_landed_commit(repo, trailers.run, base, trailers.checkpoint)
@@ -155,7 +170,6 @@ def integrate(
                 f"main would hold {total} bytes; max_repo_bytes is {limits.max_repo_bytes}",
             )
             return outcome.refused("rejected", [too_large])
-        message = "\n\n".join([_summary(increment, trailers), "\n".join(trailers.lines())])
         commit = repo.create_commit(
             None, imp_signature(imp), host_signature(), message + "\n", tree, [head_commit.id]
         )
@@ -190,6 +204,12 @@ class _Outcome:
         if not self.keep_refused:
             return LaneResult(checkpoint, violations=every)
         return keep_candidate(self.repo, self.parts.rest, self.trailers, checkpoint, every)
+
+
+def _message(change: Change, trailers: Trailers, cited: list[Citation]) -> str:
+    """Summary line, then one trailer block: the Impyard-* trailers, then Source-Receipt."""
+    block = [*trailers.lines(), *trailer_lines(cited)]
+    return "\n\n".join([_summary(change, trailers), "\n".join(block)])
 
 
 def _summary(change: Change, trailers: Trailers) -> str:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from impyard.knowledge.frontmatter import (
     Frontmatter,
+    FrontmatterCheck,
+    check_frontmatter,
     frontmatter_errors,
     is_http_url,
     is_utc_timestamp,
@@ -74,7 +76,9 @@ __all__ = [
     "ORGANIZATION",
     "RECORDS",
     "Frontmatter",
+    "FrontmatterCheck",
     "RecordName",
+    "check_frontmatter",
     "claimed_namespace",
     "frontmatter_errors",
     "is_http_url",

@@ -27,10 +27,14 @@ that landed since ``base`` (which it already has), so neither walks the tree.
 Repository size is the sum of blob sizes in the resulting tree: a per-commit
 cache (``repo.tree_bytes``) gives the base total and the change adds its delta,
 so the check is O(change) too.
+
+Cited receipts are looked up in the run's receipts the caller passes (none
+known: every citation is refused); see ``citations``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import cast
 
 import pygit2
@@ -38,6 +42,7 @@ import pygit2
 from impyard.credentials import find_credentials
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode, Violation
+from impyard.knowledge.citations import Citation, Receipts, cite
 from impyard.knowledge.clashes import landed_name_clashes, name_clashes
 from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.pathnames import (
@@ -50,8 +55,8 @@ from impyard.knowledge.pathnames import (
 from impyard.knowledge.records import (
     ORGANIZATION,
     RECORDS,
+    check_frontmatter,
     claimed_namespace,
-    frontmatter_errors,
     parse_record_path,
 )
 from impyard.knowledge.repo import TREE_MODE
@@ -63,6 +68,8 @@ __all__ = [
     "INSTRUCTION_DIRS",
     "INSTRUCTION_FILES",
     "REPO_PATH",
+    "Checked",
+    "check_change",
     "is_storable_path",
     "landed_name_clashes",
     "name_clashes",
@@ -111,6 +118,15 @@ def read_text(
     return text, []
 
 
+@dataclass
+class Checked:
+    """What validation found: every violation, and the receipts each added record cites."""
+
+    violations: list[Violation] = field(default_factory=list)
+    #: record path -> the citations of it that hold (only records the change adds).
+    citations: dict[str, list[Citation]] = field(default_factory=dict)
+
+
 def validate(
     repo: pygit2.Repository,
     base: str,
@@ -119,14 +135,36 @@ def validate(
     namespace: str,
     mode: Mode,
     limits: KnowledgeLimits,
+    receipts: Receipts | None = None,
 ) -> list[Violation]:
-    """Every violation of ``change`` against ``base`` in ``mode``; empty means acceptable."""
+    """Every violation of ``change`` against ``base`` in ``mode``; empty means acceptable.
+
+    ``receipts`` are the run's fetch receipts by id (default: none, so any citation is
+    refused)."""
+    return check_change(
+        repo, base, change, namespace=namespace, mode=mode, limits=limits, receipts=receipts
+    ).violations
+
+
+def check_change(
+    repo: pygit2.Repository,
+    base: str,
+    change: Change,
+    *,
+    namespace: str,
+    mode: Mode,
+    limits: KnowledgeLimits,
+    receipts: Receipts | None = None,
+) -> Checked:
+    """``validate``, keeping the citations too (the lane writes them into its commit)."""
     try:
         base_tree = repo[base].peel(pygit2.Tree)
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise KnowledgeError(f"base commit {base} is not in the repository") from exc
-    violations: list[Violation] = list(change.problems)
+    checked = Checked(violations=list(change.problems))
+    violations = checked.violations
     seen_ids: dict[str, str] = {}
+    known: Receipts = receipts if receipts is not None else {}
 
     for path in sorted(change.written):
         state = change.written[path]
@@ -142,7 +180,7 @@ def validate(
                 for label in find_credentials(text)
             )
         if path.startswith(RECORDS + "/") and lookup_entry(base_tree, path) is None:
-            found.extend(_record(path, text, namespace, seen_ids))
+            found.extend(_record(path, text, namespace, seen_ids, known, checked.citations))
         violations.extend(found)
 
     for path in sorted(change.deleted):
@@ -161,7 +199,7 @@ def validate(
                 f"{limits.max_repo_bytes}",
             )
         )
-    return violations
+    return checked
 
 
 def _placement(path: str, mode: Mode, base_tree: pygit2.Tree, *, deleting: bool) -> list[Violation]:
@@ -191,9 +229,15 @@ def _placement(path: str, mode: Mode, base_tree: pygit2.Tree, *, deleting: bool)
 
 
 def _record(
-    path: str, text: str | None, namespace: str, seen_ids: dict[str, str]
+    path: str,
+    text: str | None,
+    namespace: str,
+    seen_ids: dict[str, str],
+    receipts: Receipts,
+    citations: dict[str, list[Citation]],
 ) -> list[Violation]:
-    """Rules for a record the run added: name, namespace, frontmatter, unique id."""
+    """Rules for a record the run added: name, namespace, frontmatter, unique id, cited
+    receipts (the citations that hold go into ``citations``)."""
     name = parse_record_path(path)
     if name is None:
         claimed = claimed_namespace(path)
@@ -225,10 +269,14 @@ def _record(
     if first != path:
         found.append(Violation(path, "duplicate-id", f"id {name.note_id} is also used by {first}"))
     if text is not None:
-        errors, escape = frontmatter_errors(text, name.note_id)
-        if escape:
+        front = check_frontmatter(text, name.note_id)
+        if front.escape:
             found.append(Violation(path, "path-escape", "frontmatter id contains '/' or '..'"))
-        found.extend(Violation(path, "frontmatter", error) for error in errors)
+        found.extend(Violation(path, "frontmatter", error) for error in front.errors)
+        held, refused = cite(path, front.source_receipts, front.source_urls, receipts)
+        found.extend(refused)
+        if held:
+            citations[path] = held
     return found
 
 

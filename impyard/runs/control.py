@@ -23,7 +23,13 @@ from impyard.knowledge.records import ORGANIZATION, RECORDS
 from impyard.knowledge.snapshot import CheckTooLarge, snapshot
 from impyard.knowledge.validate import validate
 from impyard.knowledge.violations import digest
-from impyard.runs.landing import LandedCache, landed_paths, record_landed, trailers
+from impyard.runs.landing import (
+    LandedCache,
+    landed_paths,
+    record_landed,
+    run_receipts,
+    trailers,
+)
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
 
 if TYPE_CHECKING:
@@ -62,6 +68,7 @@ class BoxControl:
                 namespace=m.namespace,
                 mode=m.mode,
                 limits=run.limits,
+                receipts=run_receipts(run.home, m.run_id),
             )
             violations += parts.touched
             # What landed on main since the base, read only: a collision shows now.
@@ -112,6 +119,7 @@ class BoxControl:
                 trailers=trailers(m, number, at_exit=False),
                 landed=self.landed.files(repo, m),
                 keep_refused=False,
+                receipts=run_receipts(run.home, m.run_id),
             )
         except BaseException:
             with run.manifest_lock:

@@ -26,7 +26,7 @@ from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.violations import ViolationDigest, digest
-from impyard.runs.landing import landed_files, trailers
+from impyard.runs.landing import landed_files, run_receipts, trailers
 from impyard.runs.model import Manifest
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ def checkpoint(run: Run) -> None:
                 limits=run.limits,
                 trailers=exit_trailers,
                 landed=landed,
+                receipts=run_receipts(run.home, m.run_id),
             )
     found = digest(result.violations)
     run.event("knowledge.validated", violations=found.total, checkpoint=result.checkpoint)

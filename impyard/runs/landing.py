@@ -1,5 +1,6 @@
-"""Where a run's checkpoints meet the lane: their trailers, what they landed (read back
-from their commits), and how a checkpoint a crashed host left pending is settled."""
+"""Where a run's checkpoints meet the lane: their trailers, the fetch receipts their notes
+may cite, what they landed (read back from their commits), and how a checkpoint a crashed
+host left pending is settled."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import TYPE_CHECKING
 import pygit2
 
 from impyard import names
+from impyard.gateway.receipts import Receipt, read_receipts
+from impyard.home import Home
 from impyard.knowledge.gitobj import changed_paths, commit_at
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import LandedFile, landed_by
@@ -31,6 +34,14 @@ def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
         checkpoint=number,
         at_exit=at_exit,
     )
+
+
+def run_receipts(home: Home, run_id: str) -> dict[str, Receipt]:
+    """The receipts the host's gateway wrote for this run, by id: all a note of the run may
+    cite. Read afresh each time, since the gateway appends while the box runs."""
+    found = read_receipts(home.run_receipts(run_id))
+    # The file is the run's own; a line naming another run is still not this run's receipt.
+    return {rid: receipt for rid, receipt in found.items() if receipt.run == run_id}
 
 
 def landed_files(repo: pygit2.Repository, m: Manifest) -> dict[str, LandedFile | None]:

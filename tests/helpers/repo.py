@@ -31,6 +31,7 @@ def note_text(
     *,
     created_at: str = "2026-07-11T12:00:00Z",
     urls: Iterable[str] = ("https://example.com/report",),
+    receipts: Iterable[str] = (),
     body: str = "Acme ships SSO.\n",
 ) -> str:
     lines = ["---", f"id: {note_id}", f"created_at: {created_at}"]
@@ -38,6 +39,10 @@ def note_text(
     if urls:
         lines.append("source_urls:")
         lines.extend(f"- {u}" for u in urls)
+    receipts = list(receipts)
+    if receipts:
+        lines.append("source_receipts:")
+        lines.extend(f"- {r}" for r in receipts)
     lines.append("---")
     return "\n".join(lines) + "\n\n" + body
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from impyard.knowledge.records import (
     Frontmatter,
+    check_frontmatter,
     frontmatter_errors,
     is_utc_timestamp,
     parse_frontmatter,
@@ -19,6 +20,8 @@ from tests.helpers.repo import NS, note_text
 
 ID = f"{NS}_1"
 WHEN = "2026-07-11T12:00:00Z"
+RCPT = "rcpt_0123456789abcdef0123"
+RCPT2 = "rcpt_fedcba98765432100000"
 
 
 def front(*lines: str) -> str:
@@ -73,6 +76,17 @@ def assert_yaml_reads_the_same(text: str, parsed: Frontmatter) -> None:
         ),
         front(f"id: {ID}", "created_at: 2026-07-11T12:00:00.250+00:00"),
         f"---\r\nid: {ID}\r\ncreated_at: {WHEN}\r\n---\r\nbody\r\n",
+        note_text(ID, receipts=[RCPT, RCPT2]),
+        front(f"id: {ID}", f"created_at: {WHEN}", "source_urls: []", "source_receipts: []"),
+        front(
+            f"id: {ID}",
+            f"created_at: {WHEN}",
+            "source_receipts:",
+            f"  - '{RCPT}'",
+            f'  - "{RCPT2}"',
+            "source_urls:",
+            "  - https://x.example/a",
+        ),
     ],
 )
 def test_the_documented_forms_are_accepted_and_read_the_same(text: str) -> None:
@@ -191,6 +205,46 @@ def test_a_list_for_a_single_value_key_is_explained() -> None:
     assert any("single value" in e for e in errors), errors
 
 
+def test_cited_receipts_are_read_in_order() -> None:
+    checked = check_frontmatter(note_text(ID, receipts=[RCPT2, RCPT]), ID)
+    assert checked.errors == []
+    assert checked.source_receipts == [RCPT2, RCPT]
+    assert checked.source_urls == ["https://example.com/report"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "fragment"),
+    [
+        (("source_receipts:", "- rcpt_0123"), "is not a receipt id"),
+        (("source_receipts:", f"- {RCPT.upper().replace('RCPT', 'rcpt')}"), "is not a receipt id"),
+        (("source_receipts:", f"- {RCPT}0"), "is not a receipt id"),
+        (("source_receipts:", f"- x{RCPT}"), "is not a receipt id"),
+        (("source_receipts:", f"- '{RCPT} '"), "is not a receipt id"),
+        (("source_receipts:", "- https://x.example/a"), "is not a receipt id"),
+        ((f"source_receipts: {RCPT}",), "must be a list of receipt ids"),
+        ((f"source_receipts: [{RCPT}]",), "flow collection"),
+        (("source_receipts:",), "no value"),
+        (("source_receipts:", "-"), "empty list item"),
+        (("source_receipts:", f"- {RCPT}", f"  - {RCPT2}"), "line up"),
+        (("source_receipts:", f"- {RCPT} # fetched"), "' #'"),
+        (("source_receipts: []", "source_receipts: []"), "twice"),
+        (("source_receipts:", f"- &a {RCPT}"), "anchor"),
+        (("source_receipts:", "- *a"), "alias"),
+        (("source_receipts:", f"- !!str {RCPT}"), "tag"),
+        (("source_receipt:", f"- {RCPT}"), "unknown key 'source_receipt'"),
+    ],
+)
+def test_malformed_receipt_citations_are_refused(lines: tuple[str, ...], fragment: str) -> None:
+    checked = check_frontmatter(front(f"id: {ID}", f"created_at: {WHEN}", *lines), ID)
+    assert any(fragment in e for e in checked.errors), checked.errors
+
+
+def test_a_malformed_receipt_id_is_not_cited_but_the_good_ones_are() -> None:
+    checked = check_frontmatter(note_text(ID, receipts=[RCPT, "rcpt_nope"]), ID)
+    assert len(checked.errors) == 1 and "'rcpt_nope'" in checked.errors[0]
+    assert checked.source_receipts == [RCPT]
+
+
 # --- properties --------------------------------------------------------------------
 
 _SAFE_TAIL = st.text(
@@ -233,14 +287,14 @@ def valid_frontmatter(draw: st.DrawFn) -> str:
     """Frontmatter built only from the accepted subset (so every example must be accepted)."""
     scalar = st.one_of(_plain(), _quoted(), _timestamp.map(repr))
     entries: list[list[str]] = []
-    for key in draw(st.permutations(["id", "created_at", "source_urls"])):
+    for key in draw(st.permutations(["id", "created_at", "source_urls", "source_receipts"])):
         if key != "id" and draw(st.booleans()):
             continue
         if key == "created_at":
             entries.append([f"{key}: {draw(st.one_of(scalar, _timestamp))}"])
             continue
         pad = " " * draw(st.integers(1, 3))
-        if key == "source_urls" and draw(st.booleans()):
+        if key in ("source_urls", "source_receipts") and draw(st.booleans()):
             indent = " " * draw(st.integers(0, 3))
             items = draw(st.lists(scalar, min_size=1, max_size=3))
             entries.append([f"{key}:"] + [f"{indent}-{pad}{item}" for item in items])
@@ -271,6 +325,7 @@ _tricky = st.sampled_from(
         "id",
         "created_at",
         "source_urls",
+        "source_receipts",
         "title",
         ":",
         ": ",
@@ -336,6 +391,7 @@ _prefix = st.sampled_from(
         "created_at: ",
         "source_urls:",
         "source_urls: ",
+        "source_receipts:",
         "- ",
         "  - ",
         "id:",

@@ -1,0 +1,397 @@
+"""Notes citing fetch receipts (no Docker): a citation holds only for a receipt of the run
+itself whose URL is one of the note's source_urls; the lane commit records each cited
+receipt in a Source-Receipt trailer; the run's check, mid-run checkpoint and exit
+checkpoint read the run's receipts."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pygit2
+import pytest
+
+from impyard.errors import KnowledgeError
+from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.home import Home
+from impyard.knowledge.change import RULES, KnowledgeLimits
+from impyard.knowledge.checkout import prepare_checkout
+from impyard.knowledge.citations import Citation, Receipts, parse_trailers, trailer_lines
+from impyard.knowledge.lane import LaneResult, Trailers, integrate
+from impyard.knowledge.repo import main_commit
+from impyard.knowledge.validate import validate
+from impyard.runs import endings
+from impyard.runs.control import BoxControl
+from impyard.runs.landing import run_receipts
+from impyard.runs.model import Manifest
+from tests.helpers.git import git
+from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, run_id
+
+LIMITS = KnowledgeLimits()
+URL = "https://example.com/report"
+OTHER_URL = "https://example.com/other"
+
+
+def fetched(
+    home: Home, url: str = URL, *, run: str = RUN, body: bytes = b"<html>report</html>"
+) -> Receipt:
+    """A receipt as the gateway writes it, appended to ``run``'s receipt log."""
+    receipt = Receipt(
+        id=new_receipt_id(),
+        run=run,
+        method="GET",
+        url=url,
+        status=200,
+        content_type="text/html",
+        bytes=len(body),
+        sha256=hashlib.sha256(body).hexdigest(),
+        started_at="2026-07-11T12:00:00.000000Z",
+        ended_at="2026-07-11T12:00:00.250000Z",
+    )
+    home.run_dir(run).mkdir(parents=True, exist_ok=True)
+    ReceiptLog(home.run_receipts(run)).write(receipt)
+    return receipt
+
+
+def citing(number: int, *receipts: str, urls: tuple[str, ...] = (URL,)) -> tuple[str, bytes]:
+    text = note_text(f"{NS}_{number}", urls=urls, receipts=receipts)
+    return note_path(number=number), text.encode()
+
+
+def validated(
+    repo: pygit2.Repository, files: dict[str, bytes], receipts: Receipts | None
+) -> set[tuple[str, str, str]]:
+    change = change_of(repo, files)
+    found = validate(
+        repo,
+        main_commit(repo),
+        change,
+        namespace=NS,
+        mode="append",
+        limits=LIMITS,
+        receipts=receipts,
+    )
+    assert all(v.rule in RULES for v in found)
+    return {(v.path, v.rule, v.message) for v in found}
+
+
+def land(
+    home: Home,
+    repo: pygit2.Repository,
+    files: dict[str, bytes],
+    *,
+    base: str | None = None,
+    number: int = 1,
+    at_exit: bool = True,
+    landed: dict[str, Any] | None = None,
+) -> LaneResult:
+    base = base or main_commit(repo)
+    return integrate(
+        home,
+        "yuko",
+        change_of(repo, files),
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=LIMITS,
+        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", number, at_exit),
+        landed=landed,
+        keep_refused=at_exit,
+        receipts=run_receipts(home, RUN),
+    )
+
+
+def message_of(repo: pygit2.Repository, sha: str | None) -> str:
+    assert sha is not None
+    return repo[sha].peel(pygit2.Commit).message
+
+
+# --- validation ---------------------------------------------------------------------
+
+
+def test_a_receipt_of_the_run_for_a_listed_url_is_accepted(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    receipt = fetched(home)
+    assert validated(repo, dict([citing(1, receipt.id)]), run_receipts(home, RUN)) == set()
+
+
+def test_a_made_up_receipt_id_is_refused_naming_path_and_id(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    fetched(home)
+    made_up = new_receipt_id()
+    path, data = citing(1, made_up)
+    [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
+    assert (where, rule) == (path, "source-receipt")
+    assert made_up in message and "not a receipt of this run" in message
+
+
+def test_a_receipt_of_another_run_is_refused(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    theirs = fetched(home, run=run_id(7))
+    path, data = citing(1, theirs.id)
+    [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
+    assert (where, rule) == (path, "source-receipt") and theirs.id in message
+
+
+def test_a_line_naming_another_run_in_the_runs_own_log_is_not_its_receipt(tmp_path: Path) -> None:
+    home, _ = make_imp(tmp_path)
+    ours = fetched(home)
+    stray = Receipt.model_validate({**ours.model_dump(), "id": new_receipt_id(), "run": run_id(7)})
+    ReceiptLog(home.run_receipts(RUN)).write(stray)
+    assert set(run_receipts(home, RUN)) == {ours.id}
+    assert run_receipts(home, run_id(8)) == {}  # no log at all: nothing to cite
+
+
+def test_without_receipts_any_citation_is_refused(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    receipt = fetched(home)
+    path, data = citing(1, receipt.id)
+    assert {(p, r) for p, r, _ in validated(repo, {path: data}, None)} == {(path, "source-receipt")}
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [
+        (OTHER_URL,),
+        (URL + "/",),  # exact match: a trailing slash is another URL
+        ("http://example.com/report",),
+        ("https://EXAMPLE.com/report",),
+        (),
+    ],
+)
+def test_a_receipt_whose_url_is_not_a_source_url_is_refused(
+    tmp_path: Path, listed: tuple[str, ...]
+) -> None:
+    home, repo = make_imp(tmp_path)
+    receipt = fetched(home)
+    path, data = citing(1, receipt.id, urls=listed)
+    [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
+    assert (where, rule) == (path, "source-receipt")
+    assert receipt.id in message and URL in message and "not in source_urls" in message
+
+
+def test_every_bad_citation_is_listed_with_its_path(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    good, other_url = fetched(home), fetched(home, OTHER_URL)
+    theirs, made_up = fetched(home, run=run_id(7)), new_receipt_id()
+    files = dict(
+        [
+            citing(1, good.id),
+            citing(2, made_up, theirs.id),
+            citing(3, good.id, other_url.id),
+            citing(4, "rcpt_not-an-id"),
+        ]
+    )
+    found = validated(repo, files, run_receipts(home, RUN))
+    named = {(path, rule, rid) for path, rule, message in found for rid in _ids(message)}
+    assert named == {
+        (note_path(number=2), "source-receipt", made_up),
+        (note_path(number=2), "source-receipt", theirs.id),
+        (note_path(number=3), "source-receipt", other_url.id),
+    }
+    assert (note_path(number=4), "frontmatter") in {(p, r) for p, r, _ in found}
+    assert len(found) == 4
+
+
+def _ids(message: str) -> list[str]:
+    return [word for word in message.split() if word.startswith("rcpt_")]
+
+
+def test_a_url_a_trailer_cannot_hold_is_refused(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    odd = "https://example.com/a\u00a0b"  # valid frontmatter, but whitespace in a trailer
+    receipt = fetched(home, odd)
+    path, data = citing(1, receipt.id, urls=(odd,))
+    [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
+    assert (where, rule) == (path, "source-receipt") and "trailer" in message
+
+
+@pytest.mark.parametrize(
+    ("url", "sha256"),
+    [("https://x/a\nForged: yes", "0" * 64), ("https://x/a\r", "0" * 64), ("https://x/a", "z")],
+)
+def test_a_trailer_never_holds_a_line_break_or_a_bad_hash(url: str, sha256: str) -> None:
+    with pytest.raises(KnowledgeError):
+        Citation("rcpt_0123456789abcdef0123", url, sha256).trailer()
+
+
+# --- the lane -------------------------------------------------------------------------
+
+
+def test_the_commit_carries_a_source_receipt_trailer_per_cited_receipt(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    first, second = fetched(home), fetched(home, OTHER_URL, body=b"other")
+    urls = (URL, OTHER_URL)
+    files = dict([citing(1, first.id, second.id, urls=urls), citing(2, second.id, urls=urls)])
+    result = land(home, repo, files)
+    assert result.checkpoint == "integrated", result.violations
+    message = message_of(repo, result.commit)
+    trailers = message.rstrip("\n").rsplit("\n\n", 1)[1].split("\n")
+    assert [t.split(":")[0] for t in trailers[:7]] == [
+        "Impyard-Imp",
+        "Impyard-Run",
+        "Impyard-Task",
+        "Impyard-Channel",
+        "Impyard-Base",
+        "Impyard-Mode",
+        "Impyard-Checkpoint",
+    ]
+    expected = sorted(f"Source-Receipt: {r.id} {r.url} sha256={r.sha256}" for r in (first, second))
+    assert trailers[7:] == expected  # one per receipt, sorted, after the Impyard-* ones
+    assert set(parse_trailers(message)) == {
+        Citation(r.id, r.url, r.sha256) for r in (first, second)
+    }
+    # git itself reads them as trailers: `git log` alone shows what a note was based on.
+    shown = git(
+        "-C",
+        home.repo("yuko"),
+        "log",
+        "-1",
+        "--format=%(trailers:key=Source-Receipt,valueonly)",
+        "main",
+    ).stdout.split("\n")
+    assert [line for line in shown if line] == [line.split(": ", 1)[1] for line in expected]
+    assert repo[result.commit or ""].peel(pygit2.Commit).message_trailers["Impyard-Run"] == RUN
+
+
+def test_a_refused_citation_keeps_the_change_off_main(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    result = land(home, repo, dict([citing(1, new_receipt_id())]))
+    assert result.checkpoint == "rejected"
+    assert [v.rule for v in result.violations] == ["source-receipt"]
+    assert main_commit(repo) == base
+
+
+def test_a_note_without_citations_adds_no_receipt_trailer(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    fetched(home)
+    result = land(home, repo, dict([citing(1)]))
+    assert "Source-Receipt" not in message_of(repo, result.commit)
+
+
+def test_each_checkpoint_records_only_the_receipts_of_the_notes_it_lands(tmp_path: Path) -> None:
+    from impyard.knowledge.increments import landed_by
+
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    first, second = fetched(home), fetched(home, body=b"again")
+    one = citing(1, first.id)
+    mid = land(home, repo, dict([one]), base=base, number=1, at_exit=False)
+    assert mid.checkpoint == "integrated"
+    landed = landed_by(repo, [mid.commit or ""])
+    end = land(home, repo, dict([one, citing(2, second.id)]), base=base, number=2, landed=landed)
+    assert end.checkpoint == "integrated", end.violations
+    assert [c.receipt for c in parse_trailers(message_of(repo, mid.commit))] == [first.id]
+    assert [c.receipt for c in parse_trailers(message_of(repo, end.commit))] == [second.id]
+
+
+def test_trailer_lines_are_unique_and_sorted() -> None:
+    a = Citation("rcpt_" + "b" * 20, "https://x/b", "1" * 64)
+    b = Citation("rcpt_" + "a" * 20, "https://x/a", "2" * 64)
+    assert trailer_lines([a, b, a]) == [b.trailer(), a.trailer()]
+
+
+# --- the run: check, mid-run checkpoint, exit checkpoint --------------------------------
+
+
+@dataclass
+class FakeRun:
+    """What ``BoxControl`` and ``endings.checkpoint`` use of a run."""
+
+    home: Home
+    manifest: Manifest
+    limits: KnowledgeLimits = LIMITS
+    policy: Any = field(
+        default_factory=lambda: SimpleNamespace(
+            knowledge=SimpleNamespace(checkpoint_on_clean_exit=True)
+        )
+    )
+    checkpoint_lock: threading.Lock = field(default_factory=threading.Lock)
+    manifest_lock: threading.RLock = field(default_factory=threading.RLock)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    finished: dict[str, Any] = field(default_factory=dict)
+
+    def save(self) -> None:
+        pass
+
+    def event(self, name: str, **fields: Any) -> None:
+        self.events.append((name, fields))
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    def finish(self, checkpoint: str, **outcome: Any) -> None:
+        self.finished = {"checkpoint": checkpoint, **outcome}
+
+
+def running(tmp_path: Path) -> tuple[FakeRun, Path]:
+    """A running run with a copy checkout of main; returns it and the checkout root."""
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    checkout = prepare_checkout(home, "yuko", RUN, base, "copy", "65532:65532")
+    manifest = Manifest(
+        run_id=RUN,
+        imp="yuko",
+        task_id=None,
+        channel=None,
+        mode="append",
+        base_commit=base,
+        namespace=NS,
+        state="running",
+        checkout=checkout,
+    )
+    return FakeRun(home, manifest), checkout.root
+
+
+def write(root: Path, path: str, data: bytes) -> None:
+    target = root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+
+
+def test_the_boxs_check_and_checkpoint_read_the_runs_receipts(tmp_path: Path) -> None:
+    run, root = running(tmp_path)
+    control = BoxControl(run)  # type: ignore[arg-type]
+    made_up = new_receipt_id()
+    write(root, *citing(1, made_up))
+    answer = control.check()
+    assert not answer["ok"]
+    [violation] = answer["violations"]
+    assert violation["rule"] == "source-receipt" and made_up in violation["message"]
+    assert violation["path"] == note_path(number=1)
+
+    receipt = fetched(run.home)  # the gateway relays a response: its receipt is now citable
+    write(root, *citing(1, receipt.id))
+    assert control.check()["ok"]
+    landed = control.checkpoint()
+    assert landed["outcome"] == "integrated", landed
+    repo = pygit2.Repository(str(run.home.repo("yuko")))
+    assert [c.receipt for c in parse_trailers(message_of(repo, landed["commit"]))] == [receipt.id]
+
+
+def test_the_exit_checkpoint_reads_the_runs_receipts(tmp_path: Path) -> None:
+    run, root = running(tmp_path)
+    receipt = fetched(run.home)
+    write(root, *citing(1, receipt.id))
+    write(root, *citing(2, fetched(run.home, run=run_id(7)).id))
+    endings.checkpoint(run)  # type: ignore[arg-type]
+    assert run.finished["checkpoint"] == "rejected"
+    assert [(v["path"], v["rule"]) for v in run.finished["validation_errors"]] == [
+        (note_path(number=2), "source-receipt")
+    ]
+
+    (root / note_path(number=2)).unlink()
+    run.manifest.state = "running"
+    endings.checkpoint(run)  # type: ignore[arg-type]
+    assert run.finished["checkpoint"] == "integrated", run.finished
+    repo = pygit2.Repository(str(run.home.repo("yuko")))
+    cited = parse_trailers(message_of(repo, run.finished["produced_commit"]))
+    assert cited == [Citation(receipt.id, URL, receipt.sha256)]
