@@ -1,4 +1,4 @@
-"""``impyard imp create|list`` and ``impyard knowledge <imp>``."""
+"""``impyard imp create|list``."""
 
 from __future__ import annotations
 
@@ -68,14 +68,3 @@ def register(app: typer.Typer) -> None:
             echo(f"{row['imp']}  {row['repo']}{extra}")
 
     app.add_typer(imp_app, name="imp")
-
-    @app.command("knowledge")
-    def knowledge_command(
-        ctx: typer.Context,
-        imp: str = typer.Argument(..., help="Imp name."),
-    ) -> None:
-        """Print the imp's canonical bare repository path (and nothing else)."""
-        from impyard.knowledge.imps import require_imp
-
-        home = initialized_home(ctx)
-        echo(str(require_imp(home, imp).resolve()))

@@ -16,6 +16,7 @@ from impyard.cli import (
     imp,
     init,
     journal,
+    knowledge,
     memory,
     policy,
     run,
@@ -62,7 +63,7 @@ def root(
     _error_log_home[0] = ctx.obj.home
 
 
-for group in (init, imp, run, runs, task, serve, journal, memory, policy, check):
+for group in (init, imp, knowledge, run, runs, task, serve, journal, memory, policy, check):
     group.register(app)
 
 

@@ -1,0 +1,88 @@
+"""Where a note on main came from: its sources as it states them, the lane commit that
+landed it, that commit's run, and the fetch receipts the commit records for the note.
+
+Everything here is read from the canonical repository (never a checkout); the
+receipts' own details (status, size, time) live in the run's directory and are
+the caller's to add.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import pygit2
+
+from impyard.errors import NotFoundError
+from impyard.home import Home
+from impyard.knowledge.citations import Citation, parse_trailers
+from impyard.knowledge.gitobj import lookup_entry
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.records import parse_frontmatter
+from impyard.knowledge.repo import main_commit
+
+
+@dataclass(frozen=True)
+class NoteProvenance:
+    path: str
+    source_urls: list[str]
+    source_receipts: list[str]
+    #: The first-parent commit of main that added the path or last changed it.
+    commit: str
+    #: Its ``Impyard-Run`` trailer (None for a commit the lane did not make).
+    run: str | None
+    #: Its ``Source-Receipt`` trailers for the receipts this note cites.
+    citations: list[Citation]
+
+
+def note_provenance(home: Home, imp: str, path: str) -> NoteProvenance:
+    """The provenance of the file at ``path`` on the imp's main; NotFoundError when the imp
+    or the file does not exist."""
+    repo = open_repo(home, imp)
+    head = cast(pygit2.Commit, repo[main_commit(repo)])
+    entry = lookup_entry(head.tree, path)
+    if entry is None:
+        raise NotFoundError(f"imp {imp!r}: no file {path!r} on main")
+    if not isinstance(entry, pygit2.Blob):
+        raise NotFoundError(f"imp {imp!r}: {path!r} on main is a directory, not a note")
+    urls, receipts = _sources(entry.data)
+    commit = _last_change(head, path, entry)
+    cited = set(receipts)
+    return NoteProvenance(
+        path=path,
+        source_urls=urls,
+        source_receipts=receipts,
+        commit=str(commit.id),
+        run=commit.message_trailers.get("Impyard-Run"),
+        citations=[c for c in parse_trailers(commit.message) if c.receipt in cited],
+    )
+
+
+def _sources(data: bytes) -> tuple[list[str], list[str]]:
+    """The note's source_urls and source_receipts (empty where it states none)."""
+    fields = parse_frontmatter(data.decode("utf-8", errors="replace")).fields
+    urls, receipts = fields.get("source_urls"), fields.get("source_receipts")
+    return (
+        urls if isinstance(urls, list) else [],
+        receipts if isinstance(receipts, list) else [],
+    )
+
+
+def _last_change(head: pygit2.Commit, path: str, entry: pygit2.Object) -> pygit2.Commit:
+    """The newest first-parent commit whose version of ``path`` (``entry`` at ``head``)
+    differs from its parent's."""
+    current = head
+    while current.parents:
+        parent = current.parents[0]
+        before = lookup_entry(parent.tree, path)
+        if before is None or _key(before) != _key(entry):
+            return current
+        current = parent
+    return current
+
+
+def _key(entry: pygit2.Object) -> tuple[pygit2.Oid, int]:
+    return entry.id, int(entry.filemode)
+
+
+__all__ = ["NoteProvenance", "note_provenance"]
