@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 #: An environment variable name (secret_env of a route, keys of [box.env]).
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-OverlayRule = Literal["lower", "disable", "require", "fixed", "free", "subset"]
+OverlayRule = Literal["lower", "disable", "require", "fixed", "free", "subset", "superset"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Overlay:
     fixed    only the org file sets it; an overlay must repeat the org value or omit it
     free     the overlay may set any valid value (it picks what runs, not what it may do)
     subset   the overlay may drop entries; each entry it keeps must fit within an org entry
+    superset the overlay may add entries, never drop one the org lists (lists that protect,
+             like the query parameters redacted from receipts)
     """
 
     rule: OverlayRule
@@ -36,6 +38,7 @@ REQUIRE = Overlay("require")
 FIXED = Overlay("fixed")
 FREE = Overlay("free")
 SUBSET = Overlay("subset")
+SUPERSET = Overlay("superset")
 
 
 class _Strict(BaseModel):

@@ -1,4 +1,4 @@
-"""The ``[gateway]`` policy: allow rules, credential routes and budgets.
+"""The ``[gateway]`` policy: allow rules, credential routes, budgets, receipts and the archive.
 
 These models are also the gateway's runtime rules (``impyard.gateway.rules`` decides
 with them), so what deploy validates is exactly what runs.
@@ -11,9 +11,18 @@ import re
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from impyard.policy.base import DISABLE, ENV_NAME, FIXED, LOWER, SUBSET, _Strict, _unique
+from impyard.policy.base import (
+    DISABLE,
+    ENV_NAME,
+    FIXED,
+    LOWER,
+    SUBSET,
+    SUPERSET,
+    _Strict,
+    _unique,
+)
 
 # Plain-HTTP methods a gateway rule may grant. HTTPS goes through CONNECT, which the gateway
 # checks by host and port only, so CONNECT is never listed here.
@@ -24,9 +33,35 @@ def _read_only_methods() -> list[HttpMethod]:
     return ["GET", "HEAD"]
 
 
+#: Query parameters whose values a receipt replaces with REDACTED: the usual places an API
+#: key or signed-URL signature rides in a URL.
+DEFAULT_SECRET_QUERY_PARAMS = (
+    "access_token",
+    "token",
+    "key",
+    "api_key",
+    "apikey",
+    "sig",
+    "signature",
+    "password",
+    "secret",
+    "client_secret",
+)
+
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _ROUTE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_QUERY_PARAM = re.compile(r"^[^\s&=#]{1,100}$")
+
+
+def _query_param(value: str) -> str:
+    """Lowercase: receipts match names without regard to case, so ``Token`` is redacted too."""
+    if not _QUERY_PARAM.fullmatch(value):
+        raise ValueError(f"{value!r} is not a query parameter name (no spaces, '&', '=' or '#')")
+    return value.lower()
+
+
+QueryParamName = Annotated[str, AfterValidator(_query_param)]
 
 
 def _is_hostname(name: str) -> bool:
@@ -86,6 +121,11 @@ class GatewayAllow(_Strict):
         default_factory=_read_only_methods,
         description="Plain-HTTP methods (HTTPS CONNECT is host+port).",
     )
+    request_bytes: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="Largest request body one request under this rule may send (None: only "
+        "the run's upload budget limits it).",
+    )
 
     @field_validator("host")
     @classmethod
@@ -110,6 +150,10 @@ class GatewayAllow(_Strict):
             host_covers(grant.host, self.host)
             and set(self.ports) <= set(grant.ports)
             and set(self.methods) <= set(grant.methods)
+            and (
+                grant.request_bytes is None
+                or (self.request_bytes is not None and self.request_bytes <= grant.request_bytes)
+            )
         )
 
 
@@ -207,6 +251,33 @@ class GatewayBudget(_Strict):
         default=60,
         description="Checks and checkpoints (/impyard/...) one run may ask for per minute.",
     )
+    request_bytes_per_run: Annotated[int, Field(gt=0), LOWER] = Field(
+        default=10_485_760,
+        description="Request body bytes (and tunnelled bytes towards upstreams) one run may "
+        "send (then 429, or the connection is cut).",
+    )
+
+
+class GatewayArchive(_Strict):
+    """The opt-in source archive: bodies of relayed responses, stored by their SHA-256."""
+
+    enabled: Annotated[bool, DISABLE] = Field(
+        default=False, description="Store each relayed response body under archive/sha256/."
+    )
+    max_bytes_per_run: Annotated[int, Field(gt=0), LOWER] = Field(
+        default=104_857_600, description="New bytes one run may add to the archive."
+    )
+    max_object_bytes: Annotated[int, Field(gt=0), LOWER] = Field(
+        default=67_108_864, description="Largest body the archive stores."
+    )
+    max_total_bytes: Annotated[int, Field(gt=0), LOWER] = Field(
+        default=10_737_418_240, description="Largest size of the whole archive."
+    )
+    # Objects are shared by every imp that fetched the same bytes, so how long they are kept
+    # can only be one data-root-wide value.
+    retention_days: Annotated[int, Field(gt=0), FIXED] = Field(
+        default=90, description="Days an object is kept after it was last stored."
+    )
 
 
 class GatewayPolicy(_Strict):
@@ -223,10 +294,16 @@ class GatewayPolicy(_Strict):
         default_factory=list, description="Credential routes."
     )
     budget: GatewayBudget = Field(default_factory=GatewayBudget)
+    secret_query_params: Annotated[list[QueryParamName], SUPERSET] = Field(
+        default_factory=lambda: list(DEFAULT_SECRET_QUERY_PARAMS),
+        description="Query parameters whose values receipts replace with REDACTED (any case).",
+    )
+    archive: GatewayArchive = Field(default_factory=GatewayArchive)
 
     @model_validator(mode="after")
-    def _unique_routes(self) -> GatewayPolicy:
+    def _unique_names(self) -> GatewayPolicy:
         _unique([route.name for route in self.route], "route names")
+        _unique(self.secret_query_params, "secret query parameters")
         return self
 
     def find_allow(self, host: str, port: int, method: str | None) -> int | None:

@@ -18,6 +18,7 @@ from impyard.credentials import find_credentials
 from impyard.policy.base import DISABLE, ENV_NAME, FIXED, FREE, LOWER, REQUIRE, Overlay, _Strict
 from impyard.policy.gateway import (
     GatewayAllow,
+    GatewayArchive,
     GatewayBudget,
     GatewayPolicy,
     GatewayRoute,
@@ -29,6 +30,7 @@ __all__ = [
     "BoxPolicy",
     "EffectivePolicy",
     "GatewayAllow",
+    "GatewayArchive",
     "GatewayBudget",
     "GatewayPolicy",
     "GatewayRoute",

@@ -63,6 +63,10 @@ def _subset(file: str, key: str, kept: list[Any], granted: list[Any]) -> Iterato
             continue
         if isinstance(entry, GatewayAllow):
             what = f"host {entry.host} ports {entry.ports} methods {entry.methods}"
+            if entry.request_bytes is not None:
+                what += f" request_bytes {entry.request_bytes}"
+            elif any(isinstance(g, GatewayAllow) and g.request_bytes for g in granted):
+                what += " without a request_bytes cap"
             hint = "no org allow rule covers"
         else:
             what = f"route {entry.name!r} methods {entry.methods}"
@@ -84,6 +88,14 @@ def tighten_violations(org: Policy, effective: Policy, file: str) -> list[Policy
         was, now = get(org, key), get(effective, key)
         if marker.rule == "subset":
             violations.extend(_subset(file, key, now, was))
+            continue
+        if marker.rule == "superset":
+            dropped = [entry for entry in was if entry not in now]
+            if dropped:
+                message = f"an overlay may add entries, never drop the org's: {', '.join(dropped)}"
+                violations.append(
+                    PolicyViolation(file, key, "removes-requirement", message, was, now)
+                )
             continue
         if now == was or marker.rule == "free":
             continue
