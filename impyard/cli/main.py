@@ -12,6 +12,7 @@ import typer
 from impyard import __version__
 from impyard.cli import (
     _common,
+    archive,
     check,
     imp,
     init,
@@ -63,7 +64,20 @@ def root(
     _error_log_home[0] = ctx.obj.home
 
 
-for group in (init, imp, knowledge, run, runs, task, serve, journal, memory, policy, check):
+for group in (
+    init,
+    imp,
+    knowledge,
+    run,
+    runs,
+    task,
+    serve,
+    journal,
+    archive,
+    memory,
+    policy,
+    check,
+):
     group.register(app)
 
 

@@ -1,4 +1,4 @@
-"""``impyard runs list|show|logs``: every run is inspectable."""
+"""``impyard runs list|show|logs|receipts``: every run is inspectable."""
 
 from __future__ import annotations
 
@@ -123,6 +123,39 @@ def register(app: typer.Typer) -> None:
             echo("validation errors:")
             for error in m.validation_errors:
                 echo(f"  {error.path or '-'}: {error.rule}: {error.message}")
+
+    @runs_app.command("receipts")
+    def receipts_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help="The run id."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON list."),
+    ) -> None:
+        """List the fetch receipts of every response the run's gateway relayed, in order."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from impyard.gateway.receipts import read_receipts
+        from impyard.runs import manifest
+
+        home = initialized_home(ctx)
+        manifest.read(home, run_id)
+        receipts = list(read_receipts(home.run_receipts(run_id)).values())
+        if as_json:
+            print_json([receipt.model_dump(mode="json") for receipt in receipts])
+            return
+        table = Table("receipt", "method", "status", "bytes", "sha256", "archived", box=None)
+        table.add_column("url", overflow="fold")
+        for r in receipts:
+            table.add_row(
+                r.id,
+                r.method,
+                str(r.status),
+                f"{r.bytes}" if r.complete else f"{r.bytes} (cut)",
+                r.sha256[:16],
+                {None: "-", True: "yes", False: "no"}[r.archived],
+                r.url,
+            )
+        Console(width=250).print(table)
 
     @runs_app.command("logs")
     def logs_command(

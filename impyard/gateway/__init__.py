@@ -8,7 +8,11 @@ Modules, one job each:
     tunnel     CONNECT: bytes both ways, charged to the byte budget
     framing    hop-by-hop headers and request body framing (Content-Length, chunked)
     rules      decide(): the verdict on a request under a GatewayPolicy; route secrets
-    budget     per-run request and byte budgets, the per-imp daily counter
+    budget     per-run request, byte and upload budgets, the per-imp daily counter
+    upload     request bodies held to an allow rule's cap and the run's upload budget
+    fetch      one relayed response: receipt id, hash and archive copy as it passes
+    receipts   the receipt model, its URL (secrets redacted), runs/<id>/receipts.jsonl
+    archive    the opt-in source archive: bodies by SHA-256 under <home>/archive
     upstream   host-side connections; names must resolve to public addresses
     netns      sockets created inside the box's network namespace
     outcome    a request's journal record, and the refusal that ends it

@@ -15,7 +15,10 @@ too high (refusing early, never storing past the limit); ``prune`` and
 
 A body over ``max_object_bytes``, a run past ``max_bytes_per_run`` new bytes
 or an archive past ``max_total_bytes`` (policy ``[gateway.archive]``) still
-reaches the box; it is just not stored, and the receipt names the limit.
+reaches the box; it is just not stored, and the receipt names the limit. Once
+a limit is passed the body is only hashed, not written; if the archive
+already holds those bytes it counts as archived (a duplicate costs nothing).
+A run is charged only for the bytes the archive grew by.
 """
 
 from __future__ import annotations
@@ -138,6 +141,17 @@ class Archive:
                 return Stored(False, f"archive write failed: {_errno(exc)}")
         return Stored(True, added=size)
 
+    def refresh(self, sha256: str) -> bool:
+        """True if ``sha256`` is stored, its age now reset: a body a limit kept out of the
+        temp file is archived all the same when the archive already holds its bytes."""
+        final = self.object_path(sha256)
+        with self._locked():
+            if not final.exists():
+                return False
+            with contextlib.suppress(OSError):
+                os.utime(final)
+            return True
+
     def recount(self) -> int:
         """Walk the archive, write its real size to ``total_bytes`` and return it."""
         with self._locked():
@@ -242,10 +256,16 @@ class ArchivedBody:
     def finish(self, sha256: str, complete: bool) -> Stored:
         """Store the body as ``sha256`` (its hash as relayed), unless it was cut short or
         a limit kept it out."""
-        if self.note is None and not complete:
+        if not complete:
             self._abandon("body incomplete")
+            return Stored(False, "body incomplete")
         if self.note is not None:
             self._abandon(self.note)
+            try:
+                if self.run.archive.refresh(sha256):
+                    return Stored(True)
+            except OSError:
+                pass  # the limit's note says enough
             return Stored(False, self.note)
         try:
             if self._file is None:  # an empty body: nothing was written yet

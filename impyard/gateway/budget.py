@@ -79,6 +79,7 @@ class RunBudget:
         self._lock = threading.Lock()
         self.requests = 0
         self.response_bytes = 0
+        self.request_bytes = 0
 
     def admit(self) -> Refusal | None:
         """Count a request about to be forwarded, or say which budget refuses it."""
@@ -117,4 +118,25 @@ class RunBudget:
             "gateway.budget.response_bytes_per_run",
             f"response byte budget spent: {self.limits.response_bytes_per_run} bytes per run "
             "(gateway.budget.response_bytes_per_run)",
+        )
+
+    def request_bytes_left(self) -> int:
+        with self._lock:
+            return max(0, self.limits.request_bytes_per_run - self.request_bytes)
+
+    def take_request_bytes(self, count: int) -> bool:
+        """Charge ``count`` bytes about to go upstream, or charge nothing and say False when
+        they would pass the run's upload budget: refused bytes are never sent, so an upstream
+        sees at most the budget."""
+        with self._lock:
+            if self.request_bytes + count > self.limits.request_bytes_per_run:
+                return False
+            self.request_bytes += count
+            return True
+
+    def upload_refusal(self) -> Refusal:
+        return Refusal(
+            "gateway.budget.request_bytes_per_run",
+            f"upload budget spent: {self.limits.request_bytes_per_run} request bytes per run "
+            "(gateway.budget.request_bytes_per_run)",
         )

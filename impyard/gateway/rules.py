@@ -98,6 +98,16 @@ def decide(policy: GatewayPolicy, method: str, host: str, port: int, path: str) 
     return _deny("default-deny", f"no gateway.allow rule matches {target}")
 
 
+def request_cap(policy: GatewayPolicy, host: str, port: int, method: str) -> tuple[str, int] | None:
+    """The allow rule granting a plain request and its ``request_bytes`` cap on the body, when
+    the rule sets one (the same first match ``decide`` names)."""
+    index = policy.find_allow(normalize_host(host), port, method.upper())
+    if index is None:
+        return None
+    cap = policy.allow[index].request_bytes
+    return None if cap is None else (_allow_rule(policy, index), cap)
+
+
 def route_header(route: GatewayRoute) -> tuple[str, str]:
     """The header a route adds upstream, with the secret read on the host now: never cached,
     so a rotated secret applies to the next request, and never logged."""

@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from impyard.fsutil import atomic_write_text
+from impyard.gateway.archive import Archive, RunArchive
 from impyard.gateway.budget import DailyCounter, RunBudget
 from impyard.gateway.control import ControlRate, RunControl
 from impyard.gateway.errors import GatewayError
+from impyard.gateway.framing import CHUNK
 from impyard.gateway.handler import GatewayHandler
 from impyard.gateway.netns import listen_in_netns
 from impyard.gateway.outcome import Record
+from impyard.gateway.receipts import ReceiptLog
 from impyard.gateway.upstream import upstream_context
 from impyard.home import Home
 from impyard.journal import Journal
@@ -39,6 +42,29 @@ READY_FILE = "gateway.ready"
 BOX_READY_PATH = f"{BOX_SIGNAL_DIR}/{READY_FILE}"
 WAIT_FOR_ENV = "IMPYARD_WAIT_FOR"
 NO_PROXY = "127.0.0.1,localhost,::1"
+#: How long, and for how many bytes, a closing connection drains what the box still sends.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 64 * 1024 * 1024
+
+
+def linger(conn: socket.socket) -> None:
+    """Close gently: stop writing, then read and drop what the box is still sending, for at
+    most LINGER_SECONDS and LINGER_BYTES. A refusal may come before the box has sent its
+    whole request (an upload over budget is refused unread); closing with unread bytes
+    makes the kernel send a reset, which can destroy the answer before the box reads it."""
+    deadline = time.monotonic() + LINGER_SECONDS
+    drained = 0
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        while drained < LINGER_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            conn.settimeout(left)
+            data = conn.recv(CHUNK)
+            if not data:
+                break
+            drained += len(data)
 
 
 def write_ready(signal_dir: Path) -> Path:
@@ -73,6 +99,14 @@ class Gateway:
         self.run_id = run_id
         self.journal = journal
         self.budget = RunBudget(policy.budget, DailyCounter(home, imp))
+        #: A fetch receipt for every response relayed to the box.
+        self.receipts = ReceiptLog(home.run_receipts(run_id))
+        #: The source archive and what this run stored in it (None: the archive is off).
+        self.archive = (
+            RunArchive(Archive(home.archive_dir), policy.archive)
+            if policy.archive.enabled
+            else None
+        )
         #: The run's answers to its box's control requests (None: nothing to check).
         self.control = control
         self.control_rate = ControlRate(policy.budget.control_requests_per_minute)
@@ -232,6 +266,8 @@ class Gateway:
             "rule": rec.rule,
             "status": rec.status,
             "bytes": rec.bytes,
+            "request_bytes": rec.request_bytes,
+            "receipt": rec.receipt,
             "duration_ms": round((time.monotonic() - rec.started) * 1000, 1),
         }
         if rec.reason is not None:
@@ -280,6 +316,8 @@ class Gateway:
         except Exception:
             log.exception("gateway %s: connection failed", self.run_id)
         finally:
+            if not self._stop.is_set():
+                linger(conn)
             with contextlib.suppress(OSError):
                 conn.close()
             with self._lock:

@@ -1,8 +1,9 @@
 """CONNECT tunnels: bytes both ways between the box and an allowed host:port.
 
-TLS is not terminated, so a tunnel is judged by host and port alone; upstream
-bytes are charged to the run's byte budget and the tunnel is cut once it is
-spent, when the gateway closes, or after an idle timeout.
+TLS is not terminated, so a tunnel is judged by host and port alone; bytes
+from the upstream are charged to the run's response byte budget, bytes towards
+it to the run's upload budget, and the tunnel is cut once either is spent,
+when the gateway closes, or after an idle timeout.
 """
 
 from __future__ import annotations
@@ -79,8 +80,13 @@ def _relay(client: GatewayHandler, rec: Record, upstream: socket.socket) -> None
                     with contextlib.suppress(OSError):
                         peers[source].shutdown(socket.SHUT_WR)
                     continue
+                if source is conn and not gw.budget.take_request_bytes(len(data)):
+                    # Not sent: the upstream sees at most the run's upload budget.
+                    raise Refused.by_budget(gw.budget.upload_refusal(), "truncated")
                 peers[source].sendall(data)
-                if source is upstream:
+                if source is conn:
+                    rec.request_bytes += len(data)
+                else:
                     rec.bytes += len(data)
                     if not gw.budget.add_bytes(len(data)):
                         raise Refused.by_budget(gw.budget.bytes_refusal(), "truncated")

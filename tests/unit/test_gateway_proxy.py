@@ -10,9 +10,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,61 +18,8 @@ from impyard.gateway import Gateway, write_ready
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.policy.models import GatewayPolicy
+from tests.helpers.gateway import RUN_ID, SECRET, Served, serve_on_loopback, via_proxy
 from tests.helpers.upstream import Upstream
-
-SECRET = "sk-test-7f3c91a2d0e4-do-not-leak"
-RUN_ID = "run-20260711T120000Z-0123456789"
-
-
-def gateway_policy(upstream_port: int, gateway_port: int, **extra: Any) -> GatewayPolicy:
-    data: dict[str, Any] = {
-        "enabled": True,
-        "port": gateway_port,
-        "allow": [
-            {"host": "127.0.0.1", "ports": [upstream_port], "methods": ["GET", "HEAD"]},
-            {"host": "localhost", "ports": [upstream_port], "methods": ["GET"]},
-        ],
-        "route": [
-            {
-                "name": "llm",
-                "upstream": f"http://127.0.0.1:{upstream_port}/v1",
-                "header": "Authorization",
-                "value": "Bearer {secret}",
-                "secret_env": "IMPYARD_TEST_GATEWAY_SECRET",
-                "methods": ["POST", "GET"],
-            }
-        ],
-        "budget": {},
-    }
-    data.update(extra)
-    return GatewayPolicy.model_validate(data)
-
-
-@dataclass
-class Served:
-    gateway: Gateway
-    port: int
-    journal: Journal
-    home: Home
-
-
-def serve_on_loopback(tmp_path: Path, upstream: Upstream, **extra: Any) -> Served:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(128)
-    port = listener.getsockname()[1]
-    home = Home(tmp_path / "home")
-    home.root.mkdir(parents=True, exist_ok=True)
-    journal = Journal(home.journal)
-    gateway = Gateway.start(
-        gateway_policy(upstream.port, port, **extra),
-        home=home,
-        imp="yuko",
-        run_id=RUN_ID,
-        journal=journal,
-    )
-    gateway.serve(listener)
-    return Served(gateway, port, journal, home)
 
 
 @pytest.fixture
@@ -82,22 +27,6 @@ def served(tmp_path: Path, upstream: Upstream) -> Iterator[Served]:
     s = serve_on_loopback(tmp_path, upstream)
     yield s
     s.gateway.close()
-
-
-def via_proxy(
-    port: int,
-    method: str,
-    url: str,
-    body: bytes | None = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request(method, url, body=body, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        conn.close()
 
 
 def test_allowed_get_is_forwarded(served: Served, upstream: Upstream) -> None:

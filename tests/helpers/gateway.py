@@ -1,0 +1,90 @@
+"""A run's gateway on a host-loopback listener (no Docker, no network namespace), and a
+client that talks to it as a box's HTTP client would."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from impyard.gateway import Gateway
+from impyard.home import Home
+from impyard.journal import Journal
+from impyard.policy.models import GatewayPolicy
+from tests.helpers.upstream import Upstream
+
+SECRET = "sk-test-7f3c91a2d0e4-do-not-leak"
+RUN_ID = "run-20260711T120000Z-0123456789"
+
+
+def gateway_policy(upstream_port: int, gateway_port: int, **extra: Any) -> GatewayPolicy:
+    data: dict[str, Any] = {
+        "enabled": True,
+        "port": gateway_port,
+        "allow": [
+            {"host": "127.0.0.1", "ports": [upstream_port], "methods": ["GET", "HEAD"]},
+            {"host": "localhost", "ports": [upstream_port], "methods": ["GET"]},
+        ],
+        "route": [
+            {
+                "name": "llm",
+                "upstream": f"http://127.0.0.1:{upstream_port}/v1",
+                "header": "Authorization",
+                "value": "Bearer {secret}",
+                "secret_env": "IMPYARD_TEST_GATEWAY_SECRET",
+                "methods": ["POST", "GET"],
+            }
+        ],
+        "budget": {},
+    }
+    data.update(extra)
+    return GatewayPolicy.model_validate(data)
+
+
+@dataclass
+class Served:
+    gateway: Gateway
+    port: int
+    journal: Journal
+    home: Home
+
+
+def serve_on_loopback(
+    tmp_path: Path, upstream: Upstream, *, run_id: str = RUN_ID, **extra: Any
+) -> Served:
+    """A gateway for ``run_id`` with the data root ``tmp_path/home``; ``extra`` overrides
+    keys of its ``[gateway]`` policy."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    home = Home(tmp_path / "home")
+    home.root.mkdir(parents=True, exist_ok=True)
+    journal = Journal(home.journal)
+    gateway = Gateway.start(
+        gateway_policy(upstream.port, port, **extra),
+        home=home,
+        imp="yuko",
+        run_id=run_id,
+        journal=journal,
+    )
+    gateway.serve(listener)
+    return Served(gateway, port, journal, home)
+
+
+def via_proxy(
+    port: int,
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, url, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()

@@ -1,0 +1,147 @@
+"""Upload budgets (no Docker): request bodies are held to an allow rule's ``request_bytes``
+cap (413) and the run's ``gateway.budget.request_bytes_per_run`` (429). A body announced
+too large is refused before anything goes upstream; a chunked body or a tunnel is cut
+where the limit falls, so the upstream sees at most the limit."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.gateway import SECRET, Served, serve_on_loopback, via_proxy
+from tests.helpers.upstream import Upstream
+
+RUN_RULE = "gateway.budget.request_bytes_per_run"
+
+
+def posting(tmp_path: Path, upstream: Upstream, budget: int = 10_485_760, **rule: Any) -> Served:
+    return serve_on_loopback(
+        tmp_path,
+        upstream,
+        allow=[{"host": "127.0.0.1", "ports": [upstream.port], "methods": ["POST"], **rule}],
+        budget={"request_bytes_per_run": budget},
+    )
+
+
+def answer_of(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    data = b""
+    while piece := sock.recv(65536):
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+def post_head(upstream: Upstream, length: int | None = None) -> bytes:
+    framing = "Transfer-Encoding: chunked" if length is None else f"Content-Length: {length}"
+    return f"POST {upstream.url('/up')} HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode()
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def journal(s: Served) -> list[dict[str, Any]]:
+    s.gateway.close()
+    return s.journal.read(event="gateway.request")
+
+
+def test_a_body_announced_over_the_run_budget_never_reaches_the_upstream(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    s = posting(tmp_path, upstream, budget=1000)
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+        sock.sendall(post_head(upstream, 5000))  # the head only: refused before any body
+        status, headers, body = answer_of(sock)
+    assert status == 429 and headers["X-Impyard-Gateway-Rule"] == RUN_RULE
+    assert headers["X-Should-Retry"] == "false"
+    assert b"1000 request bytes per run" in body and RUN_RULE.encode() in body
+    assert upstream.seen == [] and upstream.received == 0
+    [entry] = journal(s)
+    assert entry["status"] == 429 and entry["rule"] == RUN_RULE and entry["request_bytes"] == 0
+
+
+def test_the_run_budget_spans_requests_and_is_exact(tmp_path: Path, upstream: Upstream) -> None:
+    s = posting(tmp_path, upstream, budget=1000)
+    assert via_proxy(s.port, "POST", upstream.url("/a"), body=b"a" * 600)[0] == 200
+    status, headers, _ = via_proxy(s.port, "POST", upstream.url("/b"), body=b"b" * 600)
+    assert status == 429 and headers["X-Impyard-Gateway-Rule"] == RUN_RULE
+    assert via_proxy(s.port, "POST", upstream.url("/c"), body=b"c" * 400)[0] == 200
+    assert upstream.received == 1000 and [seen.path for seen in upstream.seen] == ["/a", "/c"]
+    # A journal line is written once its answer is out, so the lines may come in any order.
+    assert {e["path"]: e["request_bytes"] for e in journal(s)} == {"/a": 600, "/b": 0, "/c": 400}
+
+
+def test_a_large_upload_refused_unread_is_still_answered(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """The box is still sending 20 MB when the 429 goes out: the gateway drains what it
+    sends instead of resetting the connection, so the client reads the answer."""
+    s = posting(tmp_path, upstream, budget=1000)
+    status, _, body = via_proxy(s.port, "POST", upstream.url("/big"), body=b"z" * 20_000_000)
+    assert status == 429 and RUN_RULE.encode() in body
+    assert upstream.received == 0
+    s.gateway.close()
+
+
+def test_a_chunked_body_is_cut_where_the_run_budget_falls(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    s = posting(tmp_path, upstream, budget=100_000)
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+        # Four 30,000-byte chunks: three fit, the fourth would pass the budget.
+        sock.sendall(post_head(upstream) + b"".join(chunk(b"u" * 30_000) for _ in range(4)))
+        status, headers, body = answer_of(sock)
+    assert status == 429 and headers["X-Impyard-Gateway-Rule"] == RUN_RULE
+    assert RUN_RULE.encode() in body
+    wait_for(lambda: len(upstream.seen) == 1)
+    assert upstream.received == 90_000 and not upstream.seen[0].complete  # cut mid-body
+    [entry] = journal(s)
+    assert entry["request_bytes"] == 90_000 and entry["rule"] == RUN_RULE
+
+
+def test_a_rule_cap_refuses_a_larger_body_with_413(tmp_path: Path, upstream: Upstream) -> None:
+    s = posting(tmp_path, upstream, request_bytes=1000)
+    rule = "gateway.allow[0] 127.0.0.1"
+    assert via_proxy(s.port, "POST", upstream.url("/fits"), body=b"f" * 1000)[0] == 200
+    status, headers, body = via_proxy(s.port, "POST", upstream.url("/x"), body=b"x" * 1001)
+    assert status == 413 and headers["X-Impyard-Gateway-Rule"] == rule
+    assert (
+        body
+        == (
+            f"impyard gateway: request body of 1001 bytes is over the 1000-byte cap of {rule} "
+            "(request_bytes)\n"
+        ).encode()
+    )
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+        sock.sendall(post_head(upstream) + b"".join(chunk(b"c" * 400) for _ in range(3)))
+        status, headers, body = answer_of(sock)
+    assert status == 413 and b"passed the 1000-byte cap" in body
+    wait_for(lambda: len(upstream.seen) == 2)
+    assert upstream.received == 1000 + 800  # the third chunk never left
+    entries = {e["path"]: (e["status"], e["request_bytes"]) for e in journal(s)}
+    assert entries == {"/fits": (200, 1000), "/x": (413, 0), "/up": (413, 800)}
+    # The cap is per request: the run's budget is charged only what was sent.
+    assert s.gateway.budget.request_bytes == 1800
+
+
+def test_route_bodies_count_against_the_run_budget(
+    tmp_path: Path, upstream: Upstream, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("IMPYARD_TEST_GATEWAY_SECRET", SECRET)
+    s = serve_on_loopback(tmp_path, upstream, budget={"request_bytes_per_run": 100})
+    route = f"http://127.0.0.1:{s.port}/route/llm/chat"
+    assert via_proxy(s.port, "POST", route, body=b"q" * 100)[0] == 200
+    status, headers, _ = via_proxy(s.port, "POST", route, body=b"q")
+    assert status == 429 and headers["X-Impyard-Gateway-Rule"] == RUN_RULE
+    assert upstream.received == 100
+
+
+def wait_for(condition: Any, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
