@@ -318,7 +318,8 @@ class ArchivedBody:
                 self._file.close()
             self._file = None
         if self._temp is not None:
-            _unlink(self._temp)
+            with contextlib.suppress(OSError):
+                _unlink(self._temp)
             self._temp = None
         self.run.release(self.reserved)
         self.reserved = 0
