@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import threading
@@ -66,3 +67,8 @@ def test_run_reaches_an_allowed_upstream_only_through_the_gateway(cli: Cli, upst
     ]
     assert requests[0]["path"] == "/allowed"  # the query is never journaled
     assert requests[1]["status"] == 403
+    # The relayed response left a receipt (the refusal did not); its URL hides the secret.
+    receipts = json.loads(cli("runs", "receipts", run_id, "--json").stdout)
+    assert [r["url"] for r in receipts] == [f"http://127.0.0.1:{upstream}/allowed?secret=REDACTED"]
+    assert receipts[0]["id"] == requests[0]["receipt"] and receipts[0]["complete"] is True
+    assert receipts[0]["sha256"] == hashlib.sha256(b"hello from upstream\n").hexdigest()
