@@ -14,6 +14,7 @@ BENCHES = (
     "serve_bench",
     "agent_bench",
     "control_bench",
+    "inspect_bench",
 )
 
 
