@@ -108,10 +108,6 @@ class Home:
         """Held (flock) by the process driving the run; recovery adopts only unheld runs."""
         return self.run_dir(run_id) / "owner.lock"
 
-    def run_extra_ca(self, run_id: str) -> Path:
-        """The certificates of policy ``box.extra_ca_file``, as this run's box trusts them."""
-        return self.run_dir(run_id) / "ca.pem"
-
     def run_receipts(self, run_id: str) -> Path:
         """Host-written fetch receipts of every response the run's gateway relayed."""
         return self.run_dir(run_id) / "receipts.jsonl"
@@ -149,6 +145,11 @@ class Home:
         """The data root's TLS-inspection CA (``ca.key`` never leaves the host) and the
         leaf certificates minted with it."""
         return self.gateway_dir / "ca"
+
+    @property
+    def image_roots_dir(self) -> Path:
+        """Cached system CA bundles of images, by image id (``box.image_roots``)."""
+        return self.gateway_dir / "image-roots"
 
     @property
     def archive_dir(self) -> Path:
@@ -219,7 +220,9 @@ def init_home(home: Home) -> bool:
         from impyard.policy.compile import deploy
 
         deploy(home)
+    from impyard.gateway.ca import ensure_ca
     from impyard.queue.db import connect
 
     connect(home.db).close()  # creates the schema, so other tools can read it at once
+    ensure_ca(home.gateway_ca_dir)  # the key stays here, readable by this user only
     return fresh

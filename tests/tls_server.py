@@ -109,6 +109,8 @@ class TlsPageServer:
     directory: Path
     pages: dict[str, bytes]
     requests: list[tuple[str, str]] = field(default_factory=list)
+    #: Request body bytes POSTs delivered.
+    uploaded: int = 0
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -132,6 +134,16 @@ class TlsPageServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: object) -> None:
                 del format, args
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                outer.requests.append((self.command, self.path))
+                outer.uploaded += len(body)
+                self.send_response(200)
+                self.send_header("Content-Length", "3")
+                self.end_headers()
+                self.wfile.write(b"ok\n")
 
             def do_GET(self) -> None:
                 outer.requests.append((self.command, self.path))

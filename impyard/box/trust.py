@@ -1,13 +1,16 @@
-"""An owner's extra CA for boxes (policy ``box.extra_ca_file``), copied safely into a run.
+"""What a box trusts: one CA bundle, built by the host and mounted read-only.
 
-Only the certificate blocks of the owner's file reach the box: a PEM file that
-also holds a private key (or any other text) never leaks it into the run. The
-certificates must parse, so a wrong path fails the run before the box starts
-with a message naming the key, instead of as a TLS error deep inside the agent.
+The bundle is the image's own system roots (read once per image id from the
+image and cached), the data root's TLS-inspection CA certificate when
+``gateway.inspect_tls`` is on, and the certificate blocks of the owner's
+``box.extra_ca_file``. Only certificate blocks of the owner's file reach the box:
+a PEM file that also holds a private key (or any other text) never leaks it
+into the run, and the certificates must parse, so a wrong path fails the run
+before the box starts with a message naming the key. The inspection CA's key
+never leaves the host.
 
-In the box the copy is mounted read-only at ``BOX_EXTRA_CA``; box-init appends
-it to the image's system bundle at ``BOX_CA_BUNDLE`` on the tmpfs, and the
-variables below point OpenSSL, curl, Python and Node at the result.
+Every TLS stack agents use is pointed at the bundle (``BUNDLE_ENV``): OpenSSL,
+curl, Python requests, Node, git, pip and npm.
 """
 
 from __future__ import annotations
@@ -19,26 +22,35 @@ from pathlib import Path
 from impyard.errors import ConfigError
 from impyard.fsutil import atomic_write_text
 
-BOX_EXTRA_CA = "/opt/impyard/ca.pem"
-BOX_CA_BUNDLE = "/tmp/impyard-ca-bundle.pem"
-SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+BOX_CA_BUNDLE = "/opt/impyard/ca-bundle.pem"
+#: Where images keep their system roots (Debian/Ubuntu/Alpine, Fedora/RHEL, others).
+IMAGE_ROOT_PATHS = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+)
 MAX_CA_FILE_BYTES = 1024 * 1024
+MAX_IMAGE_ROOTS_BYTES = 8 * 1024 * 1024
+#: Every variable a TLS stack in the box reads its trust from (Node adds the file to its
+#: own built-in roots).
+BUNDLE_ENV = (
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "npm_config_cafile",
+)
 
 _CERTIFICATE = re.compile(
     r"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-----END CERTIFICATE-----"
 )
 
 
-def extra_ca_env() -> dict[str, str]:
-    """Environment that makes the common TLS stacks trust the system roots plus the extra CA."""
-    return {
-        "IMPYARD_EXTRA_CA": BOX_EXTRA_CA,
-        "SSL_CERT_FILE": BOX_CA_BUNDLE,
-        "CURL_CA_BUNDLE": BOX_CA_BUNDLE,
-        "REQUESTS_CA_BUNDLE": BOX_CA_BUNDLE,
-        # Node adds these to its own built-in roots.
-        "NODE_EXTRA_CA_CERTS": BOX_EXTRA_CA,
-    }
+def bundle_env() -> dict[str, str]:
+    """Environment that points every common TLS stack at the box's bundle."""
+    return dict.fromkeys(BUNDLE_ENV, BOX_CA_BUNDLE)
 
 
 def certificates_of(source: Path) -> str:
@@ -62,7 +74,22 @@ def certificates_of(source: Path) -> str:
     return text
 
 
-def copy_extra_ca(source: Path, destination: Path) -> None:
-    """Write the certificates of ``source`` to ``destination`` (readable by the box user)."""
-    atomic_write_text(destination, certificates_of(source))
+def write_box_bundle(
+    destination: Path,
+    image_roots: str,
+    *,
+    inspection_ca: str | None,
+    extra_ca_file: Path | None,
+) -> bool:
+    """Write the box's bundle (readable by the box user); False, writing nothing, when the
+    box trusts only its image's roots anyway (no inspection, no extra CA)."""
+    if inspection_ca is None and extra_ca_file is None:
+        return False
+    parts = [image_roots.strip()] if image_roots.strip() else []
+    if inspection_ca is not None:
+        parts.append(inspection_ca.strip())
+    if extra_ca_file is not None:
+        parts.append(certificates_of(extra_ca_file).strip())
+    atomic_write_text(destination, "\n".join(parts) + "\n")
     destination.chmod(0o644)
+    return True

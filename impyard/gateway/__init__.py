@@ -5,7 +5,10 @@ Modules, one job each:
     server     Gateway: listener in the box's netns, accept loop, worker threads, journal
     handler    one client connection: parse, judge (``rules``), forward, tunnel or refuse
     forward    plain HTTP and credential routes: one upstream request, response relayed
-    tunnel     CONNECT: bytes both ways, charged to the byte budget
+    inspect    CONNECT with inspect_tls: TLS terminated, inner requests judged and forwarded
+    ca         the data root's inspection CA and the leaf certificates it mints
+    tunnel     CONNECT without inspection: bytes both ways, charged to the byte budget
+    control    the box's own control API (/impyard/check, /impyard/checkpoint)
     framing    hop-by-hop headers and request body framing (Content-Length, chunked)
     rules      decide(): the verdict on a request under a GatewayPolicy; route secrets
     budget     per-run request, byte and upload budgets, the per-imp daily counter

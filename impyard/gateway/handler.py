@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 from http.server import BaseHTTPRequestHandler
 from socketserver import BaseServer
 from typing import TYPE_CHECKING, Any, cast
@@ -14,6 +15,8 @@ from urllib.parse import urlsplit
 from impyard.gateway.control import is_control, serve_control
 from impyard.gateway.errors import GatewayError
 from impyard.gateway.forward import forward
+from impyard.gateway.framing import content_length, is_chunked, read_exact
+from impyard.gateway.inspect import inspect_tunnel
 from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.rules import Decision, Endpoint, decide, normalize_host, route_header
 from impyard.gateway.tunnel import tunnel
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_REQUEST_LINE = 65536
+# A refused request's body up to this size is read and dropped so the refusal arrives.
+_DISCARD_LIMIT = 1024 * 1024
 
 
 class GatewayHandler(BaseHTTPRequestHandler):
@@ -46,7 +51,9 @@ class GatewayHandler(BaseHTTPRequestHandler):
         log.debug("gateway %s: " + format, self.gateway.run_id, *args)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        # Malformed requests: a one-line plain-text answer instead of the stdlib's HTML page.
+        # Malformed requests: a one-line plain-text answer instead of the stdlib's HTML page,
+        # with a status line even when the request line was too broken to name a version.
+        self.request_version = self.protocol_version
         self.send_text(code, f"impyard gateway: {message or 'bad request'}", rule="http")
 
     def handle_one_request(self) -> None:
@@ -62,6 +69,8 @@ class GatewayHandler(BaseHTTPRequestHandler):
             self.send_error(414, "request line too long")
             return
         self.responded = False
+        # Whether this request's body was read (or handed to the code that reads it).
+        self.body_read = False
         if not self.parse_request():
             return
         rec = Record(method=self.command.upper())
@@ -73,6 +82,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
                 self.close_connection = True  # mid-body: cutting the connection is the signal
             else:
                 rec.status = refusal.status
+                self._discard_small_body()
                 self.send_text(refusal.status, f"impyard gateway: {refusal.reason}", refusal.rule)
         except (TimeoutError, ConnectionError) as exc:
             rec.decision, rec.reason = "failed", f"connection ended: {type(exc).__name__}"
@@ -80,6 +90,21 @@ class GatewayHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             self.gateway.record(rec)
+
+    def _discard_small_body(self) -> None:
+        """Read (never forward) a small unread request body before refusing: closing a
+        connection with unread bytes resets it, and the client would lose the refusal."""
+        if self.body_read or is_chunked(self.headers):
+            return
+        try:
+            length = content_length(self.headers) or 0
+        except Refused:
+            return
+        if 0 < length <= _DISCARD_LIMIT:
+            with contextlib.suppress(OSError, ConnectionError):
+                for _ in read_exact(self.rfile, length):
+                    pass
+        self.body_read = True
 
     def send_text(self, status: int, line: str, rule: str) -> None:
         """A refusal: one plain-text line naming the rule, then the connection ends."""
@@ -104,7 +129,10 @@ class GatewayHandler(BaseHTTPRequestHandler):
         if rec.method == "CONNECT":
             host, port = _authority(self.path)
             rec.host, rec.port = host, port
-            _check(rec, decide(policy, "CONNECT", host, port, ""))
+            check_decision(rec, decide(policy, "CONNECT", host, port, ""))
+            if policy.inspect_tls:
+                inspect_tunnel(self, rec, host, port)  # each request inside is charged
+                return
             self._admit(rec)
             tunnel(self, rec, host, port)
             return
@@ -130,10 +158,11 @@ class GatewayHandler(BaseHTTPRequestHandler):
         rec.host, rec.port, rec.path = host, port, path
         if is_control(host, port, policy.port, path):
             gateway = self.gateway
+            self.body_read = True  # the control API reads and drops it
             serve_control(self, rec, path, query, gateway.control, gateway.control_rate)
             return
         decision = decide(policy, rec.method, host, port, path)
-        _check(rec, decision)
+        check_decision(rec, decision)
         extra: tuple[str, str] | None = None
         tls = False
         route = decision.route
@@ -147,7 +176,12 @@ class GatewayHandler(BaseHTTPRequestHandler):
             host, port, path, tls = endpoint.host, endpoint.port, decision.path, endpoint.tls
             rec.host, rec.port, rec.path = host, port, path
         self._admit(rec)
+        self.body_read = True  # forward relays it
         forward(self, rec, host, port, tls, path + (f"?{query}" if query else ""), extra)
+
+    def serve_inspected(self, tls: ssl.SSLSocket, host: str, port: int) -> None:
+        """Serve the requests inside a terminated tunnel to ``host:port``."""
+        InspectedHandler(tls, self.gateway, host, port)
 
     def _admit(self, rec: Record) -> None:
         """Charge the budget for a request that is about to leave; refuse if it is spent."""
@@ -160,7 +194,55 @@ class GatewayHandler(BaseHTTPRequestHandler):
         rec.decision = "allowed"
 
 
-def _check(rec: Record, decision: Decision) -> None:
+class InspectedHandler(GatewayHandler):
+    """The requests inside an inspected tunnel: judged and forwarded like plain HTTP, to the
+    tunnel's host over TLS the gateway verifies. The CONNECT the rules allowed fixed the
+    host and port; a request naming another (target or ``Host``) is refused."""
+
+    def __init__(self, conn: ssl.SSLSocket, gateway: Gateway, host: str, port: int) -> None:
+        self.tunnel_host, self.tunnel_port = host, port
+        super().__init__(conn, gateway)
+
+    def _serve(self, rec: Record) -> None:
+        rec.scheme = "https"
+        host, port = self.tunnel_host, self.tunnel_port
+        rec.host, rec.port = host, port
+        if rec.method == "CONNECT":
+            raise Refused(400, "http", "CONNECT inside an inspected tunnel")
+        target = self.path
+        if target.startswith("/"):
+            path, _, query = target.partition("?")
+        else:
+            parts = urlsplit(target)
+            if not self._is_tunnel(parts.scheme, parts.hostname, _port_of(parts.netloc)):
+                raise Refused(400, "http", f"request target {target[:80]!r} leaves the tunnel")
+            path, query = parts.path or "/", parts.query
+        named = urlsplit(f"//{self.headers.get('Host', '')}")
+        if named.hostname and not self._is_tunnel("https", named.hostname, _port_of(named.netloc)):
+            raise Refused(400, "http", f"the Host header names another host than {host}")
+        rec.path = path
+        check_decision(rec, decide(self.gateway.policy, rec.method, host, port, path))
+        self._admit(rec)
+        self.body_read = True  # forward relays it
+        forward(self, rec, host, port, True, path + (f"?{query}" if query else ""), None)
+
+    def _is_tunnel(self, scheme: str, name: str | None, port: int | None) -> bool:
+        return (
+            scheme == "https"
+            and name is not None
+            and normalize_host(name) == self.tunnel_host
+            and (port or 443) == self.tunnel_port
+        )
+
+
+def _port_of(netloc: str) -> int | None:
+    try:
+        return urlsplit(f"//{netloc}").port
+    except ValueError as exc:
+        raise Refused(400, "http", "invalid port in the request") from exc
+
+
+def check_decision(rec: Record, decision: Decision) -> None:
     rec.rule = decision.rule
     if not decision.allowed:
         raise Refused(decision.status, decision.rule, decision.reason)

@@ -50,6 +50,7 @@ class Refused(Exception):
     @classmethod
     def by_upstream(cls, exc: UpstreamError, rule: str) -> Refused:
         # The address guard is policy (403, final); an unreachable upstream may recover (502).
+        named = exc.rule or rule
         if exc.refused:
-            return cls(403, rule, str(exc))
-        return cls(502, rule, str(exc), decision="failed")
+            return cls(403 if exc.rule is None else 502, named, str(exc))
+        return cls(502, named, str(exc), decision="failed")

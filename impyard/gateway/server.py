@@ -297,6 +297,10 @@ class Gateway:
                 log.warning("gateway %s: accept failed: %s", self.run_id, exc)
                 self._stop.wait(0.1)  # e.g. EMFILE: back off instead of spinning
                 continue
+            # Answers go out in several small writes (head, body, TLS records): with Nagle
+            # on, each later one waits ~40 ms for the client's delayed ACK.
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             thread = threading.Thread(
                 target=self._serve_connection, args=(conn,), name="gateway-conn", daemon=True
             )

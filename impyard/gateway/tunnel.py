@@ -34,13 +34,13 @@ def tunnel(client: GatewayHandler, rec: Record, host: str, port: int) -> None:
         client.end_headers()
         client.responded = True
         rec.status = 200
-        pending = _buffered_client_bytes(client)
+        pending = buffered_client_bytes(client)
         if pending:
             upstream.sendall(pending)
         _relay(client, rec, upstream)
 
 
-def _buffered_client_bytes(client: GatewayHandler) -> bytes:
+def buffered_client_bytes(client: GatewayHandler) -> bytes:
     """Bytes the client sent after the CONNECT header that the parser already buffered: a
     client may send its TLS hello in the same packet, and the socket will not see it again."""
     conn: socket.socket = client.connection

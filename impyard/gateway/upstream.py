@@ -12,13 +12,17 @@ import ipaddress
 import socket
 import ssl
 
+UPSTREAM_TLS_RULE = "gateway.upstream_tls"
+
 
 class UpstreamError(Exception):
     """Upstream unreachable or refused by the address guard; ``refused`` means 403, else 502."""
 
-    def __init__(self, message: str, *, refused: bool = False) -> None:
+    def __init__(self, message: str, *, refused: bool = False, rule: str | None = None) -> None:
         super().__init__(message)
         self.refused = refused
+        #: The rule a refusal names, when it is not the request's own allow rule.
+        self.rule = rule
 
 
 def is_ip_literal(host: str) -> bool:
@@ -85,6 +89,8 @@ def open_connection(
         sock.settimeout(timeout)
         try:
             sock.connect((address, port))
+            # Requests go out as a head and a body: without this the body waits for an ACK.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as exc:
             sock.close()
             last = exc
@@ -94,6 +100,14 @@ def open_connection(
         try:
             verifier = context if context is not None else ssl.create_default_context()
             return verifier.wrap_socket(sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as exc:
+            sock.close()
+            raise UpstreamError(
+                f"the certificate of {host}:{port} failed verification: {exc.verify_message} "
+                "(trusted: the host's system roots and box.extra_ca_file)",
+                refused=True,
+                rule=UPSTREAM_TLS_RULE,
+            ) from exc
         except (OSError, ssl.SSLError) as exc:
             sock.close()
             raise UpstreamError(f"TLS to {host}:{port} failed: {exc}") from exc

@@ -18,14 +18,15 @@ from impyard.policy.base import (
     ENV_NAME,
     FIXED,
     LOWER,
+    REQUIRE,
     SUBSET,
     SUPERSET,
     _Strict,
     _unique,
 )
 
-# Plain-HTTP methods a gateway rule may grant. HTTPS goes through CONNECT, which the gateway
-# checks by host and port only, so CONNECT is never listed here.
+# HTTP methods a gateway rule may grant (inside inspected HTTPS too). A CONNECT is allowed by
+# a rule's host and port, whatever its methods, so CONNECT is never listed here.
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
@@ -286,6 +287,13 @@ class GatewayPolicy(_Strict):
     )
     port: Annotated[int, Field(ge=1, le=65535), FIXED] = Field(
         default=3128, description="Loopback port of the gateway inside the box."
+    )
+    inspect_tls: Annotated[bool, REQUIRE] = Field(
+        default=True,
+        description=(
+            "Terminate HTTPS with the data root's CA and judge each inner request by method "
+            "and path; off keeps a host:port tunnel."
+        ),
     )
     allow: Annotated[list[GatewayAllow], SUBSET] = Field(
         default_factory=list, description="Allow rules; no rule = every request is denied."

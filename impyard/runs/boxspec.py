@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from impyard.box.spec import BoxMount, BoxSpec, box_labels
-from impyard.box.trust import BOX_EXTRA_CA, extra_ca_env
+from impyard.box.trust import BOX_CA_BUNDLE, bundle_env
 from impyard.fsutil import atomic_write_text
 from impyard.gateway import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV, Gateway
 from impyard.home import Home
@@ -44,7 +44,7 @@ def write_task_file(home: Home, request: RunRequest, manifest: Manifest) -> None
     path.chmod(0o644)
 
 
-def _command(
+def box_command(
     home: Home, manifest: Manifest, request: RunRequest, policy: EffectivePolicy
 ) -> tuple[list[str], str]:
     """The argument vector and image: an owner's ``--command``, the imp's, or the policy's."""
@@ -66,7 +66,7 @@ def box_spec(
     gateway: Gateway | None,
 ) -> BoxSpec:
     m, box = manifest, policy.box
-    command, image = _command(home, m, request, policy)
+    command, image = box_command(home, m, request, policy)
     # The owner's [box.env] first: the host's contract variables below always win (policy
     # validation already refuses the names they use).
     env = {
@@ -90,12 +90,10 @@ def box_spec(
             "IMPYARD_KNOWLEDGE_MODE": m.mode,
         }
     entrypoint = None
-    if box.extra_ca_file is not None:
-        # box-init builds the merged bundle on the tmpfs before the command runs.
-        env |= extra_ca_env()
-        ca = home.run_extra_ca(m.run_id)
-        mounts.append(BoxMount(source=str(ca), target=BOX_EXTRA_CA, read_only=True))
-        entrypoint = [BOX_INIT]
+    bundle = home.run_ca_bundle(m.run_id)
+    if bundle.exists():  # written at prepare when the box trusts more than its image
+        env |= bundle_env()
+        mounts.append(BoxMount(source=str(bundle), target=BOX_CA_BUNDLE, read_only=True))
     if gateway is not None:
         env |= gateway.proxy_env() | {WAIT_FOR_ENV: BOX_READY_PATH}
         signal = home.run_signal_dir(m.run_id)

@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from impyard import names
+from impyard.box.image_roots import image_roots
 from impyard.box.launch import box_pid, kill_box, start_box, wait_box
 from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxExit, box_labels
 from impyard.box.tmpwatch import TmpWatch
-from impyard.box.trust import copy_extra_ca
+from impyard.box.trust import write_box_bundle
 from impyard.box.volumes import create_overlay_volume, remove_volume, select_checkout_kind
 from impyard.errors import ImpyardError
 from impyard.gateway import Gateway, write_ready
+from impyard.gateway.ca import ca_certificate
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits
@@ -35,7 +37,7 @@ from impyard.queue import leases
 from impyard.queue.db import opened
 from impyard.runs import endings
 from impyard.runs import manifest as manifests
-from impyard.runs.boxspec import box_spec, write_task_file
+from impyard.runs.boxspec import box_command, box_spec, write_task_file
 from impyard.runs.control import BoxControl
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.settings import Settings
@@ -108,9 +110,7 @@ class Run:
         self.save()
         with self.phase("prepare"):
             write_task_file(self.home, request, m)
-            extra_ca = self.policy.box.extra_ca_file
-            if extra_ca is not None:
-                copy_extra_ca(Path(extra_ca), self.home.run_extra_ca(m.run_id))
+            self.write_trust(request)
             if not self.policy.knowledge.enabled:
                 return  # no checkout: nothing is mounted, nothing integrated
             kind = select_checkout_kind(self.ctx.settings, self.home)
@@ -123,6 +123,22 @@ class Run:
                 self.save()
                 labels = box_labels(m.run_id, m.imp)
                 create_overlay_volume(m.volume, mount_options(checkout), labels=labels)
+
+    def write_trust(self, request: RunRequest) -> None:
+        """The box's CA bundle: its image's roots, plus the inspection CA and the owner's
+        extra CA when they apply (nothing is written when neither does)."""
+        gateway = self.policy.gateway
+        inspecting = gateway.enabled and gateway.inspect_tls
+        extra = self.policy.box.extra_ca_file
+        if not inspecting and extra is None:
+            return
+        _command, image = box_command(self.home, self.manifest, request, self.policy)
+        write_box_bundle(
+            self.home.run_ca_bundle(self.manifest.run_id),
+            image_roots(self.home.image_roots_dir, image),
+            inspection_ca=ca_certificate(self.home.gateway_ca_dir) if inspecting else None,
+            extra_ca_file=Path(extra) if extra is not None else None,
+        )
 
     def start_box(self, request: RunRequest) -> None:
         self.open_gateway()

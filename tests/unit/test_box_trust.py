@@ -1,4 +1,5 @@
-"""box.extra_ca_file: only certificates reach a run, and a bad file fails before the box."""
+"""What a box trusts: one host-built bundle; from box.extra_ca_file only certificates reach
+it, a bad file fails before the box, and the inspection CA's key never does."""
 
 from __future__ import annotations
 
@@ -7,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box.trust import MAX_CA_FILE_BYTES, certificates_of, copy_extra_ca, extra_ca_env
+from impyard.box.trust import (
+    BOX_CA_BUNDLE,
+    MAX_CA_FILE_BYTES,
+    bundle_env,
+    certificates_of,
+    write_box_bundle,
+)
 from impyard.errors import ConfigError
+from impyard.gateway.ca import ca_certificate, ensure_ca
 from tests.tls_server import make_ca_and_leaf
 
 
@@ -17,18 +25,40 @@ def pems(tmp_path: Path) -> tuple[Path, Path, Path]:
     return make_ca_and_leaf(tmp_path / "pki")
 
 
-def test_only_certificate_blocks_are_copied(tmp_path: Path, pems: tuple[Path, Path, Path]) -> None:
+def test_the_bundle_is_image_roots_inspection_ca_and_only_the_owners_certificates(
+    tmp_path: Path, pems: tuple[Path, Path, Path]
+) -> None:
     ca, _leaf, key = pems
     mixed = tmp_path / "owner.pem"
     mixed.write_text("# internal CA\n" + ca.read_text() + key.read_text())
-    copied = tmp_path / "run" / "ca.pem"
-    copied.parent.mkdir()
-    copy_extra_ca(mixed, copied)
-    text = copied.read_text()
-    assert text == ca.read_text()
+    image_ca, _image_leaf, _image_key = make_ca_and_leaf(tmp_path / "image")
+    inspection = ca_certificate(tmp_path / "gateway-ca")
+    bundle = tmp_path / "run" / "ca-bundle.pem"
+    bundle.parent.mkdir()
+    assert write_box_bundle(
+        bundle, image_ca.read_text(), inspection_ca=inspection, extra_ca_file=mixed
+    )
+    text = bundle.read_text()
+    assert text.index(image_ca.read_text().strip()) < text.index(inspection.strip())
+    assert text.index(inspection.strip()) < text.index(ca.read_text().strip())
     assert "PRIVATE KEY" not in text
-    assert copied.stat().st_mode & 0o777 == 0o644
-    ssl.create_default_context(cafile=str(copied))  # a bundle TLS stacks accept
+    assert bundle.stat().st_mode & 0o777 == 0o644
+    context = ssl.create_default_context(cafile=str(bundle))  # a bundle TLS stacks accept
+    assert len(context.get_ca_certs()) == 3
+
+
+def test_no_bundle_when_the_box_trusts_only_its_image(tmp_path: Path) -> None:
+    bundle = tmp_path / "ca-bundle.pem"
+    assert not write_box_bundle(bundle, "", inspection_ca=None, extra_ca_file=None)
+    assert not bundle.exists()
+
+
+def test_the_inspection_ca_key_is_the_host_users_alone(tmp_path: Path) -> None:
+    files = ensure_ca(tmp_path / "ca")
+    assert files.key.stat().st_mode & 0o777 == 0o600
+    assert files.directory.stat().st_mode & 0o777 == 0o700
+    assert "PRIVATE KEY" not in ca_certificate(files.directory)
+    assert ensure_ca(files.directory).key.read_bytes() == files.key.read_bytes()  # kept
 
 
 @pytest.mark.parametrize(
@@ -55,9 +85,15 @@ def test_bad_files_name_the_key_and_the_problem(
     assert message in str(raised.value)
 
 
-def test_the_box_environment_points_every_tls_stack_at_the_merged_bundle() -> None:
-    env = extra_ca_env()
-    bundle = env["SSL_CERT_FILE"]
-    assert bundle.startswith("/tmp/")  # written by box-init on the tmpfs
-    assert env["CURL_CA_BUNDLE"] == env["REQUESTS_CA_BUNDLE"] == bundle
-    assert env["NODE_EXTRA_CA_CERTS"] == env["IMPYARD_EXTRA_CA"] == "/opt/impyard/ca.pem"
+def test_the_box_environment_points_every_tls_stack_at_the_bundle() -> None:
+    env = bundle_env()
+    assert set(env) == {
+        "SSL_CERT_FILE",
+        "CURL_CA_BUNDLE",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+        "PIP_CERT",
+        "npm_config_cafile",
+    }
+    assert set(env.values()) == {BOX_CA_BUNDLE}

@@ -129,7 +129,16 @@ def test_daily_budget_spans_gateways(tmp_path: Path, upstream: Upstream) -> None
             s.gateway.close()
 
 
-def test_connect_tunnel(served: Served, upstream: Upstream) -> None:
+@pytest.fixture
+def tunnelling(tmp_path: Path, upstream: Upstream) -> Iterator[Served]:
+    """A gateway whose CONNECT is a host:port tunnel (``inspect_tls = false``)."""
+    s = serve_on_loopback(tmp_path, upstream, inspect_tls=False)
+    yield s
+    s.gateway.close()
+
+
+def test_connect_tunnel(tunnelling: Served, upstream: Upstream) -> None:
+    served = tunnelling
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         target = f"127.0.0.1:{upstream.port}"
         inner = f"GET /tunnelled HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n"
@@ -229,7 +238,8 @@ def test_proxy_env_and_ready_file(served: Served, tmp_path: Path) -> None:
     assert write_ready(signal).read_text() == "ready\n"
 
 
-def test_connect_tunnel_client_waits_for_200(served: Served, upstream: Upstream) -> None:
+def test_connect_tunnel_client_waits_for_200(tunnelling: Served, upstream: Upstream) -> None:
+    served = tunnelling
     target = f"127.0.0.1:{upstream.port}"
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
