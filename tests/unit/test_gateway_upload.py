@@ -140,6 +140,37 @@ def test_route_bodies_count_against_the_run_budget(
     assert upstream.received == 100
 
 
+def test_a_tunnel_is_cut_once_the_run_has_sent_its_budget(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    s = serve_on_loopback(
+        tmp_path, upstream, inspect_tls=False, budget={"request_bytes_per_run": 1000}
+    )
+    target = f"127.0.0.1:{upstream.port}"
+    inner = f"POST /tunnelled HTTP/1.1\r\nHost: {target}\r\nContent-Length: 5000\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        established = sock.recv(65536)
+        assert established.startswith(b"HTTP/1.1 200")
+        # After tunnel()'s first read of what the box sent along with its CONNECT: the
+        # relay below is what meters the tunnel.
+        time.sleep(0.2)
+        sock.sendall(inner + b"t" * 500)
+        wait_for(lambda: s.gateway.budget.request_bytes == len(inner) + 500)  # relayed
+        sock.sendall(b"t" * 4500)  # passes the budget: the tunnel ends
+        sock.settimeout(30)
+        rest = b""
+        while piece := sock.recv(65536):
+            rest += piece
+    assert rest == b""  # the upstream never answered: it never got its body
+    wait_for(lambda: bool(upstream.seen))
+    assert len(inner) + upstream.received <= 1000 and upstream.received >= 500
+    assert not upstream.seen[0].complete
+    [entry] = journal(s)
+    assert entry["method"] == "CONNECT" and entry["decision"] == "truncated"
+    assert entry["rule"] == RUN_RULE and entry["request_bytes"] == len(inner) + 500
+
+
 def wait_for(condition: Any, seconds: float = 10) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
