@@ -52,7 +52,12 @@ class Served:
 
 
 def serve_on_loopback(
-    tmp_path: Path, upstream: Upstream, *, run_id: str = RUN_ID, **extra: Any
+    tmp_path: Path,
+    upstream: Upstream,
+    *,
+    run_id: str = RUN_ID,
+    upstream_ca_file: str | None = None,
+    **extra: Any,
 ) -> Served:
     """A gateway for ``run_id`` with the data root ``tmp_path/home``; ``extra`` overrides
     keys of its ``[gateway]`` policy."""
@@ -69,6 +74,7 @@ def serve_on_loopback(
         imp="yuko",
         run_id=run_id,
         journal=journal,
+        upstream_ca_file=upstream_ca_file,
     )
     gateway.serve(listener)
     return Served(gateway, port, journal, home)

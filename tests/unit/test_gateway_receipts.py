@@ -8,12 +8,14 @@ import hashlib
 import http.client
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from impyard.gateway.ca import ca_certificate
 from impyard.gateway.receipts import RECEIPT_HEADER, Receipt, read_receipts, receipt_url
 from impyard.home import Home
 from impyard.runs import manifest
@@ -21,6 +23,7 @@ from impyard.runs.model import Manifest
 from tests.helpers.cli import Cli
 from tests.helpers.gateway import RUN_ID, SECRET, Served, serve_on_loopback, via_proxy
 from tests.helpers.upstream import Upstream, entity
+from tests.tls_server import HOST, TlsPageServer
 
 
 @pytest.fixture
@@ -80,6 +83,30 @@ def test_http_client_gives_dechunked_but_still_gzipped_bytes(upstream: Upstream)
     finally:
         conn.close()
     assert read == entity("/gen/5000?gzip=1") and read[:2] == b"\x1f\x8b"
+
+
+def test_inspected_https_gets_receipts_like_plain_http(tmp_path: Path, upstream: Upstream) -> None:
+    page = b"<html>an internal page</html>\n"
+    with TlsPageServer(tmp_path / "site", {"/page.html": page}) as site:
+        s = serve_on_loopback(
+            tmp_path,
+            upstream,
+            upstream_ca_file=str(site.ca_file),
+            allow=[{"host": HOST, "ports": [site.port], "methods": ["GET"]}],
+        )
+        trust = ssl.create_default_context(cadata=ca_certificate(s.home.gateway_ca_dir))
+        conn = http.client.HTTPSConnection("127.0.0.1", s.port, timeout=30, context=trust)
+        conn.set_tunnel(HOST, site.port)
+        try:
+            conn.request("GET", "/page.html")
+            response = conn.getresponse()
+            assert response.status == 200 and response.read() == page
+        finally:
+            conn.close()
+        [receipt] = receipts_of(s)
+    assert receipt.id == response.headers[RECEIPT_HEADER]
+    assert receipt.url == site.url("/page.html") and receipt.method == "GET"
+    assert receipt.sha256 == hashlib.sha256(page).hexdigest() and receipt.complete
 
 
 def test_an_upstream_cannot_forge_the_receipt_header(served: Served, upstream: Upstream) -> None:

@@ -5,13 +5,17 @@ where the limit falls, so the upstream sees at most the limit."""
 
 from __future__ import annotations
 
+import http.client
 import socket
+import ssl
 import time
 from pathlib import Path
 from typing import Any
 
+from impyard.gateway.ca import ca_certificate
 from tests.helpers.gateway import SECRET, Served, serve_on_loopback, via_proxy
 from tests.helpers.upstream import Upstream
+from tests.tls_server import HOST, TlsPageServer
 
 RUN_RULE = "gateway.budget.request_bytes_per_run"
 
@@ -126,6 +130,37 @@ def test_a_rule_cap_refuses_a_larger_body_with_413(tmp_path: Path, upstream: Ups
     assert entries == {"/fits": (200, 1000), "/x": (413, 0), "/up": (413, 800)}
     # The cap is per request: the run's budget is charged only what was sent.
     assert s.gateway.budget.request_bytes == 1800
+
+
+def test_inspected_https_bodies_are_held_to_the_same_limits(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    with TlsPageServer(tmp_path / "site", {}) as site:
+        s = serve_on_loopback(
+            tmp_path,
+            upstream,
+            upstream_ca_file=str(site.ca_file),
+            allow=[{"host": HOST, "ports": [site.port], "methods": ["POST"], "request_bytes": 100}],
+            budget={"request_bytes_per_run": 150},
+        )
+        trust = ssl.create_default_context(cadata=ca_certificate(s.home.gateway_ca_dir))
+
+        def post(size: int) -> tuple[int, str]:
+            conn = http.client.HTTPSConnection("127.0.0.1", s.port, timeout=30, context=trust)
+            conn.set_tunnel(HOST, site.port)
+            try:
+                conn.request("POST", "/form", body=b"p" * size)
+                response = conn.getresponse()
+                response.read()
+                return response.status, response.headers["X-Impyard-Gateway-Rule"] or ""
+            finally:
+                conn.close()
+
+        assert post(101) == (413, f"gateway.allow[0] {HOST}")
+        assert post(100)[0] == 200
+        assert post(51) == (429, RUN_RULE)
+        assert site.uploaded == 100
+        s.gateway.close()
 
 
 def test_route_bodies_count_against_the_run_budget(
