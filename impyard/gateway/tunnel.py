@@ -36,6 +36,10 @@ def tunnel(client: GatewayHandler, rec: Record, host: str, port: int) -> None:
         rec.status = 200
         pending = buffered_client_bytes(client)
         if pending:
+            # Sent along with the CONNECT: upload bytes like any other.
+            if not gw.budget.take_request_bytes(len(pending)):
+                raise Refused.by_budget(gw.budget.upload_refusal(), "truncated")
+            rec.request_bytes += len(pending)
             upstream.sendall(pending)
         _relay(client, rec, upstream)
 

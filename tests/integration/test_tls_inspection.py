@@ -6,6 +6,7 @@ the tunnel; nothing in the box can see the CA's key."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from impyard.home import Home
 from tests.helpers.cli import Cli
+from tests.helpers.git import git
 from tests.helpers.policy import edit_org
 from tests.tls_server import HOST, TlsPageServer
 
@@ -136,3 +138,40 @@ def test_the_inspection_ca_key_never_reaches_the_box(yard: Cli) -> None:
     assert "hits=0" in log and "hit /" not in log
     assert "bundle=yes" in log and "private=0" in log
     assert "mount " not in log
+
+
+FETCH_AND_CITE = """
+url={url}
+receipt=$(curl -sS -D - -o /tmp/page "$url" | tr -d '\\r' |
+    sed -n 's/^[Xx]-[Ii]mpyard-[Rr]eceipt: //p')
+echo "receipt=$receipt"
+echo "The internal page says hello." |
+    impyard-note sources internal-page --source "$url" --receipt "{cite}"
+"""
+
+
+def test_a_note_cites_the_receipt_of_what_it_fetched_and_git_log_shows_the_bytes(
+    yard: Cli, sites: tuple[TlsPageServer, TlsPageServer]
+) -> None:
+    trusted, _ = sites
+    url = trusted.url("/page.html")
+    record, log = run(yard, FETCH_AND_CITE.format(url=url, cite="$receipt"))
+    assert record["checkpoint"] == "integrated", (record, log)
+    receipt = log.split("receipt=", 1)[1].split()[0]
+    digest = hashlib.sha256(PAGE).hexdigest()
+    receipts = json.loads(yard("runs", "receipts", record["run_id"], "--json").stdout)
+    (fetched,) = [r for r in receipts if r["id"] == receipt]
+    assert (fetched["url"], fetched["sha256"], fetched["bytes"]) == (url, digest, len(PAGE))
+    repo = yard("knowledge", "yuko").stdout.strip()
+    message = git("-C", repo, "log", "-1", "--format=%B", "main").stdout
+    assert f"Source-Receipt: {receipt} {url} sha256={digest}" in message
+    path = f"records/sources/internal-page--{record['namespace']}_1.md"
+    shown = json.loads(yard("knowledge", "provenance", "yuko", path, "--json").stdout)
+    assert receipt in json.dumps(shown) and digest in json.dumps(shown)
+
+    # Another run may not cite that receipt, nor one nobody issued.
+    for cite in (receipt, "rcpt_" + "0" * 20):
+        again, log = run(yard, FETCH_AND_CITE.format(url=url, cite=cite))
+        assert again["checkpoint"] == "rejected", (again, log)
+        errors = [(e["rule"], cite in e["message"]) for e in again["validation_errors"]]
+        assert ("source-receipt", True) in errors

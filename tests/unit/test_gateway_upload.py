@@ -206,6 +206,30 @@ def test_a_tunnel_is_cut_once_the_run_has_sent_its_budget(
     assert entry["rule"] == RUN_RULE and entry["request_bytes"] == len(inner) + 500
 
 
+def test_bytes_sent_along_with_the_connect_count_against_the_budget(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    s = serve_on_loopback(
+        tmp_path, upstream, inspect_tls=False, budget={"request_bytes_per_run": 100}
+    )
+    target = f"127.0.0.1:{upstream.port}"
+    inner = f"POST /early HTTP/1.1\r\nHost: {target}\r\nContent-Length: 500\r\n\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            # The box's first bytes ride in the CONNECT's own packet.
+            connect = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+            sock.sendall((connect + inner).encode() + b"x" * 500)
+            data = b""
+            while piece := sock.recv(65536):
+                data += piece
+    finally:
+        s.gateway.close()
+    assert data.startswith(b"HTTP/1.1 200") and b"upstream" not in data.split(b"\r\n\r\n", 1)[1]
+    assert upstream.seen == [] and upstream.received == 0
+    (entry,) = [e for e in journal(s) if e["method"] == "CONNECT"]
+    assert entry["rule"] == "gateway.budget.request_bytes_per_run"
+
+
 def wait_for(condition: Any, seconds: float = 10) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
