@@ -8,10 +8,10 @@ once the body has passed or been cut.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 
 from impyard.gateway.archive import ArchivedBody, RunArchive
+from impyard.gateway.digest import BodyDigest
 from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.names import utc_now
 
@@ -42,7 +42,7 @@ class Fetch:
         self.status = 0
         self.content_type: str | None = None
         self.bytes = 0
-        self._digest = hashlib.sha256()
+        self._digest = BodyDigest()
         self._body: ArchivedBody | None = None
 
     def begin(self, status: int, content_type: str | None, length: int | None, body: bool) -> None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import select
+import socket
+import ssl
 from typing import TYPE_CHECKING
 
 from impyard.gateway.fetch import Fetch
@@ -102,7 +105,7 @@ def forward(
             raise Refused(
                 502, rec.rule, f"upstream {host}:{port} failed: {_describe(exc)}", "failed"
             ) from exc
-        _relay_response(client, rec, response, fetch)
+        _relay_response(client, rec, response, fetch, sock)
 
 
 def _cap(client: GatewayHandler, rec: Record, host: str, port: int) -> RequestCap | None:
@@ -114,7 +117,11 @@ def _cap(client: GatewayHandler, rec: Record, host: str, port: int) -> RequestCa
 
 
 def _relay_response(
-    client: GatewayHandler, rec: Record, response: http.client.HTTPResponse, fetch: Fetch
+    client: GatewayHandler,
+    rec: Record,
+    response: http.client.HTTPResponse,
+    fetch: Fetch,
+    upstream: socket.socket,
 ) -> None:
     budget = client.gateway.budget
     if response.length is not None and response.length > budget.bytes_left():
@@ -143,7 +150,7 @@ def _relay_response(
     complete = False
     try:
         if not bodiless:
-            _relay_body(client, rec, response, fetch, chunked)
+            _relay_body(client, rec, response, fetch, chunked, upstream)
         complete = True
     finally:
         # Cut or not, the box got these bytes: the receipt says which and how many.
@@ -156,13 +163,14 @@ def _relay_body(
     response: http.client.HTTPResponse,
     fetch: Fetch,
     chunked: bool,
+    upstream: socket.socket,
 ) -> None:
     """The body as the upstream sent it: read1 undoes chunking but no content coding, so
     what is relayed, hashed and archived are the entity's own bytes (gzip stays gzip)."""
     budget = client.gateway.budget
     while True:
         try:
-            piece = response.read1(CHUNK)
+            piece = _read_available(response, upstream)
         except (OSError, http.client.HTTPException) as exc:
             raise Refused(
                 502, rec.rule, f"upstream {rec.host} failed mid-body: {_describe(exc)}", "failed"
@@ -185,6 +193,32 @@ def _relay_body(
         )
     if chunked:
         client.wfile.write(b"0\r\n\r\n")
+
+
+def _read_available(response: http.client.HTTPResponse, upstream: socket.socket) -> bytes:
+    """The next piece of the body: what one read gives (a TLS read gives one 16 KiB record),
+    plus whatever else has already arrived, up to ``CHUNK``. Never waits for more than
+    the first read does, so a stream (server-sent events) is relayed as it comes, while a
+    bulk download is relayed, hashed and encrypted in fewer, larger pieces."""
+    piece = response.read1(CHUNK)
+    if not piece or len(piece) >= CHUNK:
+        return piece
+    pieces = [piece]
+    size = len(piece)
+    while size < CHUNK and _has_input(upstream):
+        more = response.read1(CHUNK - size)
+        if not more:
+            break
+        pieces.append(more)
+        size += len(more)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def _has_input(sock: socket.socket) -> bool:
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
 
 
 def _describe(exc: BaseException) -> str:
