@@ -183,12 +183,48 @@ class BoxPolicy(_Strict):
         return value
 
 
+class RetentionPolicy(_Strict):
+    """How long what a data root keeps is kept (``impyard gc``; serve runs it periodically).
+    One value per data root: org only."""
+
+    quarantine_days: Annotated[int, Field(gt=0), FIXED] = Field(
+        default=14, description="Days a quarantined run (its ref and kept checkout) is kept."
+    )
+    candidate_days: Annotated[int, Field(gt=0), FIXED] = Field(
+        default=30, description="Days a rejected or conflicting candidate ref is kept."
+    )
+    finished_run_days: Annotated[int, Field(gt=0), FIXED] = Field(
+        default=30, description="Days a finished run's record (runs/<id>/) is kept."
+    )
+    journal_max_bytes: Annotated[int, Field(gt=0), FIXED] = Field(
+        default=67_108_864,
+        description="journal.jsonl is rotated to numbered, compressed files past this size.",
+    )
+    gc_interval_seconds: Annotated[int, Field(gt=0), FIXED] = Field(
+        default=3600, description="How often serve runs gc."
+    )
+
+
+class BackupPolicy(_Strict):
+    """Where every imp's knowledge is pushed after each change. Org only."""
+
+    remotes: Annotated[list[str], FIXED] = Field(
+        default_factory=list,
+        description=(
+            "Base locations (a local path, file:// or any URL libgit2 can push to); each imp "
+            "goes to <remote>/<imp>.git."
+        ),
+    )
+
+
 class Policy(_Strict):
     """An org policy, or the effective policy of one imp (org with its overlay applied)."""
 
     knowledge: KnowledgePolicy = Field(default_factory=KnowledgePolicy)
     box: BoxPolicy = Field(default_factory=BoxPolicy)
     gateway: GatewayPolicy = Field(default_factory=GatewayPolicy)
+    retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
+    backup: BackupPolicy = Field(default_factory=BackupPolicy)
 
 
 # What a run receives; the same shape as the org policy.
