@@ -48,6 +48,10 @@ class KnowledgeError(ImpyardError):
     """A knowledge repository operation failed (corrupt repo, missing ref, ...)."""
 
 
+class BackupError(ImpyardError):
+    """A push to a backup remote, or a restore from one, failed or was refused."""
+
+
 class LeaseHeldError(ImpyardError):
     """The imp's exclusive reorganization lease is held by another run."""
 

@@ -161,6 +161,19 @@ class Home:
         return self.gateway_dir / imp / f"{day}.count"
 
     @property
+    def backup_dir(self) -> Path:
+        return self.root / "backup"
+
+    @property
+    def backup_status(self) -> Path:
+        """Per imp and remote: when knowledge was last pushed, and the last failure."""
+        return self.backup_dir / "status.json"
+
+    @property
+    def backup_status_lock(self) -> Path:
+        return self.backup_dir / "status.lock"
+
+    @property
     def memory_dir(self) -> Path:
         return self.root / "memory"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from impyard import names
+from impyard import backup, names
 from impyard.gateway.control import ControlRefused
 from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
@@ -145,6 +145,8 @@ class BoxControl:
             violations=found.total,
         )
         landed = record.state == "integrated"
+        if landed:
+            backup.notify(run.home, m.imp)
         return {
             "checkpoint": number if landed else None,
             "outcome": result.checkpoint,

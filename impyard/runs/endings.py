@@ -9,6 +9,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from impyard import backup
 from impyard.box.launch import kill_box, remove_box
 from impyard.box.spec import BoxExit
 from impyard.box.tmpwatch import TmpUsage, oom_reason
@@ -146,6 +147,7 @@ def checkpoint(run: Run) -> None:
         reason="integration conflict" if outcome == "conflict" else None,
         **digest_fields(found),
     )
+    backup.notify(run.home, m.imp)  # queued: a remote that is down never holds the lane
     if outcome == "integrated":
         prepare_next_base(run)
 
@@ -172,6 +174,8 @@ def quarantine_run(run: Run) -> None:
         produced_commit=earlier[-1].commit if earlier else None,
         **digest_fields(skipped),
     )
+    if ref is not None:
+        backup.notify(run.home, m.imp)
 
 
 def digest_fields(found: ViolationDigest) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""Back up one imp to every configured remote, now: push, record the status, journal it.
+
+The remotes are the org policy's ``[backup] remotes`` as last deployed
+(``compiled.json``); a relative local path there is taken from the data root.
+Pushes of one imp are serialized across processes (``backup/<imp>.lock``), so a
+later push always reads refs at least as new as an earlier one pushed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from impyard.backup import status
+from impyard.backup.push import ATTEMPTS, PushResult, push
+from impyard.backup.remotes import locate
+from impyard.fsutil import locked
+from impyard.home import Home
+from impyard.journal import Journal
+
+
+def configured_remotes(home: Home) -> list[str]:
+    from impyard.policy.compile import deployed_org_policy  # pydantic only when needed
+
+    return list(dict.fromkeys(deployed_org_policy(home).backup.remotes))
+
+
+def backup_imp(
+    home: Home,
+    imp: str,
+    *,
+    remotes: list[str] | None = None,
+    attempts: int = ATTEMPTS,
+    abandon: threading.Event | None = None,
+) -> list[PushResult]:
+    """Push ``imp`` to each remote (default: the configured ones); a failure is a result,
+    never an exception."""
+    bases = configured_remotes(home) if remotes is None else remotes
+    if not bases:
+        return []
+    home.backup_dir.mkdir(exist_ok=True)
+    results: list[PushResult] = []
+    with locked(home.backup_dir / f"{imp}.lock"):
+        for base in bases:
+            location = locate(base, imp, home.root)
+            results.append(push(home, imp, location, attempts=attempts, abandon=abandon))
+        status.record(home, imp, results, [locate(b, imp, home.root).label for b in bases])
+    journal = Journal(home.journal)
+    for result in results:
+        if not result.ok:
+            journal.record(
+                "backup.failed",
+                imp=imp,
+                remote=result.remote,
+                error=result.error,
+                attempts=result.attempts,
+            )
+        elif result.updated or result.deleted:
+            journal.record(
+                "backup.pushed",
+                imp=imp,
+                remote=result.remote,
+                commit=result.main,
+                updated=result.updated,
+                deleted=result.deleted,
+                attempts=result.attempts,
+                duration_ms=result.duration_ms,
+            )
+    return results
