@@ -219,6 +219,18 @@ def init_home(home: Home) -> bool:
             home.memory_dir,
         ):
             directory.mkdir(parents=True, exist_ok=True)
+def resolve_home(option: Path | None) -> Path:
+    """The data root of an invocation, absolute: ``--home``, else ``IMPYARD_HOME``, else
+    ``./.impyard`` (what ``Settings.home`` resolves to, without loading the settings)."""
+    if option is not None:
+        return option.absolute()
+    for name in ("IMPYARD_HOME", "impyard_home"):
+        value = os.environ.get(name)
+        if value:
+            return Path(value).absolute()
+    return Path(".impyard").absolute()
+
+
         if not home.org_policy.exists():
             atomic_write_bytes(home.org_policy, default_org_policy())
     except OSError as exc:

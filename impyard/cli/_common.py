@@ -4,23 +4,35 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from impyard.errors import UsageError
-from impyard.home import Home
-from impyard.settings import Settings
+from impyard.home import Home, resolve_home
+
+if TYPE_CHECKING:
+    from impyard.settings import Settings
 
 
-@dataclass(frozen=True)
 class AppState:
-    settings: Settings
+    """This invocation's data root and settings. The settings (pydantic-settings, ~45 ms to
+    import) load only when a command asks for them: most commands need only the home."""
 
-    @property
+    def __init__(self, home_option: Path | None) -> None:
+        self.home_option = home_option
+
+    @cached_property
     def home(self) -> Home:
-        return Home(self.settings.home)
+        return Home(resolve_home(self.home_option))
+
+    @cached_property
+    def settings(self) -> Settings:
+        from impyard.settings import load_settings
+
+        return load_settings(self.home.root)
 
 
 def state(ctx: typer.Context) -> AppState:

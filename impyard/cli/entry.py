@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import atexit
 import gc
+import sys
 
 _GEN0_THRESHOLD = 10_000
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--version"]:
+        # Scripts and packagers ask this often: answer before typer and pydantic load.
+        from impyard import __version__
+
+        sys.stdout.write(f"impyard {__version__}\n")
+        return
     gc.set_threshold(_GEN0_THRESHOLD, 20, 100)
     atexit.register(gc.freeze)
     from impyard.cli.main import main as run_cli

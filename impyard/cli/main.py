@@ -26,8 +26,7 @@ from impyard.cli import (
     task,
 )
 from impyard.errors import ImpyardError
-from impyard.home import Home
-from impyard.settings import load_settings
+from impyard.home import Home, resolve_home
 
 UNEXPECTED_EXIT = 70
 
@@ -60,7 +59,7 @@ def root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    ctx.obj = _common.AppState(settings=load_settings(home))
+    ctx.obj = _common.AppState(home)
     _error_log_home[0] = ctx.obj.home
 
 
@@ -92,8 +91,8 @@ def _log_unexpected(exc: BaseException) -> Path | None:
     home = _error_log_home[0]
     if home is None:
         try:
-            home = Home(load_settings().home)
-        except Exception:  # settings themselves may be what is broken
+            home = Home(resolve_home(None))
+        except Exception:  # the environment itself may be what is broken
             home = None
     if home is not None:
         candidates.append(home.error_log)
