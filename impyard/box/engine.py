@@ -14,11 +14,13 @@ go through python-on-whales, the CLI's twin.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from impyard.errors import EngineError, ImageNotFoundError, NotFoundError
@@ -112,6 +114,19 @@ def set_default_timeout(seconds: float) -> None:
     """Per-call API timeout for clients created from now on (else ``Settings``)."""
     global _default_timeout
     _default_timeout = seconds
+
+
+@contextlib.contextmanager
+def timeout_within(seconds: float) -> Iterator[None]:
+    """Engine calls in the block give up after ``seconds`` (a screen an owner waits on must
+    not hang on a stuck engine); the previous default is back afterwards."""
+    global _default_timeout
+    saved = _default_timeout
+    _default_timeout = seconds
+    try:
+        yield
+    finally:
+        _default_timeout = saved
 
 
 def _timeout() -> float:
@@ -322,6 +337,43 @@ def call(
         return retrying(fn, *args, **kwargs)
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise translate(exc, what, container_id=container_id, image=image, volume=volume) from exc
+
+
+#: Where dockerd records its pid by default (``--pidfile``).
+DAEMON_PIDFILE = Path("/var/run/docker.pid")
+
+
+def engine_key() -> str:
+    """A cheap identity of the running engine, to key what it was found to support.
+
+    For a local daemon: the socket address plus the daemon's pid and process start time
+    (two small file reads, no engine call): a restart, the only way its storage or mount
+    support changes, changes the key. Otherwise the address plus ``/version`` (a cheap
+    endpoint; ``info`` is the slowest). A stale key is caught at use anyway: a failed
+    overlay mount falls back and re-probes."""
+    url = engine_url()
+    if url.startswith("unix://"):
+        started = _local_daemon_start()
+        if started is not None:
+            return f"{url}|{started}"
+    version = call("version", api().version)
+    parts = (version.get(k, "") for k in ("Version", "ApiVersion", "KernelVersion", "Os"))
+    return "|".join([url, *map(str, parts)])
+
+
+def _local_daemon_start() -> str | None:
+    """``pid=<n>,start=<ticks>`` of the local dockerd, or None when it cannot be told."""
+    try:
+        pid = int(DAEMON_PIDFILE.read_text().strip())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    name = stat[stat.find("(") + 1 : stat.rfind(")")]
+    if name != "dockerd":
+        return None
+    # Field 22 (start time in clock ticks since boot), counted after the ")".
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return f"pid={pid},start={fields[19]}" if len(fields) > 19 else None
 
 
 def engine_id() -> str:

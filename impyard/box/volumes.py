@@ -130,11 +130,13 @@ def overlay_volumes_supported(home: Home, image: str = DEFAULT_IMAGE) -> bool:
     """Whether overlay checkout volumes work on this engine for this data root.
 
     Probed once (a real box writing through an overlay volume); the answer is
-    cached in ``<home>/engine-features.json`` keyed by the engine ID, so later
-    runs pay one ``docker info`` instead. Without an existing data root the
-    probe runs in a temp dir and nothing is cached.
+    cached in ``<home>/engine-features.json`` keyed by ``engine.engine_key()``
+    (no ``docker info``: for a local daemon, two file reads), so later runs pay
+    nothing. ``forget_overlay_support`` drops the answer when an overlay mount
+    fails anyway. Without an existing data root the probe runs in a temp dir and
+    nothing is cached.
     """
-    engine_key = engine.engine_id()
+    engine_key = engine.engine_key()
     memo_key = (str(home.root), engine_key)
     with _probe_lock:
         if memo_key in _probed:
@@ -154,6 +156,15 @@ def overlay_volumes_supported(home: Home, image: str = DEFAULT_IMAGE) -> bool:
                 atomic_write_json(_features_path(home), cache)
         _probed[memo_key] = answer
         return answer
+
+
+def forget_overlay_support(home: Home) -> None:
+    """An overlay mount failed although the cache said overlays work (the engine changed
+    under a key that did not): drop every cached answer so the next run probes again."""
+    with _probe_lock:
+        _probed.clear()
+        with contextlib.suppress(OSError):
+            _features_path(home).unlink()
 
 
 def select_checkout_kind(

@@ -18,13 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from impyard import names
+from impyard.box.engine import EngineCallError
 from impyard.box.image_roots import image_roots
 from impyard.box.launch import box_pid, kill_box, start_box, wait_box
 from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxExit, box_labels
 from impyard.box.tmpwatch import TmpWatch
 from impyard.box.trust import write_box_bundle
-from impyard.box.volumes import create_overlay_volume, remove_volume, select_checkout_kind
+from impyard.box.volumes import (
+    create_overlay_volume,
+    forget_overlay_support,
+    remove_volume,
+    select_checkout_kind,
+)
 from impyard.errors import ImpyardError
 from impyard.gateway import Gateway, write_ready
 from impyard.gateway.ca import ca_certificate
@@ -146,7 +152,14 @@ class Run:
         self.manifest.starting(spec.name, spec.image)
         self.save()
         with self.phase("start"):
-            started = start_box(spec, self.home.box_log(spec.run_id))
+            try:
+                started = start_box(spec, self.home.box_log(spec.run_id))
+            except EngineCallError as exc:
+                if not self.overlay_mount_failed(exc):
+                    raise
+                self.fall_back_to_copy(str(exc))
+                spec = box_spec(self.home, self.manifest, self.policy, request, self.gateway)
+                started = start_box(spec, self.home.box_log(spec.run_id))
             self.log_follower = started.follower
         self.manifest.running(started.container_id, started.image_id, names.utc_now())
         self.save()
@@ -156,6 +169,32 @@ class Run:
         pid = box_pid(started.container_id)
         self.attach_gateway(pid)
         self.tmp_watch.start(pid)
+
+    def overlay_mount_failed(self, exc: EngineCallError) -> bool:
+        """The engine could not mount the run's overlay volume (the box never started)."""
+        checkout = self.manifest.checkout
+        text = str(exc).lower()
+        return (
+            checkout is not None
+            and checkout.kind == "overlay"
+            and ("mounting volume" in text or "mount local volume" in text)
+        )
+
+    def fall_back_to_copy(self, reason: str) -> None:
+        """The cached answer said overlays work and the engine disagrees (it changed under
+        the same key): forget the answer, and give this run a full copy instead. Its space
+        was sized for an overlay upper dir, so a box that also writes close to
+        ``max_repo_bytes`` may fill it sooner than a copy-sized one."""
+        m = self.manifest
+        self.event("checkout.fallback", reason=reason[:300])
+        forget_overlay_support(self.home)
+        self.drop_volume()
+        m.volume = None
+        self.save()
+        m.checkout = prepare_checkout(
+            self.home, m.imp, m.run_id, m.base_commit, "copy", self.policy.box.user
+        )
+        self.save()
 
     def open_gateway(self) -> None:
         """The box's only way out. Its command waits in box-init until the listener is bound

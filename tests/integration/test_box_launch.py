@@ -260,7 +260,8 @@ def test_overlay_probe_is_cached(tmp_path: Path) -> None:
     home.root.mkdir()
     assert overlay_volumes_supported(home) in (True, False)
     cache = home.engine_features.read_text()
-    assert engine.engine_id() in cache
+    # Keyed without `docker info`: the local daemon's pid and start time.
+    assert engine.engine_key() in cache and "pid=" in engine.engine_key()
     # The probe dirs are cleaned up.
     assert [p.name for p in home.root.iterdir()] == [home.engine_features.name]
     assert select_checkout_kind(Settings(checkout="auto"), home) in ("overlay", "copy")
