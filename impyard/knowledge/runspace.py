@@ -46,6 +46,7 @@ _MKFS = (
     "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard",
 )  # fmt: skip
 _MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
+_READ_ONLY_OPTIONS = "loop,ro,nosuid,nodev,noexec,noatime"
 
 
 class DiskSpaceError(ImpyardError):
@@ -172,6 +173,21 @@ def ensure_mounted(space: RunSpace) -> None:
             ["mount", "-o", _MOUNT_OPTIONS, str(space.image), str(space.mount)],
             "mount the run space",
         )
+
+
+def mount_read_only(space: RunSpace) -> bool:
+    """Mount a kept loop space read-only to read what its box left (an owner's repair);
+    True when this call mounted it (the caller unmounts), False when it already was."""
+    if space.kind != "loop" or space.image is None or _is_mounted(space.mount):
+        return False
+    if not space.image.is_file():
+        raise ImpyardError(f"run space image {space.image} is missing")
+    space.mount.mkdir(exist_ok=True)
+    _run(
+        ["mount", "-o", _READ_ONLY_OPTIONS, str(space.image), str(space.mount)],
+        "mount the kept run space read-only",
+    )
+    return True
 
 
 def is_full(space: RunSpace) -> bool:

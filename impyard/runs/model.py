@@ -63,6 +63,32 @@ class CheckpointRecord(BaseModel):
 #: How many paths a checkpoint record lists in the manifest (all count in file_count).
 MAX_LISTED = 1000
 
+RepairAction = Literal["retry", "drop", "export"]
+
+
+class RepairRecord(BaseModel):
+    """One owner action on what the run preserved (``impyard candidates|quarantine ...``).
+
+    A retry or drop is recorded ``pending`` before it acts, so a host that dies in one
+    leaves the checkpoint number a retry lands under: the next retry reuses it and
+    finds its commit on main instead of landing the change again."""
+
+    model_config = ConfigDict(validate_assignment=True, extra="ignore")
+
+    action: RepairAction
+    kind: Literal["candidate", "quarantine"]
+    by: str
+    at: str
+    #: pending, then integrated | empty | rejected | conflict | dropped | exported
+    outcome: str = "pending"
+    ref: str | None = None
+    #: The checkpoint number a retry lands under (its Impyard-Checkpoint trailer).
+    checkpoint: int | None = None
+    commit: str | None = None
+    violations: int | None = None
+    #: Where the change came from (a retry) or went (an export).
+    detail: str | None = None
+
 
 class Manifest(BaseModel):
     """``runs/<run-id>/manifest.json``: the run record, rewritten atomically at each state.
@@ -114,6 +140,8 @@ class Manifest(BaseModel):
     validation_error_counts: dict[str, int] | None = None
     #: Checkpoints the box asked for while it ran, in order (the exit checkpoint is not one).
     checkpoints: list[CheckpointRecord] = Field(default_factory=list)
+    #: What the owner did with the run's candidate or quarantine afterwards, in order.
+    repairs: list[RepairRecord] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
 
