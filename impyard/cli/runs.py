@@ -123,6 +123,12 @@ def register(app: typer.Typer) -> None:
             echo("validation errors:")
             for error in m.validation_errors:
                 echo(f"  {error.path or '-'}: {error.rule}: {error.message}")
+        if m.repairs:
+            from impyard.cli.repair import repair_line
+
+            echo("repairs:")
+            for repair in m.repairs:
+                echo(f"  {repair_line(repair.model_dump(mode='json'))}")
 
     @runs_app.command("receipts")
     def receipts_command(

@@ -1,0 +1,288 @@
+"""``impyard candidates|quarantine list|show|diff|retry|drop|export``: the owner's repair
+of what Impyard preserved off main (refused changes, quarantined runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from impyard.cli._common import echo, initialized_home, print_json, state, warn
+
+if TYPE_CHECKING:
+    from impyard.repair.preserved import Kind
+
+#: Longest reason a listing shows on its row (show has all of it).
+REASON_CHARS = 80
+
+_HELP = {
+    "candidate": "Changes the lane refused or could not land (refs/candidates/<run-id>).",
+    "quarantine": "What boxes left after an abnormal exit (refs/quarantine/<run-id> and the "
+    "kept checkout).",
+}
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(_group("candidate"), name="candidates")
+    app.add_typer(_group("quarantine"), name="quarantine")
+
+
+def _group(kind: Kind) -> typer.Typer:
+    group = typer.Typer(help=_HELP[kind], no_args_is_help=True)
+    noun = "candidates" if kind == "candidate" else "quarantine"
+
+    @group.command("list")
+    def list_command(
+        ctx: typer.Context,
+        imp: str | None = typer.Option(None, "--imp", help="Only this imp's."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """List them across imps, oldest run first."""
+        from impyard.knowledge.imps import open_repo
+        from impyard.repair.preserved import list_preserved
+        from impyard.repair.views import row
+
+        home = initialized_home(ctx)
+        rows = [row(p, open_repo(home, p.imp)) for p in list_preserved(home, kind, imp)]
+        if as_json:
+            print_json(rows)
+            return
+        _print_rows(kind, rows)
+
+    @group.command("show")
+    def show_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help="The run id."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """Why it is off main, and each path against the current main."""
+        from impyard.knowledge.imps import open_repo
+        from impyard.repair.preserved import find_preserved
+        from impyard.repair.views import details
+
+        home = initialized_home(ctx)
+        found = find_preserved(home, kind, run_id)
+        shown = details(found, open_repo(home, found.imp))
+        if as_json:
+            print_json(shown)
+            return
+        _print_details(shown)
+
+    @group.command("diff")
+    def diff_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help="The run id."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """Unified diffs from the current main to the preserved files (bounded)."""
+        from impyard.knowledge.imps import open_repo
+        from impyard.repair.preserved import find_preserved
+        from impyard.repair.views import diff
+
+        home = initialized_home(ctx)
+        found = find_preserved(home, kind, run_id)
+        shown = diff(found, open_repo(home, found.imp))
+        if as_json:
+            print_json(shown)
+            return
+        _print_diff(shown, noun)
+
+    def retry(ctx: typer.Context, run_id: str, as_json: bool, from_ref: bool) -> None:
+        from impyard.repair.retry import retry as retry_change
+
+        initialized_home(ctx)
+        result = retry_change(state(ctx).settings, kind, run_id, from_ref=from_ref)
+        for message in result.warnings:
+            warn(message)
+        if as_json:
+            print_json(result.as_dict())
+        else:
+            _print_retry(result.as_dict())
+        raise typer.Exit(result.exit_code)
+
+    if kind == "candidate":
+
+        @group.command("retry")
+        def retry_candidate(
+            ctx: typer.Context,
+            run_id: str = typer.Argument(..., help="The run id."),
+            as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+        ) -> None:
+            """Validate against the current main and policy, then land through the lane;
+            exit 0 landed, 3 rejected, 5 conflict (the ref stays)."""
+            retry(ctx, run_id, as_json, False)
+
+    else:
+
+        @group.command("retry")
+        def retry_quarantine(
+            ctx: typer.Context,
+            run_id: str = typer.Argument(..., help="The run id."),
+            as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+            from_ref: bool = typer.Option(
+                False, "--from-ref", help="Use the ref's tree, not the kept checkout."
+            ),
+        ) -> None:
+            """Snapshot the kept checkout, validate against the current main and policy, then
+            land through the lane; exit 0 landed, 3 rejected, 5 conflict (all stays)."""
+            retry(ctx, run_id, as_json, from_ref)
+
+    @group.command("drop")
+    def drop_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help="The run id."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """Delete the ref (and a quarantined run's kept checkout); main is untouched."""
+        from impyard.repair.drop import drop
+
+        result = drop(initialized_home(ctx), kind, run_id)
+        if as_json:
+            print_json(result.as_dict())
+            return
+        line = f"dropped {result.ref}"
+        if result.commit:
+            line += f" ({result.commit})"
+        if result.checkout_removed:
+            line += "; the kept checkout is removed"
+        echo(line)
+
+    @group.command("export")
+    def export_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help="The run id."),
+        directory: Path = typer.Argument(..., help="A new or empty directory."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """Write the change as plain files (DIR/files/...) and DIR/export.json (deletions,
+        status against main) for repair by hand."""
+        from impyard.repair.export import export
+
+        result = export(initialized_home(ctx), kind, run_id, directory)
+        if as_json:
+            print_json(result.as_dict())
+            return
+        doc = result.document
+        echo(
+            f"exported {len(doc['written'])} file(s) and {len(doc['deleted'])} deletion(s) of "
+            f"{doc['ref']} to {result.directory} (list in export.json)"
+        )
+
+    return group
+
+
+def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from impyard.repair.compare import visible
+
+    columns = ["run", "imp", "created", "checkpoint", "files"]
+    if kind == "quarantine":
+        columns.append("checkout")
+    table = Table(*columns, box=None)
+    table.add_column("reason", overflow="fold")
+    for r in rows:
+        reason = visible(r["reason"].splitlines()[0] if r["reason"] else "")
+        if len(reason) > REASON_CHARS:
+            reason = reason[: REASON_CHARS - 1] + "…"
+        cells = [
+            r["run_id"],
+            r["imp"],
+            r["created_at"],
+            r["checkpoint"] or "-",
+            f"+{r['written']} -{r['deleted']}",
+        ]
+        if kind == "quarantine":
+            cells.append("kept" if r["checkout_kept"] else "gone")
+        table.add_row(*cells, reason)
+    Console(width=200, markup=False, highlight=False).print(table)
+
+
+def _print_details(shown: dict[str, Any]) -> None:
+    from impyard.repair.compare import visible
+
+    rows: list[tuple[str, Any]] = [
+        ("run", shown["run_id"]),
+        ("imp", shown["imp"]),
+        ("ref", f"{shown['ref']} ({shown['commit']})"),
+        ("base", shown["base"]),
+        ("main", shown["main"]),
+        ("created", shown["created_at"]),
+        ("checkpoint", shown["checkpoint"] or "-"),
+        ("mode", shown["mode"] or "-"),
+        ("reason", visible(shown["reason"] or "-")),
+    ]
+    if "checkout_kept" in shown:
+        rows.append(("checkout", "kept" if shown["checkout_kept"] else "gone"))
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        echo(f"{label:<{width}}  {value}")
+    if shown["violations"]:
+        echo(f"violations ({shown['violations_total']}):")
+        for v in shown["violations"]:
+            echo(visible(f"  {v['path'] or '-'}: {v['rule']}: {v['message']}"))
+    elif shown["message"]:
+        echo("preserved with:")
+        for line in shown["message"]:
+            echo(visible(f"  {line}"))
+    counts = ", ".join(f"{n} {status}" for status, n in shown["status_counts"].items())
+    echo(f"files against main ({shown['files_total']}): {counts or 'none'}")
+    for f in shown["files"]:
+        size = "" if f["size"] is None else f"  ({f['size']} bytes)"
+        echo(visible(f"  {f['status']:<9} {f['path']}{size}"))
+    if shown["files_total"] > len(shown["files"]):
+        echo(f"  ... {shown['files_total'] - len(shown['files'])} more (see --json or diff)")
+    if shown["repairs"]:
+        echo("repairs:")
+        for r in shown["repairs"]:
+            echo(visible(f"  {repair_line(r)}"))
+
+
+def _print_diff(shown: dict[str, Any], noun: str) -> None:
+    from impyard.repair.compare import visible
+
+    for f in shown["files"]:
+        echo(visible(f"== {f['status']} {f['path']}"))
+        echo(f["diff"])
+    left = shown["files_total"] - len(shown["files"])
+    if shown["truncated"] and left:
+        echo(f"... {left} more file(s) not shown: `impyard {noun} export` writes them all")
+    if not shown["files_total"]:
+        echo("no difference from main")
+
+
+def _print_retry(result: dict[str, Any]) -> None:
+    from impyard.repair.compare import visible
+
+    if result["landed"]:
+        commit = f" {result['commit']}" if result["commit"] else ""
+        echo(
+            f"{result['run_id']} {result['outcome']}{commit} (checkpoint {result['checkpoint']}, "
+            f"from the {result['source']})"
+        )
+        if result["candidate_ref"]:
+            echo(f"kept back at {result['candidate_ref']}:")
+    else:
+        count = len(result["violations"])
+        echo(
+            f"{result['run_id']} {result['outcome']}: {count} violation(s); "
+            f"{result['ref']} is kept as it was"
+        )
+    for v in result["violations"]:
+        echo(visible(f"  {v['path'] or '-'}: {v['rule']}: {v['message']}"))
+
+
+def repair_line(r: dict[str, Any]) -> str:
+    """One repair record as ``runs show`` and ``show`` print it."""
+    line = f"{r['at']}  {r['action']} {r['kind']} by {r['by']}: {r['outcome']}"
+    if r.get("checkpoint") is not None:
+        line += f" (checkpoint {r['checkpoint']})"
+    if r.get("commit"):
+        line += f" {r['commit']}"
+    if r.get("violations"):
+        line += f", {r['violations']} violation(s)"
+    if r.get("detail"):
+        line += f" ({'from the' if r['action'] == 'retry' else 'to'} {r['detail']})"
+    return line

@@ -1,0 +1,610 @@
+"""Owner repair of preserved changes through the real CLI (no Docker): candidates and
+quarantined runs are listed, shown, diffed, exported, dropped and retried through the
+lane with every check, exactly once, recorded in the manifest and the journal."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import pytest
+
+from impyard.home import Home
+from impyard.knowledge import runspace
+from impyard.knowledge.change import Change, KnowledgeLimits
+from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.increments import landed_by
+from impyard.knowledge.lane import Trailers, candidate_ref, integrate
+from impyard.knowledge.quarantine import quarantine, quarantine_ref
+from impyard.knowledge.repo import main_commit
+from impyard.knowledge.snapshot import snapshot
+from impyard.runs import manifest as manifests
+from impyard.runs.model import CheckpointRecord, Manifest
+from tests.helpers.cli import Cli
+from tests.helpers.git import git
+from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, tree_paths
+
+OWNER = {"USER": "alice"}
+TIGHT = KnowledgeLimits(max_file_chars=300)
+LONG_BODY = "Acme ships SSO. " * 40 + "\n"  # about 640 characters: over TIGHT
+
+
+def set_max_file_chars(home: Home, chars: int) -> None:
+    text = home.org_policy.read_text()
+    lines = [
+        f"max_file_chars = {chars}" if line.startswith("max_file_chars =") else line
+        for line in text.splitlines()
+    ]
+    home.org_policy.write_text("\n".join(lines) + "\n")
+
+
+def deploy(cli: Cli) -> None:
+    done = cli("deploy")
+    assert done.code == 0, done.stderr
+
+
+def write_manifest(home: Home, base: str, **fields: Any) -> Manifest:
+    m = Manifest(
+        run_id=RUN,
+        imp="yuko",
+        task_id="task-1",
+        channel=None,
+        mode="append",
+        base_commit=base,
+        namespace=NS,
+        state="finished",
+        limits=TIGHT,
+        **fields,
+    )
+    home.run_dir(RUN).mkdir(parents=True, exist_ok=True)
+    manifests.write(home, m)
+    return m
+
+
+def refs(repo: pygit2.Repository) -> dict[str, str]:
+    return {name: str(repo.lookup_reference(name).target) for name in repo.references}
+
+
+def run_commits_on_main(home: Home) -> list[str]:
+    log = git("-C", home.repo("yuko"), "log", "--format=%H %(trailers:key=Impyard-Run)", "main")
+    return [line.split()[0] for line in log.stdout.splitlines() if RUN in line]
+
+
+def journal(home: Home, event: str) -> list[dict[str, Any]]:
+    lines = home.journal.read_text().splitlines() if home.journal.exists() else []
+    return [e for e in map(json.loads, lines) if e["event"] == event]
+
+
+def as_process(home: Home) -> Cli:
+    """The CLI as a real process with a timeout: a test fails, not hangs, if a fifo blocks."""
+    return Cli(home=home.root, in_process=False)
+
+
+# -- candidates ------------------------------------------------------------------------
+
+
+def rejected_candidate(
+    home: Home, repo: pygit2.Repository, files: dict[str, bytes], limits: KnowledgeLimits = TIGHT
+) -> tuple[str, Manifest]:
+    """A run whose exit the lane refused: refs/candidates/<run> and a finished manifest."""
+    base = main_commit(repo)
+    result = integrate(
+        home,
+        "yuko",
+        change_of(repo, files),
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=limits,
+        trailers=Trailers("yuko", RUN, "task-1", None, base, "append"),
+    )
+    assert result.checkpoint == "rejected" and result.candidate_ref == candidate_ref(RUN)
+    m = write_manifest(
+        home,
+        base,
+        checkpoint="rejected",
+        candidate_ref=result.candidate_ref,
+        validation_errors=result.violations,
+    )
+    return base, m
+
+
+@pytest.fixture
+def long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
+    """Imp yuko under max_file_chars 300 (deployed), with a 640-character note refused."""
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    set_max_file_chars(home, 300)
+    deploy(cli)
+    text = note_text(f"{NS}_1", body=LONG_BODY).encode()
+    rejected_candidate(home, repo, {note_path(): text})
+    return home, repo, cli
+
+
+def test_a_candidate_lands_once_after_the_owner_raises_the_limit(
+    long_note: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, repo, cli = long_note
+    refused = cli("candidates", "retry", RUN, env=OWNER)
+    assert refused.code == 3
+    assert "file-too-large" in refused.stdout and note_path() in refused.stdout
+    assert candidate_ref(RUN) in repo.references
+
+    set_max_file_chars(home, 1000)
+    deploy(cli)
+    landed = cli("candidates", "retry", RUN, "--json", env=OWNER)
+    assert landed.code == 0, landed.stdout + landed.stderr
+    result = json.loads(landed.stdout)
+    assert result["outcome"] == "integrated" and result["landed"] and result["source"] == "ref"
+    assert result["checkpoint"] == 1
+    assert main_commit(repo) == result["commit"]
+    assert note_path() in tree_paths(repo)
+    assert candidate_ref(RUN) not in repo.references
+    trailers = repo[result["commit"]].peel(pygit2.Commit).message_trailers
+    assert trailers["Impyard-Run"] == RUN and trailers["Impyard-Checkpoint"] == "1 (exit)"
+
+    again = cli("candidates", "retry", RUN, env=OWNER)
+    assert again.code == 2
+    assert "already landed" in again.stderr and result["commit"] in again.stderr
+    assert run_commits_on_main(home) == [result["commit"]]
+
+    m = manifests.read(home, RUN)
+    assert (m.checkpoint, m.produced_commit, m.candidate_ref) == (
+        "integrated",
+        result["commit"],
+        None,
+    )
+    assert [(r.action, r.kind, r.by, r.outcome) for r in m.repairs] == [
+        ("retry", "candidate", "alice", "rejected"),
+        ("retry", "candidate", "alice", "integrated"),
+    ]
+    events = journal(home, "repair.retried")
+    assert [(e["outcome"], e["by"], e["run"], e["imp"]) for e in events] == [
+        ("rejected", "alice", RUN, "yuko"),
+        ("integrated", "alice", RUN, "yuko"),
+    ]
+    assert events[0]["violations"][0]["rule"] == "file-too-large"
+    assert events[1]["commit"] == result["commit"]
+
+
+def test_a_retry_whose_host_died_after_main_moved_does_not_land_twice(
+    long_note: tuple[Home, pygit2.Repository, Cli], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from impyard.repair import retry
+
+    home, repo, cli = long_note
+    set_max_file_chars(home, 1000)
+    deploy(cli)
+
+    def die(*_args: object) -> None:
+        raise KeyboardInterrupt  # the host goes away after the compare-and-swap
+
+    with monkeypatch.context() as patch:
+        patch.setattr(retry, "_settle_landed", die)
+        assert cli("candidates", "retry", RUN, env=OWNER).code == 130
+    [landed] = run_commits_on_main(home)
+    pending = manifests.read(home, RUN).repairs
+    assert [(r.outcome, r.checkpoint) for r in pending] == [("pending", 1)]
+
+    done = cli("candidates", "retry", RUN, "--json", env=OWNER)
+    assert done.code == 0, done.stderr
+    assert json.loads(done.stdout)["commit"] == landed
+    assert run_commits_on_main(home) == [landed]
+    assert [(r.outcome, r.commit) for r in manifests.read(home, RUN).repairs] == [
+        ("integrated", landed)
+    ]
+    assert candidate_ref(RUN) not in repo.references
+
+
+def test_a_still_invalid_candidate_changes_nothing_and_prints_every_reason(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    bad = note_text(f"{NS}_1", body="token ghp_" + "a" * 36 + "\n").encode()
+    files = {
+        note_path(): bad,
+        "records/vendors/wrong--n_0123456789ab_1.md": note_text("n_0123456789ab_1").encode(),
+        "organization/index.md": b"# mine\n",
+    }
+    rejected_candidate(home, repo, files)
+    before, head = refs(repo), main_commit(repo)
+    refused = cli("candidates", "retry", RUN, env=OWNER)
+    assert refused.code == 3
+    for rule in ("credential", "namespace", "organization-in-append"):
+        assert rule in refused.stdout
+    assert f"{candidate_ref(RUN)} is kept as it was" in refused.stdout
+    assert refs(repo) == before and main_commit(repo) == head
+    as_json = cli("candidates", "retry", RUN, "--json", env=OWNER)
+    assert as_json.code == 3
+    found = json.loads(as_json.stdout)
+    assert found["landed"] is False and found["outcome"] == "rejected"
+    assert {v["rule"] for v in found["violations"]} >= {
+        "credential",
+        "namespace",
+        "organization-in-append",
+    }
+    assert refs(repo) == before and main_commit(repo) == head
+    assert [r.outcome for r in manifests.read(home, RUN).repairs] == ["rejected", "rejected"]
+
+
+def test_list_show_diff_of_a_candidate_against_the_current_main(
+    long_note: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    _home, repo, cli = long_note
+    listed = cli("candidates", "list", "--json")
+    assert listed.code == 0, listed.stderr
+    [row] = json.loads(listed.stdout)
+    assert (row["run_id"], row["imp"], row["ref"], row["checkpoint"]) == (
+        RUN,
+        "yuko",
+        candidate_ref(RUN),
+        "rejected",
+    )
+    assert (row["written"], row["deleted"], row["violations_total"]) == (1, 0, 1)
+    assert json.loads(cli("candidates", "list", "--imp", "yuko", "--json").stdout) == [row]
+    table = cli("candidates", "list").stdout
+    assert RUN in table and "+1 -0" in table
+    assert cli("quarantine", "list", "--json").stdout.strip() == "[]"
+
+    shown = json.loads(cli("candidates", "show", RUN, "--json").stdout)
+    assert shown["main"] == main_commit(repo) and shown["base"] == main_commit(repo)
+    assert [(f["path"], f["status"]) for f in shown["files"]] == [(note_path(), "added")]
+    assert shown["violations"][0]["rule"] == "file-too-large"
+    assert shown["status_counts"] == {"added": 1}
+    text = cli("candidates", "show", RUN).stdout
+    assert "file-too-large" in text and f"added     {note_path()}" in text
+
+    diffed = json.loads(cli("candidates", "diff", RUN, "--json").stdout)
+    [file] = diffed["files"]
+    assert file["status"] == "added" and not file["binary"] and not diffed["truncated"]
+    assert file["diff"].startswith(f"--- /dev/null\n+++ candidate/{note_path()}")
+    assert "+Acme ships SSO." in file["diff"]
+    assert "+Acme ships SSO." in cli("candidates", "diff", RUN).stdout
+
+
+def test_show_and_diff_say_what_landing_would_do_now_and_escape_control_characters(
+    tmp_path: Path,
+) -> None:
+    """Main moved on since the base: an organization file the candidate rewrites is
+    'modified' against main, a file main already has identically is 'unchanged'."""
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    index = "organization/README.md"
+    same = note_text(f"{NS}_2").encode()
+    hostile = b"line one\n\x1b]0;pwned\x07 line two\n"
+    base = main_commit(repo)
+    result = integrate(
+        home,
+        "yuko",
+        change_of(repo, {index: hostile, note_path(number=2): same}),
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=KnowledgeLimits(),
+        trailers=Trailers("yuko", RUN, "task-1", None, base, "append"),
+    )
+    assert result.checkpoint == "rejected"
+    write_manifest(home, base, checkpoint="rejected", candidate_ref=result.candidate_ref)
+    other = "run-20260711T130000Z-0123456789"
+    landed = integrate(
+        home,
+        "yuko",
+        change_of(repo, {note_path(number=2): same}),
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=KnowledgeLimits(),
+        trailers=Trailers("yuko", other, "task-2", None, base, "append"),
+    )
+    assert landed.checkpoint == "integrated"
+    shown = json.loads(cli("candidates", "show", RUN, "--json").stdout)
+    assert {f["path"]: f["status"] for f in shown["files"]} == {
+        index: "modified",
+        note_path(number=2): "unchanged",
+    }
+    diffed = cli("candidates", "diff", RUN)
+    assert "\x1b" not in diffed.stdout and "\x07" not in diffed.stdout
+    assert "+\\x1b]0;pwned\\x07 line two" in diffed.stdout
+    assert f"--- a/{index}" in diffed.stdout and note_path(number=2) not in diffed.stdout
+
+
+def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
+    tmp_path: Path,
+) -> None:
+    """Checkpoint 1 landed note 1 mid-run; the exit rewrote it and added a too-long note 2.
+    With the limit raised, a retry lands note 2 as checkpoint 2 and keeps note 1's rewrite
+    at the candidate ref: checkpointed files are final for the run."""
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    set_max_file_chars(home, 300)
+    deploy(cli)
+    base = main_commit(repo)
+    one, two = note_path(number=1), note_path(number=2)
+    first = integrate(
+        home,
+        "yuko",
+        change_of(repo, {one: note_text(f"{NS}_1").encode()}),
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=TIGHT,
+        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", 1, False),
+        keep_refused=False,
+    )
+    assert first.checkpoint == "integrated" and first.commit
+    rewritten = note_text(f"{NS}_1", body="Rewritten.\n").encode()
+    long_two = note_text(f"{NS}_2", body=LONG_BODY).encode()
+    exit_change = change_of(repo, {one: rewritten, two: long_two})
+    refused = integrate(
+        home,
+        "yuko",
+        exit_change,
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=TIGHT,
+        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", 2, True),
+        landed=landed_by(repo, [first.commit]),
+    )
+    assert refused.checkpoint == "rejected"
+    write_manifest(
+        home,
+        base,
+        checkpoint="rejected",
+        candidate_ref=refused.candidate_ref,
+        produced_commit=first.commit,
+        checkpoints=[
+            CheckpointRecord(
+                number=1, state="integrated", requested_at="t", commit=first.commit, files=[one]
+            )
+        ],
+    )
+    set_max_file_chars(home, 1000)
+    deploy(cli)
+    done = cli("candidates", "retry", RUN, "--json", env=OWNER)
+    assert done.code == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["outcome"] == "integrated" and result["checkpoint"] == 2
+    assert [(v["path"], v["rule"]) for v in result["violations"]] == [(one, "checkpointed")]
+    assert result["candidate_ref"] == candidate_ref(RUN)
+    assert git("-C", home.repo("yuko"), "show", f"main:{one}").stdout.encode() == (
+        note_text(f"{NS}_1").encode()
+    )
+    assert two in tree_paths(repo)
+    kept = tree_paths(repo, candidate_ref(RUN))
+    assert one in kept and two not in kept
+    m = manifests.read(home, RUN)
+    assert m.candidate_ref == candidate_ref(RUN) and m.produced_commit == result["commit"]
+
+
+def test_drop_and_export_of_a_candidate(
+    long_note: tuple[Home, pygit2.Repository, Cli], tmp_path: Path
+) -> None:
+    home, repo, cli = long_note
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x").write_text("x")
+    refused = cli("candidates", "export", RUN, str(busy))
+    assert refused.code == 2 and "not empty" in refused.stderr
+
+    out = tmp_path / "out"
+    exported = cli("candidates", "export", RUN, str(out), "--json", env=OWNER)
+    assert exported.code == 0, exported.stderr
+    doc = json.loads(exported.stdout)
+    assert doc["directory"] == str(out) and doc["ref"] == candidate_ref(RUN)
+    written = out / "files" / note_path()
+    assert written.read_bytes() == note_text(f"{NS}_1", body=LONG_BODY).encode()
+    assert written.stat().st_mode & 0o777 == 0o644
+    on_disk = json.loads((out / "export.json").read_text())
+    assert [w["path"] for w in on_disk["written"]] == [note_path()]
+    assert on_disk["deleted"] == [] and on_disk["written"][0]["status"] == "added"
+
+    head = main_commit(repo)
+    dropped = cli("candidates", "drop", RUN, "--json", env=OWNER)
+    assert dropped.code == 0, dropped.stderr
+    assert json.loads(dropped.stdout)["ref"] == candidate_ref(RUN)
+    assert candidate_ref(RUN) not in repo.references and main_commit(repo) == head
+    gone = cli("candidates", "drop", RUN)
+    assert gone.code == 2 and "no refs/candidates" in gone.stderr
+    assert "dropped by alice" in cli("candidates", "retry", RUN).stderr
+
+    m = manifests.read(home, RUN)
+    assert [(r.action, r.outcome, r.by) for r in m.repairs] == [
+        ("export", "exported", "alice"),
+        ("drop", "dropped", "alice"),
+    ]
+    assert m.candidate_ref is None
+    assert [e["by"] for e in journal(home, "repair.exported")] == ["alice"]
+    assert [e["outcome"] for e in journal(home, "repair.dropped")] == ["dropped"]
+    shown = cli("runs", "show", RUN)
+    assert "repairs:" in shown.stdout and "drop candidate by alice: dropped" in shown.stdout
+    as_json = json.loads(cli("runs", "show", RUN, "--json").stdout)
+    assert [r["action"] for r in as_json["repairs"]] == ["export", "drop"]
+
+
+def test_a_ref_whose_run_is_gone_is_still_listed_shown_and_dropped(
+    long_note: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, repo, cli = long_note
+    home.manifest(RUN).unlink()
+    [row] = json.loads(cli("candidates", "list", "--json").stdout)
+    assert row["checkpoint"] is None and row["imp"] == "yuko"
+    assert cli("candidates", "show", RUN).code == 0
+    refused = cli("candidates", "retry", RUN)
+    assert refused.code == 2 and "no run" in refused.stderr
+    assert cli("candidates", "drop", RUN).code == 0
+    assert candidate_ref(RUN) not in repo.references
+    assert [e["run"] for e in journal(home, "repair.dropped")] == [RUN]
+
+
+# -- quarantine ------------------------------------------------------------------------
+
+
+def quarantined(home: Home, repo: pygit2.Repository, fill: Callable[[Path], None]) -> Manifest:
+    """A quarantined run with a plain space whose kept checkout ``fill`` writes."""
+    base = main_commit(repo)
+    space = runspace.create(home, RUN, 64 * 2**20, loop=False)
+    root = home.run_checkout(RUN)
+    root.mkdir()
+    fill(root)
+    checkout = Checkout(kind="overlay", base=base, root=root)
+    change = snapshot(repo, checkout, TIGHT)
+    quarantine(repo, RUN, base, change, "timed out and killed")
+    return write_manifest(
+        home,
+        base,
+        checkpoint="quarantined",
+        quarantine_ref=quarantine_ref(RUN),
+        reason="timed out and killed",
+        checkout=checkout,
+        space=space,
+        validation_errors=change.problems,
+    )
+
+
+def hostile(root: Path) -> None:
+    topic = root / "records" / "vendors"
+    topic.mkdir(parents=True)
+    (topic / f"acme--{NS}_1.md").write_bytes(note_text(f"{NS}_1").encode())
+    os.symlink("/etc/passwd", topic / f"passwd--{NS}_2.md")
+    os.mkfifo(topic / f"fifo--{NS}_3.md")
+
+
+def test_a_quarantine_retry_refuses_links_and_fifos_without_following_or_blocking(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    quarantined(home, repo, hostile)
+    before, head = refs(repo), main_commit(repo)
+    refused = as_process(home)("quarantine", "retry", RUN, "--json", env=OWNER, timeout=60)
+    assert refused.code == 3, refused.stderr
+    result = json.loads(refused.stdout)
+    assert result["source"] == "checkout"
+    assert {(v["path"], v["rule"]) for v in result["violations"]} == {
+        (f"records/vendors/passwd--{NS}_2.md", "symlink"),
+        (f"records/vendors/fifo--{NS}_3.md", "special-file"),
+    }
+    assert refs(repo) == before and main_commit(repo) == head
+    assert os.path.islink(home.run_checkout(RUN) / "records/vendors" / f"passwd--{NS}_2.md")
+
+    # The ref holds only what the host could read: that lands, and the space goes.
+    landed = cli("quarantine", "retry", RUN, "--from-ref", env=OWNER)
+    assert landed.code == 0, landed.stdout + landed.stderr
+    assert "from the ref" in landed.stdout
+    assert f"records/vendors/acme--{NS}_1.md" in tree_paths(repo)
+    assert quarantine_ref(RUN) not in repo.references
+    assert not home.run_space(RUN).exists()
+    m = manifests.read(home, RUN)
+    assert m.checkpoint == "integrated" and m.quarantine_ref is None
+    assert [(r.kind, r.outcome, r.detail) for r in m.repairs] == [
+        ("quarantine", "rejected", "checkout"),
+        ("quarantine", "integrated", "ref"),
+    ]
+
+
+def test_a_quarantine_whose_checkout_is_gone_retries_from_its_ref(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+
+    def fine(root: Path) -> None:
+        (root / "records" / "vendors").mkdir(parents=True)
+        (root / "records" / "vendors" / f"acme--{NS}_1.md").write_bytes(
+            note_text(f"{NS}_1").encode()
+        )
+
+    quarantined(home, repo, fine)
+    listed = json.loads(cli("quarantine", "list", "--json").stdout)
+    assert [(r["run_id"], r["checkout_kept"]) for r in listed] == [(RUN, True)]
+    shown = json.loads(cli("quarantine", "show", RUN, "--json").stdout)
+    assert shown["reason"] == "timed out and killed" and shown["checkout_kept"] is True
+    space = manifests.read(home, RUN).space
+    assert space is not None
+    runspace.release(space)
+    assert json.loads(cli("quarantine", "list", "--json").stdout)[0]["checkout_kept"] is False
+    landed = cli("quarantine", "retry", RUN, "--json", env=OWNER)
+    assert landed.code == 0, landed.stdout + landed.stderr
+    assert json.loads(landed.stdout)["source"] == "ref"
+    assert f"records/vendors/acme--{NS}_1.md" in tree_paths(repo)
+
+
+def test_quarantine_export_writes_blobs_never_box_files_and_drop_removes_the_space(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    quarantined(home, repo, hostile)
+    out = tmp_path / "export"
+    exported = as_process(home)("quarantine", "export", RUN, str(out), env=OWNER, timeout=60)
+    assert exported.code == 0, exported.stderr
+    assert "exported 1 file(s) and 0 deletion(s)" in exported.stdout
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir())
+    assert files == ["export.json", f"files/records/vendors/acme--{NS}_1.md"]
+    doc = json.loads((out / "export.json").read_text())
+    assert {v["rule"] for v in doc["violations"]} == {"symlink", "special-file"}
+
+    head = main_commit(repo)
+    dropped = cli("quarantine", "drop", RUN, env=OWNER)
+    assert dropped.code == 0, dropped.stderr
+    assert "the kept checkout is removed" in dropped.stdout
+    assert quarantine_ref(RUN) not in repo.references and main_commit(repo) == head
+    assert not home.run_space(RUN).exists() and not home.run_checkout_record(RUN).exists()
+    assert manifests.read(home, RUN).quarantine_ref is None
+    assert cli("quarantine", "drop", RUN).code == 2
+
+
+def test_a_kept_loop_image_is_mounted_read_only_to_retry_and_removed_after(
+    tmp_path: Path,
+) -> None:
+    problem = runspace.loop_supported()
+    if problem is not None:
+        pytest.skip(f"loop spaces unavailable: {problem}")
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    base = main_commit(repo)
+    space = runspace.create(home, RUN, runspace.space_size(2**20), loop=True)
+    try:
+        root = home.run_checkout(RUN)
+        (root / "records" / "vendors").mkdir(parents=True)
+        (root / "records" / "vendors" / f"acme--{NS}_1.md").write_bytes(
+            note_text(f"{NS}_1").encode()
+        )
+        checkout = Checkout(kind="overlay", base=base, root=root)
+        quarantine(repo, RUN, base, snapshot(repo, checkout, TIGHT), "killed")
+        runspace.unmount(space)  # as a quarantined run keeps it
+        write_manifest(
+            home,
+            base,
+            checkpoint="quarantined",
+            quarantine_ref=quarantine_ref(RUN),
+            reason="killed",
+            checkout=checkout,
+            space=space,
+        )
+        landed = cli("quarantine", "retry", RUN, "--json", env=OWNER)
+        assert landed.code == 0, landed.stdout + landed.stderr
+        assert json.loads(landed.stdout)["source"] == "checkout"
+        assert f"records/vendors/acme--{NS}_1.md" in tree_paths(repo)
+        assert not os.path.ismount(space.mount) and space.image is not None
+        assert not space.image.exists()
+    finally:
+        runspace.release(space)
+
+
+def test_repairs_refuse_an_unfinished_run_and_unknown_ids(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    write_manifest(home, main_commit(repo)).model_copy()
+    m = manifests.read(home, RUN)
+    m.state = "running"
+    manifests.write(home, m)
+    quarantine(repo, RUN, main_commit(repo), Change(), "x")
+    busy = cli("quarantine", "retry", RUN)
+    assert busy.code == 1 and "not finished" in busy.stderr
+    assert cli("quarantine", "show", "../../heads/main").code == 2
+    assert cli("candidates", "show", RUN).code == 2
