@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -61,11 +62,45 @@ def locked(path: Path) -> Iterator[int]:
 def append_line_durably(path: Path, line: str) -> None:
     """Append one line under an exclusive lock and fsync, so concurrent writers never interleave."""
     data = (line.rstrip("\n") + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locked_append_file(path) as fd:
         os.write(fd, data)
         os.fsync(fd)
+
+
+@contextlib.contextmanager
+def locked_append_file(path: Path, *, create: bool = True) -> Iterator[int]:
+    """``path`` opened for appending under its exclusive flock: what every appender holds,
+    and what a rotation holds while it renames the file away.
+
+    The lock belongs to the inode, not the name: a writer that opened the file before a
+    rotation renamed it would otherwise append to the rotated file once it got the lock
+    (lines a compression already read would be lost). So the locked file must still be
+    the one at ``path``, else it is opened again. ``create`` False: FileNotFoundError
+    when there is no file.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    while True:
+        fd = os.open(path, flags, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                current = os.stat(path)
+            except FileNotFoundError:
+                current = None
+            if current is not None and (current.st_dev, current.st_ino) == (
+                held.st_dev,
+                held.st_ino,
+            ):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        if not create and current is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    try:
+        yield fd
     finally:
         os.close(fd)
 
@@ -75,12 +110,17 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
 
     A host that died mid-append leaves a truncated last line; it is reported, never fatal.
     """
-    records: list[dict[str, Any]] = []
-    bad: list[int] = []
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return records, bad
+        return [], []
+    return parse_jsonl(raw)
+
+
+def parse_jsonl(raw: bytes) -> tuple[list[dict[str, Any]], list[int]]:
+    """``read_jsonl`` of bytes already read (a decompressed file, say)."""
+    records: list[dict[str, Any]] = []
+    bad: list[int] = []
     for number, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
             continue

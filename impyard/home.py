@@ -183,7 +183,13 @@ class Home:
 
     @property
     def journal(self) -> Path:
+        """The live journal; gc rotates it to ``journal.<n>.jsonl.gz`` (``rotated_path``)."""
         return self.root / "journal.jsonl"
+
+    @property
+    def gc_lock(self) -> Path:
+        """Held (flock) by the one ``impyard gc`` (or serve's periodic gc) running."""
+        return self.root / "gc.lock"
 
     @property
     def db(self) -> Path:

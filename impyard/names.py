@@ -61,3 +61,16 @@ def new_namespace() -> str:
 
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z")
+
+
+def utc_epoch(stamp: str) -> float | None:
+    """Seconds since the epoch of a ``utc_now`` or engine timestamp (UTC, 'Z', any
+    fraction: the engine writes nanoseconds); None for anything else."""
+    match = _STAMP.fullmatch(stamp)
+    if match is None:
+        return None
+    whole = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+    return whole + (float(f"0.{match[2]}") if match[2] else 0.0)

@@ -64,6 +64,16 @@ class PruneReport:
     removed_bytes: int
     kept: int
     kept_bytes: int
+    #: The SHA-256 of every object removed (gc journals each).
+    removed_objects: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArchivedObject:
+    sha256: str
+    path: Path
+    size: int
+    mtime: float
 
 
 def check_sha256(value: str) -> str:
@@ -163,12 +173,14 @@ class Archive:
         now = time.time() if now is None else now
         cutoff = now - retention_days * _DAY
         removed = removed_bytes = kept = kept_bytes = 0
+        gone: list[str] = []
         with self._locked():
             for path, stat in _objects(self.objects_dir):
                 if stat.st_mtime < cutoff:
                     _unlink(path)
                     removed += 1
                     removed_bytes += stat.st_size
+                    gone.append(path.parent.name + path.name)
                 else:
                     kept += 1
                     kept_bytes += stat.st_size
@@ -177,7 +189,17 @@ class Archive:
                 if stat.st_mtime < now - _STALE_TMP_SECONDS:
                     _unlink(path)
             atomic_write_text(self.total_file, f"{kept_bytes}\n")
-        return PruneReport(removed, removed_bytes, kept, kept_bytes)
+        return PruneReport(removed, removed_bytes, kept, kept_bytes, tuple(gone))
+
+    def stale(self, retention_days: int, *, now: float | None = None) -> list[ArchivedObject]:
+        """The objects ``prune`` would delete now (a dry run); deletes nothing."""
+        now = time.time() if now is None else now
+        cutoff = now - retention_days * _DAY
+        return [
+            ArchivedObject(path.parent.name + path.name, path, stat.st_size, stat.st_mtime)
+            for path, stat in sorted(_objects(self.objects_dir), key=lambda found: found[0])
+            if stat.st_mtime < cutoff
+        ]
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -29,7 +29,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -194,8 +194,11 @@ def list_layers(home: Home, imp: str) -> list[Layer]:
     return found
 
 
-def collect_layers(home: Home, imp: str, keep_commits: Iterable[str]) -> list[str]:
-    """Remove every layer no kept chain needs; return the removed ids.
+def collect_layers(
+    home: Home, imp: str, keep_commits: Iterable[str], *, only: Collection[str] | None = None
+) -> list[str]:
+    """Remove every layer no kept chain needs (of ``only``, when given: what a gc plan
+    listed); return the removed ids.
 
     Kept: the chains of ``keep_commits`` (any owner), of every run whose checkout
     record (``runs/<id>/checkout.json``) still exists, so a prepared but not yet
@@ -208,31 +211,50 @@ def collect_layers(home: Home, imp: str, keep_commits: Iterable[str]) -> list[st
     root = home.layers(imp)
     if not root.is_dir():
         return []
-    wanted = set(keep_commits)
     with layers_lock(home, imp):
         _remove_temps(root)
-        layers = {layer.id: layer for layer in list_layers(home, imp)}
-        layered = {layer.commit for layer in layers.values()}
-        wanted.update(_nearest_layered_commit(home, imp, layered))
-        keep: set[str] = set(_layers_used_by_runs(home, imp))
-        keep.update(layer.id for layer in layers.values() if layer.commit in wanted)
-        stack = list(keep)
-        while stack:
-            layer = layers.get(stack.pop())
-            if layer is not None and layer.parent is not None and layer.parent not in keep:
-                keep.add(layer.parent)
-                stack.append(layer.parent)
-        removed = []
-        for ident in sorted(layers):
-            if ident not in keep:
-                _trash_dir(root, ident)
-                removed.append(ident)
+        removed = [
+            layer.id
+            for layer in _unneeded_locked(home, imp, keep_commits, ())
+            if only is None or layer.id in only
+        ]
+        for ident in removed:
+            _trash_dir(root, ident)
         trash = [root / name for name in os.listdir(root) if name.startswith(_TRASH_PREFIX)]
     # Deleting a full layer unlinks every file of the tree (seconds at 100,000 records):
     # done outside the lock, so runs preparing their checkouts meanwhile never wait for it.
     for path in trash:
         shutil.rmtree(path, ignore_errors=True)
     return removed
+
+
+def unneeded_layers(
+    home: Home, imp: str, keep_commits: Iterable[str], *, ignore_runs: Collection[str] = ()
+) -> list[Layer]:
+    """What ``collect_layers`` would remove now, were the checkout records of
+    ``ignore_runs`` gone (runs a gc plan drops); removes nothing."""
+    if not home.layers(imp).is_dir():
+        return []
+    with layers_lock(home, imp):
+        return _unneeded_locked(home, imp, keep_commits, ignore_runs)
+
+
+def _unneeded_locked(
+    home: Home, imp: str, keep_commits: Iterable[str], ignore_runs: Collection[str]
+) -> list[Layer]:
+    wanted = set(keep_commits)
+    layers = {layer.id: layer for layer in list_layers(home, imp)}
+    layered = {layer.commit for layer in layers.values()}
+    wanted.update(_nearest_layered_commit(home, imp, layered))
+    keep: set[str] = set(_layers_used_by_runs(home, imp, ignore_runs))
+    keep.update(layer.id for layer in layers.values() if layer.commit in wanted)
+    stack = list(keep)
+    while stack:
+        layer = layers.get(stack.pop())
+        if layer is not None and layer.parent is not None and layer.parent not in keep:
+            keep.add(layer.parent)
+            stack.append(layer.parent)
+    return [layers[ident] for ident in sorted(layers) if ident not in keep]
 
 
 def _nearest_layered_commit(home: Home, imp: str, layered: set[str]) -> list[str]:
@@ -260,8 +282,10 @@ def _first_parent_line(commit: pygit2.Commit) -> Iterator[pygit2.Commit]:
     yield current
 
 
-def _layers_used_by_runs(home: Home, imp: str) -> Iterator[str]:
+def _layers_used_by_runs(home: Home, imp: str, ignore_runs: Collection[str]) -> Iterator[str]:
     for record in home.checkout_records():
+        if record.parent.name in ignore_runs:
+            continue
         try:
             raw = json.loads(record.read_bytes())
         except (OSError, ValueError):

@@ -185,15 +185,15 @@ class BoxPolicy(_Strict):
 
 class RetentionPolicy(_Strict):
     """How long what a data root keeps is kept (``impyard gc``; serve runs it periodically).
-    One value per data root: org only."""
+    One value per data root: org only. Days may be fractional (0.5 is twelve hours)."""
 
-    quarantine_days: Annotated[int, Field(gt=0), FIXED] = Field(
+    quarantine_days: Annotated[float, Field(gt=0), FIXED] = Field(
         default=14, description="Days a quarantined run (its ref and kept checkout) is kept."
     )
-    candidate_days: Annotated[int, Field(gt=0), FIXED] = Field(
+    candidate_days: Annotated[float, Field(gt=0), FIXED] = Field(
         default=30, description="Days a rejected or conflicting candidate ref is kept."
     )
-    finished_run_days: Annotated[int, Field(gt=0), FIXED] = Field(
+    finished_run_days: Annotated[float, Field(gt=0), FIXED] = Field(
         default=30, description="Days a finished run's record (runs/<id>/) is kept."
     )
     journal_max_bytes: Annotated[int, Field(gt=0), FIXED] = Field(

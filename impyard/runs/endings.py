@@ -196,6 +196,14 @@ def release_run_space(home: Home, manifest: Manifest) -> None:
         if space is not None:
             runspace.unmount(space)
         return
+    drop_run_space(home, manifest)
+
+
+def drop_run_space(home: Home, manifest: Manifest) -> None:
+    """Delete a run's checkout and space, kept or not (gc drops a quarantined run's once
+    ``retention.quarantine_days`` have passed). Its checkout record goes too, so layer
+    collection no longer keeps the chain it named."""
+    space = manifest.space
     record = home.run_checkout_record(manifest.run_id)
     if space is None and manifest.checkout is not None:
         # Runs from before run spaces kept their checkout in the run dir itself.

@@ -40,6 +40,22 @@ class RunOwnership:
             raise
         return cls(fd)
 
+    @staticmethod
+    def is_held(home: Home, run_id: str) -> bool:
+        """Whether a live process owns the run now. Only looks: creates no lock file (a run
+        dir without one has no owner) and holds nothing afterwards."""
+        try:
+            fd = os.open(home.run_owner_lock(run_id), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def release(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 from impyard import names
 from impyard.box.launch import box_pid, find_boxes
@@ -44,21 +42,9 @@ class Resolution:
     checkpoint: str
 
 
-_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z")
-
-
-def _epoch(stamp: str) -> float | None:
-    """Seconds since the epoch of a manifest or engine timestamp (UTC, 'Z', any fraction)."""
-    match = _STAMP.fullmatch(stamp)
-    if match is None:
-        return None
-    whole = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
-    return whole + (float(f"0.{match[2]}") if match[2] else 0.0)
-
-
 def _deadline(manifest: Manifest, policy_timeout: float) -> float | None:
     """When the box must be gone: its start plus the timeout it was admitted with."""
-    started = _epoch(manifest.started_at) if manifest.started_at else None
+    started = names.utc_epoch(manifest.started_at) if manifest.started_at else None
     if started is None:
         return None
     return started + (manifest.timeout_seconds or policy_timeout)
@@ -95,7 +81,7 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
         box_exit = run.wait_box(timeout)
     finally:
         run.close_gateway()
-    finished = _epoch(box_exit.finished_at) if box_exit.finished_at else None
+    finished = names.utc_epoch(box_exit.finished_at) if box_exit.finished_at else None
     if deadline is not None and finished is not None and finished > deadline + 1:
         # It ran past its deadline while no host watched: it should have been killed.
         box_exit = replace(box_exit, timed_out=True)

@@ -1,0 +1,84 @@
+"""What a gc at ``now`` would remove, as data: a dry run is exactly this.
+
+Reads only. Each kind has its own planner; the plan lists runs first (refs, kept
+checkouts, records), then what they leave unneeded (checkout layers, with the chains
+of records the plan drops no longer counted), engine volumes, archived bodies, and
+the journal when it is due for rotation.
+"""
+
+from __future__ import annotations
+
+from impyard.errors import ImpyardError
+from impyard.gateway.archive import Archive
+from impyard.home import Home
+from impyard.knowledge.imps import list_imps
+from impyard.knowledge.layers import unneeded_layers
+from impyard.policy.compile import deployed_org_policy
+from impyard.retention.model import GcItem, GcPlan, Limits, age_days
+from impyard.retention.rotation import rotation_item
+from impyard.retention.runs import plan_runs
+from impyard.retention.volumes import VolumeStore, plan_volumes
+
+
+def plan_gc(
+    home: Home, *, now: float, volumes: VolumeStore, limits: Limits | None = None
+) -> GcPlan:
+    """The plan under ``limits`` (default: the deployed org policy's)."""
+    limits = limits or Limits.of(deployed_org_policy(home))
+    notes: list[str] = []
+    items = plan_runs(home, limits, now, notes)
+    dropped = {item.id for item in items if item.kind in ("kept_checkout", "run_dir")}
+    items.extend(plan_layers(home, dropped, now, notes))
+    items.extend(plan_volumes(home, volumes, now, notes))
+    items.extend(plan_archive(home, limits, now))
+    rotation = rotation_item(home.journal, limits.journal_max_bytes)
+    if rotation is not None:
+        items.append(rotation)
+    return GcPlan(now=now, limits=limits, items=items, notes=notes)
+
+
+def plan_layers(home: Home, dropped_runs: set[str], now: float, notes: list[str]) -> list[GcItem]:
+    items = []
+    for imp in list_imps(home):
+        try:
+            layers = unneeded_layers(home, imp, (), ignore_runs=dropped_runs)
+        except (ImpyardError, OSError) as exc:
+            notes.append(f"imp {imp!r}: checkout layers were not checked: {exc}")
+            continue
+        for layer in layers:
+            try:
+                built = (layer.path / "meta.json").stat().st_mtime
+            except OSError:
+                built = None
+            items.append(
+                GcItem(
+                    kind="layer",
+                    id=layer.id,
+                    path=str(layer.path),
+                    reason=f"no checkout chain needs it ({layer.kind} layer of commit "
+                    f"{layer.commit[:12]})",
+                    age_days=age_days(now, built),
+                    imp=imp,
+                )
+            )
+    return items
+
+
+def plan_archive(home: Home, limits: Limits, now: float) -> list[GcItem]:
+    if not home.archive_dir.is_dir():
+        return []
+    days = limits.archive_retention_days
+    items = []
+    for stored in Archive(home.archive_dir).stale(days, now=now):
+        age = age_days(now, stored.mtime)
+        items.append(
+            GcItem(
+                kind="archive_object",
+                id=stored.sha256,
+                path=str(stored.path),
+                reason=f"not fetched for {age:.1f} days; gateway.archive.retention_days = {days}",
+                age_days=age,
+                bytes=stored.size,
+            )
+        )
+    return items

@@ -1,0 +1,145 @@
+"""Engine volumes gc may remove: overlay checkout volumes of this data root whose run is
+finished (or whose record is gone) and owned by no live process.
+
+A run drops its volume when its box exits; one is left behind only by a host that died
+in between. The engine is shared with other data roots, so a volume counts as this
+root's only when its overlay upper dir lies under this root's ``runs/``; a volume of
+another data root is never touched. An unreachable engine is not a gc failure: the
+volumes are simply not looked at, and the plan says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from impyard.box.spec import LABEL_IMP, LABEL_RUN
+from impyard.errors import EngineError, ImpyardError, NotFoundError
+from impyard.home import Home
+from impyard.names import RUN_ID
+from impyard.retention.model import GcItem, GcOutcome, age_days
+from impyard.runs import manifest as manifests
+from impyard.runs.owner import RunOwnership
+
+
+@dataclass(frozen=True)
+class EngineVolume:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    #: The local driver's options (``o`` holds ``lowerdir=…,upperdir=…,workdir=…``).
+    options: dict[str, str] = field(default_factory=dict)
+    created_at: str | None = None
+
+
+class VolumeStore(Protocol):
+    """The engine's volumes, as gc needs them (tests pass a fake)."""
+
+    def labelled(self) -> list[EngineVolume]:
+        """Every volume labelled ``impyard.run``; EngineError when the engine cannot say."""
+        ...
+
+    def remove(self, name: str) -> None:
+        """Remove a volume; NotFoundError when it is already gone, EngineError otherwise."""
+        ...
+
+
+class EngineVolumes:
+    """The real engine, through ``box.engine.call``."""
+
+    def labelled(self) -> list[EngineVolume]:
+        from impyard.box import engine
+
+        answer: Any = engine.call("volume list", engine.api().volumes, filters={"label": LABEL_RUN})
+        found = []
+        for raw in (answer or {}).get("Volumes") or []:
+            found.append(
+                EngineVolume(
+                    name=str(raw.get("Name")),
+                    labels=dict(raw.get("Labels") or {}),
+                    options=dict(raw.get("Options") or {}),
+                    created_at=raw.get("CreatedAt"),
+                )
+            )
+        return found
+
+    def remove(self, name: str) -> None:
+        from impyard.box import engine
+
+        engine.call("volume remove", engine.api().remove_volume, name, volume=name)
+
+
+def plan_volumes(home: Home, store: VolumeStore, now: float, notes: list[str]) -> list[GcItem]:
+    try:
+        volumes = store.labelled()
+    except EngineError as exc:
+        notes.append(f"engine volumes were not checked: {exc}")
+        return []
+    items = []
+    for volume in sorted(volumes, key=lambda v: v.name):
+        run = volume.labels.get(LABEL_RUN, "")
+        if not RUN_ID.fullmatch(run) or not belongs_to(home, volume):
+            continue
+        why = unused_because(home, run)
+        if why is None:
+            continue
+        items.append(
+            GcItem(
+                kind="volume",
+                id=volume.name,
+                path=volume.name,
+                reason=f"no unfinished run uses it: {why}",
+                age_days=age_days(now, _created(volume.created_at)),
+                imp=volume.labels.get(LABEL_IMP),
+                run=run,
+            )
+        )
+    return items
+
+
+def remove_planned_volume(home: Home, store: VolumeStore, item: GcItem) -> GcOutcome:
+    """Remove one planned volume, if its run still does not need it."""
+    if item.run is None or unused_because(home, item.run) is None:
+        return GcOutcome(item, "skipped", "its run is in use again")
+    try:
+        store.remove(item.id)
+    except NotFoundError:
+        return GcOutcome(item, "skipped", "already gone")
+    except ImpyardError as exc:  # in use by a container, or the engine went away
+        return GcOutcome(item, "failed", str(exc))
+    return GcOutcome(item, "removed")
+
+
+def belongs_to(home: Home, volume: EngineVolume) -> bool:
+    """Whether the volume's overlay upper dir is under this data root's ``runs/``."""
+    for option in volume.options.get("o", "").split(","):
+        key, _, value = option.partition("=")
+        if key != "upperdir" or not value:
+            continue
+        upper = Path(value)
+        runs = home.runs_dir
+        return upper.is_relative_to(runs) or upper.is_relative_to(runs.resolve())
+    return False
+
+
+def unused_because(home: Home, run: str) -> str | None:
+    """Why no live run needs the run's volume, or None when one may."""
+    if not home.run_dir(run).is_dir():
+        return "its run record is gone"
+    try:
+        manifest = manifests.read(home, run)
+    except (OSError, ValueError, ImpyardError):
+        return None  # a record being written, or unreadable: never guess
+    if not manifest.is_terminal or RunOwnership.is_held(home, run):
+        return None
+    return f"its run is finished ({manifest.checkpoint})"
+
+
+def _created(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None

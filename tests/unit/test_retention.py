@@ -1,0 +1,442 @@
+"""impyard gc: the retention limits on a hand-built data root, with a fake clock and engine.
+
+Runs, manifests, refs, kept checkouts and volumes are made by hand (no Docker): each
+test checks gc removes exactly what the limits let go, and never an unfinished run, a
+run a live process owns, or a ref younger than its limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from impyard.box.engine import EngineUnreachableError
+from impyard.errors import NotFoundError
+from impyard.gateway.archive import Archive
+from impyard.home import Home
+from impyard.journal import Journal
+from impyard.knowledge.checkout_record import Checkout
+from impyard.knowledge.lane import candidate_ref
+from impyard.knowledge.quarantine import quarantine_ref
+from impyard.knowledge.repo import main_commit
+from impyard.knowledge.runspace import RunSpace
+from impyard.names import utc_epoch
+from impyard.policy.compile import deploy
+from impyard.retention.apply import gc_lock, run_gc
+from impyard.retention.model import GcBusyError, GcResult
+from impyard.retention.volumes import EngineVolume
+from impyard.runs import manifest as manifests
+from impyard.runs.model import Manifest
+from impyard.runs.owner import RunOwnership
+from tests.helpers.cli import Cli
+from tests.helpers.repo import make_imp, namespace, run_id
+
+NOW = utc_epoch("2026-08-01T00:00:00Z") or 0.0
+DAY = 86400.0
+NO_ENGINE = {"DOCKER_HOST": "tcp://127.0.0.1:9"}  # nothing listens: refused at once
+
+
+def stamp(days_ago: float) -> str:
+    return datetime.fromtimestamp(NOW - days_ago * DAY, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def set_retention(home: Home, **values: int) -> None:
+    text = home.org_policy.read_text()
+    for key, value in values.items():
+        text, count = re.subn(rf"(?m)^#? ?{key} = \d+$", f"{key} = {value}", text)
+        assert count == 1, key
+    home.org_policy.write_text(text)
+    deploy(home)
+
+
+class FakeVolumes:
+    def __init__(self, volumes: list[EngineVolume] | None = None, *, down: bool = False) -> None:
+        self.volumes = {v.name: v for v in volumes or []}
+        self.down = down
+        self.removed: list[str] = []
+
+    def labelled(self) -> list[EngineVolume]:
+        if self.down:
+            raise EngineUnreachableError("unix:///fake.sock", "connection refused")
+        return list(self.volumes.values())
+
+    def remove(self, name: str) -> None:
+        if name not in self.volumes:
+            raise NotFoundError(f"no such volume {name}")
+        del self.volumes[name]
+        self.removed.append(name)
+
+
+class Yard:
+    """A data root with imp ``yuko`` and runs written by hand."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.home, self.repo = make_imp(tmp_path)
+        self.main = main_commit(self.repo)
+        self.count = 0
+
+    def run(
+        self,
+        *,
+        ended: float | None,
+        state: str = "finished",
+        checkpoint: str = "integrated",
+        refs: tuple[str, ...] = (),
+        kept: bool = False,
+    ) -> str:
+        self.count += 1
+        run = run_id(self.count)
+        run_dir = self.home.run_dir(run)
+        run_dir.mkdir(parents=True)
+        (run_dir / "box.log").write_text("box output\n")
+        manifest = Manifest(
+            run_id=run,
+            imp="yuko",
+            task_id=None,
+            channel=None,
+            mode="append",
+            base_commit=self.main,
+            namespace=namespace(self.count),
+            created_at=stamp(100 if ended is None else ended + 0.01),
+        )
+        manifest.state = state  # type: ignore[assignment]
+        manifest.checkpoint = checkpoint  # type: ignore[assignment]
+        manifest.ended_at = None if ended is None else stamp(ended)
+        if kept:
+            manifest.space, manifest.checkout = self.kept_checkout(run)
+        for kind in refs:
+            name = quarantine_ref(run) if kind == "quarantine" else candidate_ref(run)
+            self.repo.references.create(name, pygit2.Oid(hex=self.main))
+        manifests.write(self.home, manifest)
+        return run
+
+    def kept_checkout(self, run: str) -> tuple[RunSpace, Checkout]:
+        """What a quarantined run keeps: its space image, the checkout in it, its record."""
+        space = RunSpace("loop", self.home.run_space(run), self.home.run_space_image(run), 2**20)
+        space.image.write_bytes(b"\0" * 4096)  # type: ignore[union-attr]
+        checkout = Checkout(kind="copy", base=self.main, root=self.home.run_checkout(run))
+        (checkout.root / "records" / "a").mkdir(parents=True)
+        (checkout.root / "records" / "a" / "x.md").write_text("left behind\n")
+        self.home.run_checkout_record(run).write_text(
+            json.dumps({"imp": "yuko", **checkout.to_dict()})
+        )
+        return space, checkout
+
+    def refs(self) -> set[str]:
+        return {n for n in self.repo.references if n.startswith(("refs/quarantine/", "refs/cand"))}
+
+    def old_commit(self, days_ago: float) -> pygit2.Oid:
+        when = int(NOW - days_ago * DAY)
+        sig = pygit2.Signature("Impyard", "impyard@localhost", when, 0)
+        tree = self.repo.revparse_single(self.main).peel(pygit2.Commit).tree
+        return self.repo.create_commit(None, sig, sig, "old", tree.id, [pygit2.Oid(hex=self.main)])
+
+
+@pytest.fixture
+def yard(tmp_path: Path) -> Yard:
+    return Yard(tmp_path)
+
+
+def removed(result: GcResult) -> set[tuple[str, str]]:
+    return {(o.item.kind, o.item.id) for o in result.with_status("removed")}
+
+
+def planned(result: GcResult) -> set[tuple[str, str]]:
+    return {(item.kind, item.id) for item in result.plan.items}
+
+
+def snapshot(home: Home) -> dict[str, bytes | None]:
+    """Every path under the data root (file contents), and every ref of yuko."""
+    out: dict[str, bytes | None] = {}
+    for dirpath, dirs, files in os.walk(home.root):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(dirpath, name), home.root)] = None
+        for name in files:
+            path = os.path.join(dirpath, name)
+            out[os.path.relpath(path, home.root)] = Path(path).read_bytes()
+    return out
+
+
+@pytest.fixture
+def world(yard: Yard) -> Iterator[tuple[Yard, dict[str, str]]]:
+    """One run of every case. Limits: quarantine 45 days, candidate 20, run record 30 (a
+    quarantine may outlive its run's record limit, and then keeps the record)."""
+    set_retention(yard.home, quarantine_days=45, candidate_days=20, finished_run_days=30)
+    runs = {
+        "old_quarantine": yard.run(
+            ended=50, checkpoint="quarantined", refs=("quarantine",), kept=True
+        ),
+        "quarantine_outlives_record": yard.run(
+            ended=40, checkpoint="quarantined", refs=("quarantine",), kept=True
+        ),
+        "young_quarantine": yard.run(
+            ended=10, checkpoint="quarantined", refs=("quarantine",), kept=True
+        ),
+        "old_candidate": yard.run(ended=25, checkpoint="rejected", refs=("candidate",)),
+        "young_candidate": yard.run(ended=10, checkpoint="conflict", refs=("candidate",)),
+        "old_integrated": yard.run(ended=31),
+        "young_integrated": yard.run(ended=29),
+        "running": yard.run(ended=None, state="running", checkpoint="pending"),
+        "quarantining": yard.run(
+            ended=None, state="quarantining", checkpoint="pending", refs=("quarantine",)
+        ),
+        "owned": yard.run(ended=100, checkpoint="rejected", refs=("candidate",)),
+    }
+    # A candidate whose run record is gone: aged by its commit.
+    orphan = run_id(0xABC)
+    yard.repo.references.create(candidate_ref(orphan), yard.old_commit(days_ago=21))
+    runs["orphan"] = orphan
+    owner = RunOwnership.claim(yard.home, runs["owned"])
+    assert owner is not None
+    with owner:
+        yield yard, runs
+
+
+EXPECTED = {
+    ("quarantine_ref", "old_quarantine"),
+    ("kept_checkout", "old_quarantine"),
+    ("run_dir", "old_quarantine"),
+    ("candidate_ref", "old_candidate"),
+    ("run_dir", "old_integrated"),
+    ("candidate_ref", "orphan"),
+}
+
+
+def test_gc_removes_exactly_what_the_limits_let_go(world: tuple[Yard, dict[str, str]]) -> None:
+    yard, runs = world
+    home = yard.home
+    result = run_gc(home, now=NOW, volumes=FakeVolumes())
+    assert removed(result) == {(kind, runs[case]) for kind, case in EXPECTED}
+    assert not result.failed and not result.with_status("skipped")
+
+    gone = runs["old_quarantine"]
+    assert not home.run_dir(gone).exists()
+    assert not any(n.startswith(".trash-") for n in os.listdir(home.runs_dir))
+    assert yard.refs() == {
+        quarantine_ref(runs["quarantine_outlives_record"]),
+        quarantine_ref(runs["young_quarantine"]),
+        candidate_ref(runs["young_candidate"]),
+        quarantine_ref(runs["quarantining"]),
+        candidate_ref(runs["owned"]),
+    }
+    # A kept quarantine keeps its checkout and its record, though past finished_run_days.
+    for case in ("quarantine_outlives_record", "young_quarantine"):
+        assert home.run_space_image(runs[case]).exists()
+        assert (home.run_checkout(runs[case]) / "records" / "a" / "x.md").exists()
+        assert home.run_checkout_record(runs[case]).exists()
+    # A removed candidate ref leaves a record younger than its own limit.
+    assert home.manifest(runs["old_candidate"]).exists()
+    for case in ("young_integrated", "running", "quarantining", "owned", "young_candidate"):
+        assert home.manifest(runs[case]).exists(), case
+    assert not home.run_dir(runs["old_integrated"]).exists()
+
+    lines = Journal(home.journal).read(event="gc.removed")
+    assert {(e["kind"], e["id"]) for e in lines} == removed(result)
+    assert all(e["imp"] == "yuko" for e in lines)
+    # Done: a second gc at the same time finds nothing more.
+    assert run_gc(home, now=NOW, volumes=FakeVolumes()).plan.items == []
+
+
+def test_dry_run_lists_the_same_items_and_changes_nothing(
+    world: tuple[Yard, dict[str, str]],
+) -> None:
+    yard, runs = world
+    before, refs = snapshot(yard.home), yard.refs()
+    dry = run_gc(yard.home, now=NOW, dry_run=True, volumes=FakeVolumes())
+    assert dry.dry_run and dry.outcomes == []
+    assert planned(dry) == {(kind, runs[case]) for kind, case in EXPECTED}
+    assert snapshot(yard.home) == before and yard.refs() == refs
+    real = run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+    assert removed(real) == planned(dry)
+
+
+def test_every_item_says_its_age_and_the_limit(world: tuple[Yard, dict[str, str]]) -> None:
+    yard, runs = world
+    plan = run_gc(yard.home, now=NOW, dry_run=True, volumes=FakeVolumes()).plan
+    by = {(item.kind, item.id): item for item in plan.items}
+    ref = by[("quarantine_ref", runs["old_quarantine"])]
+    assert ref.path == quarantine_ref(runs["old_quarantine"]) and ref.imp == "yuko"
+    assert ref.age_days == pytest.approx(50, abs=0.01)
+    assert "retention.quarantine_days = 45" in ref.reason
+    orphan = by[("candidate_ref", runs["orphan"])]
+    assert orphan.age_days == pytest.approx(21, abs=0.01) and "no run record" in orphan.reason
+    record = by[("run_dir", runs["old_integrated"])]
+    assert record.path == str(yard.home.run_dir(runs["old_integrated"]))
+    assert "retention.finished_run_days = 30" in record.reason
+
+
+def test_a_run_taken_up_after_the_plan_is_left_alone(yard: Yard) -> None:
+    run = yard.run(ended=100, checkpoint="rejected", refs=("candidate",))
+    from impyard.retention.apply import apply_gc
+    from impyard.retention.plan import plan_gc
+
+    plan = plan_gc(yard.home, now=NOW, volumes=FakeVolumes())
+    assert planned(GcResult(plan, dry_run=True)) == {("candidate_ref", run), ("run_dir", run)}
+    owner = RunOwnership.claim(yard.home, run)
+    assert owner is not None
+    with owner:
+        result = apply_gc(yard.home, plan, FakeVolumes(), Journal(yard.home.journal))
+    assert {o.status for o in result.outcomes} == {"skipped"}
+    assert yard.home.manifest(run).exists() and candidate_ref(run) in yard.refs()
+
+
+def test_one_gc_at_a_time(yard: Yard) -> None:
+    with gc_lock(yard.home), pytest.raises(GcBusyError):
+        run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+    # A dry run only reads, so it may look while a gc runs.
+    with gc_lock(yard.home):
+        run_gc(yard.home, now=NOW, dry_run=True, volumes=FakeVolumes())
+
+
+# -- engine volumes ---------------------------------------------------------------------
+
+
+def volume(home: Home, run: str, name: str | None = None, root: Path | None = None) -> EngineVolume:
+    upper = (root or home.runs_dir) / run / "space" / "knowledge"
+    return EngineVolume(
+        name=name or f"impyard-{run}",
+        labels={"impyard.run": run, "impyard.imp": "yuko"},
+        options={"type": "overlay", "o": f"lowerdir=/x/t,upperdir={upper},workdir=/x/w"},
+        created_at="2026-07-01T00:00:00Z",
+    )
+
+
+def test_volumes_of_finished_or_vanished_runs_go_and_no_other(yard: Yard, tmp_path: Path) -> None:
+    finished = yard.run(ended=1)
+    running = yard.run(ended=None, state="running", checkpoint="pending")
+    owned = yard.run(ended=1)
+    vanished = run_id(0xDEAD)
+    elsewhere = run_id(0xBEEF)  # another data root on the same engine
+    store = FakeVolumes(
+        [
+            volume(yard.home, finished),
+            volume(yard.home, running),
+            volume(yard.home, owned),
+            volume(yard.home, vanished),
+            volume(yard.home, elsewhere, root=tmp_path / "other" / "runs"),
+            EngineVolume("impyard-probe-x", labels={"impyard.probe": "1"}),
+        ]
+    )
+    owner = RunOwnership.claim(yard.home, owned)
+    assert owner is not None
+    with owner:
+        result = run_gc(yard.home, now=NOW, volumes=store)
+    assert removed(result) == {("volume", f"impyard-{finished}"), ("volume", f"impyard-{vanished}")}
+    assert sorted(store.removed) == sorted([f"impyard-{finished}", f"impyard-{vanished}"])
+    item = next(o.item for o in result.outcomes if o.item.run == finished)
+    assert item.age_days == pytest.approx(31, abs=0.01) and "finished" in item.reason
+
+
+def test_an_unreachable_engine_skips_volumes_and_says_so(yard: Yard) -> None:
+    old = yard.run(ended=100)
+    result = run_gc(yard.home, now=NOW, volumes=FakeVolumes(down=True))
+    assert removed(result) == {("run_dir", old)}
+    assert not result.failed
+    assert any("engine volumes were not checked" in note for note in result.plan.notes)
+
+
+# -- checkout layers --------------------------------------------------------------------
+
+
+def test_layers_no_chain_needs_go_and_needed_ones_stay(yard: Yard) -> None:
+    from impyard.knowledge.checkout import prepare_checkout
+    from impyard.knowledge.layers import ensure_layer, list_layers
+    from tests.helpers.checkout import OWNER, commit, need_root
+
+    need_root()  # layers are chowned to the box user
+    home, repo = yard.home, yard.repo
+    main = yard.main
+    a = commit(repo, {"records/a/a--n_1_1.md": b"a\n"}, parent=main)
+    b = commit(repo, {"records/a/b--n_1_2.md": b"b\n"}, parent=main)
+    c = commit(repo, {"records/a/c--n_1_3.md": b"c\n"}, parent=main)
+    repo.references.create("refs/heads/main", pygit2.Oid(hex=main), force=True)
+    for base in (main, a, b, c):
+        ensure_layer(home, "yuko", base, OWNER)
+
+    set_retention(home, quarantine_days=14)
+    old, young = (
+        yard.run(ended=20, checkpoint="quarantined"),
+        yard.run(ended=5, checkpoint="quarantined"),
+    )
+    for run, base in ((old, a), (young, b)):
+        manifest = manifests.read(home, run)
+        manifest.checkout = prepare_checkout(home, "yuko", run, base, "overlay", OWNER)
+        manifest.space = RunSpace("plain", home.run_space(run), None, 2**20)
+        manifests.write(home, manifest)
+
+    commits = {layer.id: layer.commit for layer in list_layers(home, "yuko")}
+    dry = run_gc(home, now=NOW, dry_run=True, volumes=FakeVolumes())
+    layer_items = {item.id for item in dry.plan.items if item.kind == "layer"}
+    assert {commits[i] for i in layer_items} == {a, c}  # old's chain, and nobody's
+
+    result = run_gc(home, now=NOW, volumes=FakeVolumes())
+    assert ("kept_checkout", old) in removed(result)
+    assert {i for kind, i in removed(result) if kind == "layer"} == layer_items
+    # main's layer and the young quarantine's chain (b on main) stay.
+    assert {layer.commit for layer in list_layers(home, "yuko")} == {main, b}
+    assert not home.run_checkout_record(old).exists()
+    assert home.run_checkout_record(young).exists()
+
+
+# -- source archive ---------------------------------------------------------------------
+
+
+def test_the_archive_is_pruned_by_its_own_retention(yard: Yard) -> None:
+    archive = Archive(yard.home.archive_dir)
+    digests = {}
+    for name, days in (("old", 91), ("fresh", 10)):
+        sha = hashlib.sha256(name.encode()).hexdigest()
+        path = archive.object_path(sha)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(name.encode())
+        os.utime(path, (NOW - days * DAY, NOW - days * DAY))
+        digests[name] = sha
+    result = run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+    assert removed(result) == {("archive_object", digests["old"])}
+    assert not archive.object_path(digests["old"]).exists()
+    assert archive.object_path(digests["fresh"]).exists()
+    assert archive.total_bytes() == len(b"fresh")
+
+
+# -- the CLI ----------------------------------------------------------------------------
+
+
+def test_cli_dry_run_then_gc(cli: Cli, yard: Yard) -> None:
+    # The CLI runs on the real clock: these runs ended long before it.
+    old = yard.run(ended=(NOW - (utc_epoch("2020-01-01T00:00:00Z") or 0)) / DAY)
+    dry = cli("gc", "--dry-run", env=NO_ENGINE)
+    assert dry.code == 0, dry.stderr
+    assert f"would remove run_dir {yard.home.run_dir(old)}" in dry.stdout
+    assert "note: engine volumes were not checked" in dry.stdout
+    assert "gc (dry run): 1 item(s) would go" in dry.stdout
+    assert yard.home.run_dir(old).exists()
+
+    done = cli("gc", "--json", env=NO_ENGINE)
+    assert done.code == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["dry_run"] is False
+    assert [(o["kind"], o["id"], o["status"]) for o in document["outcomes"]] == [
+        ("run_dir", old, "removed")
+    ]
+    assert document["limits"]["finished_run_days"] == 30
+    assert not yard.home.run_dir(old).exists()
+    journal = cli("journal", "--run", old, "--json")
+    assert [e["event"] for e in json.loads(journal.stdout)] == ["gc.removed"]
+
+    again = cli("gc", env=NO_ENGINE)
+    assert again.code == 0 and "gc: nothing to remove" in again.stdout
+
+
+def test_cli_refuses_while_another_gc_runs(cli: Cli, yard: Yard) -> None:
+    with gc_lock(yard.home):
+        result = cli("gc", env=NO_ENGINE)
+    assert result.code == 1
+    assert "another gc is running" in result.stderr
