@@ -32,9 +32,9 @@ class GcBusyError(ImpyardError):
 class Limits:
     """The ages and sizes one gc applies (the org policy's; one value per data root)."""
 
-    quarantine_days: int
-    candidate_days: int
-    finished_run_days: int
+    quarantine_days: float
+    candidate_days: float
+    finished_run_days: float
     journal_max_bytes: int
     archive_retention_days: int
 

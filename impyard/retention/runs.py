@@ -138,7 +138,7 @@ def _ref_item(
         kind=ref.kind,
         id=ref.run,
         path=ref.name,
-        reason=f"{age:.1f} days since {since}; retention.{key} = {limit}",
+        reason=f"{age:.1f} days since {since}; retention.{key} = {limit:g}",
         age_days=age,
         imp=ref.imp,
         run=ref.run,
@@ -163,7 +163,7 @@ def kept_checkout_item(home: Home, manifest: Manifest, age: float, limits: Limit
         id=run,
         path=str(image if os.path.lexists(image) else home.run_space(run)),
         reason=f"quarantined {age:.1f} days ago; retention.quarantine_days = "
-        f"{limits.quarantine_days}",
+        f"{limits.quarantine_days:g}",
         age_days=age,
         imp=manifest.imp,
         run=run,
@@ -177,7 +177,7 @@ def run_dir_item(home: Home, manifest: Manifest, age: float, limits: Limits) -> 
         id=manifest.run_id,
         path=str(home.run_dir(manifest.run_id)),
         reason=f"finished ({manifest.checkpoint}) {age:.1f} days ago, no ref points at it; "
-        f"retention.finished_run_days = {limits.finished_run_days}",
+        f"retention.finished_run_days = {limits.finished_run_days:g}",
         age_days=age,
         imp=manifest.imp,
         run=manifest.run_id,

@@ -23,6 +23,8 @@ from impyard.errors import EngineError, ImpyardError, LeaseHeldError
 from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened
+from impyard.retention.model import GcResult
+from impyard.retention.periodic import PeriodicGc
 from impyard.runs.admission import execute
 from impyard.runs.model import Manifest, RunRequest
 from impyard.runs.pipeline import RunContext
@@ -47,7 +49,8 @@ class ServeStatus:
 
 @dataclass(frozen=True)
 class ServeEvent:
-    kind: str  # recovered | started | finished | failed | requeued | engine | stopping | killed
+    #: recovered | started | finished | failed | requeued | engine | stopping | killed | gc
+    kind: str
     message: str
 
 
@@ -56,8 +59,14 @@ Reporter = Callable[[ServeEvent, ServeStatus], None]
 
 class Server:
     def __init__(
-        self, ctx: RunContext, concurrency: int, once: bool, report: Reporter | None = None
+        self,
+        ctx: RunContext,
+        concurrency: int,
+        once: bool,
+        report: Reporter | None = None,
+        gc_interval_seconds: float | None = None,
     ) -> None:
+        """``gc_interval_seconds`` None: the deployed ``retention.gc_interval_seconds``."""
         self.ctx = ctx
         self.concurrency = concurrency
         self.once = once
@@ -72,6 +81,13 @@ class Server:
         self._disk_wait_until = 0.0
         self._engine_failures = 0
         self.ctx.on_box_started = self._box_started
+        self.gc = PeriodicGc(
+            ctx.home,
+            ctx.journal,
+            interval_seconds=gc_interval_seconds,
+            on_result=self._gc_done,
+            on_error=lambda message: self.report("gc", message),
+        )
 
     # -- signals (called from the main thread's signal handler) -------------------------
 
@@ -107,6 +123,7 @@ class Server:
 
     def serve(self) -> ServeStatus:
         self._recover()
+        self.gc.start()  # after recovery: it leaves no run unfinished that gc could judge
         running: dict[Future[None], tasks.Task] = {}
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool:
             while True:
@@ -129,6 +146,7 @@ class Server:
                         future.result()
                 else:
                     self._stop.wait(0.5)
+        self.gc.stop(self.ctx.settings.shutdown_grace_seconds)
         self._refresh(0)
         return self.status
 
@@ -150,6 +168,12 @@ class Server:
             thread.join(0.2)
         if failure:
             raise failure[0]
+
+    def _gc_done(self, result: GcResult) -> None:
+        removed = len(result.with_status("removed", "rotated"))
+        failed = len(result.failed)
+        if removed or failed:
+            self.report("gc", f"gc: {removed} removed, {failed} failed")
 
     def _recovered(self, resolution: Resolution) -> None:
         self._forget(resolution.run_id)

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,7 @@ from impyard.names import utc_epoch
 from impyard.policy.compile import deploy
 from impyard.retention.apply import gc_lock, run_gc
 from impyard.retention.model import GcBusyError, GcResult
+from impyard.retention.periodic import PeriodicGc
 from impyard.retention.volumes import EngineVolume
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
@@ -48,10 +50,10 @@ def stamp(days_ago: float) -> str:
     return datetime.fromtimestamp(NOW - days_ago * DAY, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def set_retention(home: Home, **values: int) -> None:
+def set_retention(home: Home, **values: float) -> None:
     text = home.org_policy.read_text()
     for key, value in values.items():
-        text, count = re.subn(rf"(?m)^#? ?{key} = \d+$", f"{key} = {value}", text)
+        text, count = re.subn(rf"(?m)^#? ?{key} = [\d.]+$", f"{key} = {value}", text)
         assert count == 1, key
     home.org_policy.write_text(text)
     deploy(home)
@@ -273,6 +275,15 @@ def test_every_item_says_its_age_and_the_limit(world: tuple[Yard, dict[str, str]
     assert "retention.finished_run_days = 30" in record.reason
 
 
+def test_fractional_days_count_hours(yard: Yard) -> None:
+    set_retention(yard.home, finished_run_days=0.5)
+    old, young = yard.run(ended=13 / 24), yard.run(ended=11 / 24)
+    result = run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+    assert removed(result) == {("run_dir", old)}
+    assert "retention.finished_run_days = 0.5" in result.outcomes[0].item.reason
+    assert yard.home.manifest(young).exists()
+
+
 def test_a_run_taken_up_after_the_plan_is_left_alone(yard: Yard) -> None:
     run = yard.run(ended=100, checkpoint="rejected", refs=("candidate",))
     from impyard.retention.apply import apply_gc
@@ -440,3 +451,81 @@ def test_cli_refuses_while_another_gc_runs(cli: Cli, yard: Yard) -> None:
         result = cli("gc", env=NO_ENGINE)
     assert result.code == 1
     assert "another gc is running" in result.stderr
+
+
+# -- serve's periodic gc ----------------------------------------------------------------
+
+
+def test_serve_runs_gc_on_its_interval(yard: Yard, monkeypatch: pytest.MonkeyPatch) -> None:
+    from impyard.runs.pipeline import RunContext
+    from impyard.runs.serve import ServeEvent, Server, ServeStatus
+    from impyard.settings import load_settings
+
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE["DOCKER_HOST"])
+    old = yard.run(ended=(NOW - (utc_epoch("2020-01-01T00:00:00Z") or 0)) / DAY)
+    events: list[str] = []
+
+    def report(event: ServeEvent, status: ServeStatus) -> None:
+        events.append(event.message)
+
+    ctx = RunContext(settings=load_settings(yard.home.root), journal=Journal(yard.home.journal))
+    server = Server(ctx, concurrency=1, once=True, report=report, gc_interval_seconds=0.05)
+    assert server.gc.interval() == 0.05
+    result = server.gc.tick()
+    assert result is not None and removed(result) == {("run_dir", old)}
+    assert "gc: 1 removed, 0 failed" in events
+    assert not yard.home.run_dir(old).exists()
+
+
+def test_periodic_gc_ticks_alone_and_survives_failures(yard: Yard) -> None:
+    journal = Journal(yard.home.journal)
+    ticks: list[int] = []
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow_gc() -> GcResult:
+        ticks.append(1)
+        entered.set()
+        release.wait(10)
+        return run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+
+    periodic = PeriodicGc(yard.home, journal, interval_seconds=0.01, gc=slow_gc)
+    worker = threading.Thread(target=periodic.tick)
+    worker.start()
+    assert entered.wait(10)
+    assert periodic.tick() is None  # one at a time: the second is skipped, not queued
+    release.set()
+    worker.join(10)
+    assert len(ticks) == 1
+
+    errors: list[str] = []
+
+    def broken() -> GcResult:
+        raise RuntimeError("disk on fire")
+
+    failing = PeriodicGc(
+        yard.home, journal, interval_seconds=0.01, gc=broken, on_error=errors.append
+    )
+    assert failing.tick() is None
+    assert errors == ["gc failed: RuntimeError: disk on fire"]
+    (line,) = journal.read(event="gc.failed")
+    assert line["error"] == "RuntimeError: disk on fire"
+
+    # On its thread: every interval, until stopped.
+    counted = threading.Semaphore(0)
+
+    def counting() -> GcResult:
+        counted.release()
+        return run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+
+    looping = PeriodicGc(yard.home, journal, interval_seconds=0.01, gc=counting)
+    looping.start()
+    try:
+        assert counted.acquire(timeout=10) and counted.acquire(timeout=10)
+    finally:
+        looping.stop(10)
+
+
+def test_serve_reads_the_gc_interval_from_the_deployed_policy(yard: Yard) -> None:
+    set_retention(yard.home, gc_interval_seconds=120)
+    assert PeriodicGc(yard.home, Journal(yard.home.journal)).interval() == 120
