@@ -608,3 +608,28 @@ def test_repairs_refuse_an_unfinished_run_and_unknown_ids(tmp_path: Path) -> Non
     assert busy.code == 1 and "not finished" in busy.stderr
     assert cli("quarantine", "show", "../../heads/main").code == 2
     assert cli("candidates", "show", RUN).code == 2
+
+
+def test_diffs_are_bounded_and_name_deletions_and_binary_files(tmp_path: Path) -> None:
+    from impyard.repair.compare import MAX_LINES_PER_FILE, against_main, diff_against_main
+
+    _home, repo = make_imp(tmp_path)
+    long_text = "".join(f"line {n}\n" for n in range(MAX_LINES_PER_FILE * 2)).encode()
+    change = change_of(
+        repo,
+        {"organization/long.md": long_text, "organization/blob.bin": b"\x00\x01\x02"},
+        deleted={"organization/README.md"},
+    )
+    statuses = {c.path: c.status for c in against_main(repo, change)}
+    assert statuses == {
+        "organization/long.md": "added",
+        "organization/blob.bin": "added",
+        "organization/README.md": "deleted",
+    }
+    shown = {f.path: f for f in diff_against_main(repo, change, "candidate").files}
+    deleted = shown["organization/README.md"].text
+    assert deleted.startswith("--- a/organization/README.md\n+++ /dev/null")
+    assert shown["organization/blob.bin"].binary
+    long = shown["organization/long.md"]
+    assert long.truncated and long.text.endswith("more line(s) not shown")
+    assert len(long.text.splitlines()) == MAX_LINES_PER_FILE + 1
