@@ -199,6 +199,15 @@ class Home:
     def error_log(self) -> Path:
         return self.root / "impyard-error.log"
 
+    @property
+    def serve_dir(self) -> Path:
+        """One record per live ``impyard serve`` (several may share a data root)."""
+        return self.root / "serve"
+
+    def serve_record(self, pid: int) -> Path:
+        """``serve/<pid>.json``, flocked by that serve for its whole life."""
+        return self.serve_dir / f"{pid}.json"
+
     def is_initialized(self) -> bool:
         return self.org_policy.is_file() and self.knowledge_dir.is_dir()
 

@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
         from impyard.journal import Journal
         from impyard.runs.pipeline import RunContext
         from impyard.runs.serve import ServeEvent, Server, ServeStatus
+        from impyard.runs.serve_record import recorded
 
         home = initialized_home(ctx)
         settings = state(ctx).settings
@@ -63,5 +64,7 @@ def register(app: typer.Typer) -> None:
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        final = server.serve()
+        # `impyard status` finds a live serve by this record's lock, a dead one's left stale.
+        with recorded(home, server.concurrency, once=once):
+            final = server.serve()
         sys.stdout.write(("\r\033[K" if tty else "") + "done: " + summary(final) + "\n")
