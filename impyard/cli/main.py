@@ -25,6 +25,7 @@ from impyard.cli import (
     run,
     runs,
     serve,
+    status,
     task,
 )
 from impyard.errors import ImpyardError
@@ -80,6 +81,7 @@ for group in (
     memory,
     policy,
     check,
+    status,
 ):
     group.register(app)
 

@@ -145,17 +145,18 @@ def _current(home: Home, imp: str) -> dict[str, str | None]:
     return out
 
 
-def stale_reason(home: Home, imp: str) -> str | None:
-    """Why compiled.json does not reflect the imp's current policy files, or None if it does."""
-    document = _read_compiled(home)
-    if document is None:
-        if home.compiled_policy.exists():
-            return f"{home.compiled_policy} is unreadable"
-        return f"{home.compiled_policy} does not exist"
-    recorded = document.get("sources", {})
+def _missing_compiled(home: Home) -> str:
+    if home.compiled_policy.exists():
+        return f"{home.compiled_policy} is unreadable"
+    return f"{home.compiled_policy} does not exist"
+
+
+def _changes(recorded: Any, current: dict[str, str | None]) -> list[str]:
+    """``key changed|was added|was removed`` for each source whose sha256 differs."""
+    table = recorded if isinstance(recorded, dict) else {}
     changed = []
-    for key, sha in _current(home, imp).items():
-        entry = recorded.get(key)
+    for key, sha in current.items():
+        entry = table.get(key)
         was = entry.get("sha256") if isinstance(entry, dict) else None
         if was == sha:
             continue
@@ -165,9 +166,45 @@ def stale_reason(home: Home, imp: str) -> str | None:
             changed.append(f"{key} was removed")
         else:
             changed.append(f"{key} changed")
+    return changed
+
+
+def stale_reason(home: Home, imp: str) -> str | None:
+    """Why compiled.json does not reflect the imp's current policy files, or None if it does."""
+    document = _read_compiled(home)
+    if document is None:
+        return _missing_compiled(home)
+    changed = _changes(document.get("sources"), _current(home, imp))
     if not changed:
         return None
     return f"{', '.join(changed)} since the last deploy"
+
+
+def undeployed_changes(home: Home) -> list[str]:
+    """Every policy file (org.toml, any overlay, present or recorded) whose content differs
+    from what compiled.json was compiled from; empty when the deployed policy is current."""
+    document = _read_compiled(home)
+    if document is None:
+        return [_missing_compiled(home)]
+    recorded = document.get("sources")
+    keys = {ORG_KEY: home.org_policy}
+    keys |= {_relative(home, path): path for path in overlay_paths(home).values()}
+    if isinstance(recorded, dict):
+        keys |= {k: home.policy_dir / k for k in recorded if k.startswith("imps/")}
+    current: dict[str, str | None] = {}
+    for key, path in sorted(keys.items()):
+        try:
+            current[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            current[key] = None
+    return _changes(recorded, current)
+
+
+def compiled_at(home: Home) -> str | None:
+    """When the deployed policy was compiled (None: nothing readable is deployed)."""
+    document = _read_compiled(home)
+    value = document.get("compiled_at") if document else None
+    return value if isinstance(value, str) else None
 
 
 def _from_compiled(home: Home, imp: str) -> Policy | None:
@@ -180,6 +217,11 @@ def _from_compiled(home: Home, imp: str) -> Policy | None:
         return Policy.model_validate(raw)
     except ValidationError:
         return None
+
+
+def deployed_policy(home: Home, imp: str) -> Policy:
+    """The imp's policy as last deployed (the org's when it has no overlay or none was)."""
+    return _from_compiled(home, imp) or deployed_org_policy(home)
 
 
 def deployed_org_policy(home: Home) -> Policy:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from impyard.errors import LeaseHeldError
@@ -60,6 +61,23 @@ def expire_dead(conn: sqlite3.Connection, ttl_seconds: float) -> list[tuple[str,
         "DELETE FROM leases WHERE heartbeat_at < ? RETURNING imp, holder", (cutoff,)
     ).fetchall()
     return [(str(r["imp"]), str(r["holder"])) for r in rows]
+
+
+@dataclass(frozen=True)
+class Lease:
+    imp: str
+    holder: str
+    acquired_at: float
+    heartbeat_at: float
+
+
+def list_leases(conn: sqlite3.Connection) -> list[Lease]:
+    """Every lease row, live or not yet expired by a serve (the caller judges the TTL)."""
+    rows = conn.execute("SELECT imp, holder, acquired_at, heartbeat_at FROM leases ORDER BY imp")
+    return [
+        Lease(str(r["imp"]), str(r["holder"]), float(r["acquired_at"]), float(r["heartbeat_at"]))
+        for r in rows
+    ]
 
 
 def held_imps(conn: sqlite3.Connection, ttl_seconds: float) -> set[str]:

@@ -124,6 +124,22 @@ def count(conn: sqlite3.Connection, state: str) -> int:
     return int(conn.execute("SELECT COUNT(*) FROM tasks WHERE state = ?", (state,)).fetchone()[0])
 
 
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """How many tasks are in each state; every state is named, zero included."""
+    found = {state: 0 for state in TASK_STATES}
+    for row in conn.execute("SELECT state, COUNT(*) AS n FROM tasks GROUP BY state"):
+        found[str(row["state"])] = int(row["n"])
+    return found
+
+
+def oldest_queued_at(conn: sqlite3.Connection) -> str | None:
+    """When the task waiting longest was added (None: nothing is queued)."""
+    row = conn.execute(
+        "SELECT created_at FROM tasks WHERE state = 'queued' ORDER BY seq LIMIT 1"
+    ).fetchone()
+    return None if row is None else str(row["created_at"])
+
+
 def running_reorganize_imps(conn: sqlite3.Connection) -> set[str]:
     """Imps with a reorganize task running: a second one must wait for it."""
     rows = conn.execute("SELECT imp FROM tasks WHERE state = 'running' AND reorganize = 1")

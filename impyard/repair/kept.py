@@ -16,7 +16,7 @@ from pathlib import Path
 
 from impyard.home import Home
 from impyard.knowledge import runspace
-from impyard.knowledge.checkout import Checkout, release_checkout
+from impyard.knowledge.checkout import Checkout
 from impyard.runs.model import Manifest
 
 
@@ -56,17 +56,11 @@ def has_space(manifest: Manifest) -> bool:
 
 def remove(home: Home, manifest: Manifest) -> None:
     """Delete the run's checkout and space (a loop space is unmounted first; nothing is
-    deleted while it is still mounted) and its checkout record, so layer collection no
-    longer keeps the chain it named."""
-    space = manifest.space
-    record = home.run_checkout_record(manifest.run_id)
-    if space is None and manifest.checkout is not None:
-        # Runs from before run spaces kept their checkout in the run dir itself.
-        release_checkout(manifest.checkout, record)
-    else:
-        record.unlink(missing_ok=True)
-    if space is not None:
-        runspace.release(space)
+    deleted while it is still mounted) and its checkout record."""
+    # Here, not at the top: the run endings load the engine client, which listings skip.
+    from impyard.runs.endings import drop_run_space
+
+    drop_run_space(home, manifest)
 
 
 def _is_dir(path: Path) -> bool:
