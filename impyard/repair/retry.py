@@ -69,13 +69,11 @@ class RetryResult:
 
     @property
     def landed(self) -> bool:
-        return self.outcome == "integrated" or (self.outcome == "empty" and not self.violations)
+        return self.outcome in ("integrated", "empty")
 
     @property
     def exit_code(self) -> int:
-        if self.landed:
-            return 0
-        return EXIT_CODES.get(self.outcome, 3) or 3
+        return EXIT_CODES[self.outcome]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -140,12 +138,15 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
                 keep_refused=False,  # a refused retry leaves every ref as it was
                 receipts=run_receipts(home, run_id),
             )
+        outcome = lane.checkpoint
+        if outcome == "empty" and lane.violations:
+            outcome = "rejected"  # nothing new to land, and changes to landed files refused
         result = RetryResult(
             kind,
             run_id,
             m.imp,
             ref,
-            lane.checkpoint,
+            outcome,
             number,
             source,
             commit=lane.commit,
@@ -164,7 +165,7 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
                 ).candidate_ref
             _settle_landed(home, repo, m, record, result)
         else:
-            record.outcome, record.violations = lane.checkpoint, len(lane.violations)
+            record.outcome, record.violations = outcome, len(lane.violations)
             manifests.write(home, m)
             records.journal(home, record, run_id=run_id, imp=m.imp, violations=lane.violations)
         return result

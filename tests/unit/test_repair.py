@@ -381,6 +381,11 @@ def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
     m = manifests.read(home, RUN)
     assert m.candidate_ref == candidate_ref(RUN) and m.produced_commit == result["commit"]
 
+    before, head = refs(repo), main_commit(repo)
+    again = cli("candidates", "retry", RUN, env=OWNER)
+    assert again.code == 3 and "rejected" in again.stdout and "checkpointed" in again.stdout
+    assert refs(repo) == before and main_commit(repo) == head
+
 
 def test_drop_and_export_of_a_candidate(
     long_note: tuple[Home, pygit2.Repository, Cli], tmp_path: Path
