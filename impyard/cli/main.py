@@ -25,6 +25,7 @@ from impyard.cli import (
     run,
     runs,
     serve,
+    service,
     status,
     task,
 )
@@ -38,7 +39,7 @@ app = typer.Typer(
     help="Run AI agents (imps) in Docker boxes and keep what they learn in Git.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 
@@ -82,6 +83,7 @@ for group in (
     policy,
     check,
     status,
+    service,
 ):
     group.register(app)
 

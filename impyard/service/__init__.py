@@ -1,0 +1,1 @@
+"""``impyard service``: run ``impyard serve`` under systemd (the unit, and writing it)."""
