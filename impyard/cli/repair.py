@@ -109,8 +109,9 @@ def _group(kind: Kind) -> typer.Typer:
             run_id: str = typer.Argument(..., help="The run id."),
             as_json: bool = typer.Option(False, "--json", help="One JSON document."),
         ) -> None:
-            """Validate against the current main and policy, then land through the lane;
-            exit 0 landed, 3 rejected, 5 conflict (the ref stays)."""
+            """Validate against the current main and policy, then land through the lane.
+
+            Exit 0 landed, 3 rejected, 5 conflict (then the ref stays as it was)."""
             retry(ctx, run_id, as_json, False)
 
     else:
@@ -124,8 +125,10 @@ def _group(kind: Kind) -> typer.Typer:
                 False, "--from-ref", help="Use the ref's tree, not the kept checkout."
             ),
         ) -> None:
-            """Snapshot the kept checkout, validate against the current main and policy, then
-            land through the lane; exit 0 landed, 3 rejected, 5 conflict (all stays)."""
+            """Validate against the current main and policy, then land through the lane.
+
+            The change is a fresh snapshot of the kept checkout (or the ref's tree when it is
+            gone). Exit 0 landed, 3 rejected, 5 conflict (then everything stays as it was)."""
             retry(ctx, run_id, as_json, from_ref)
 
     @group.command("drop")
@@ -155,8 +158,10 @@ def _group(kind: Kind) -> typer.Typer:
         directory: Path = typer.Argument(..., help="A new or empty directory."),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
-        """Write the change as plain files (DIR/files/...) and DIR/export.json (deletions,
-        status against main) for repair by hand."""
+        """Write the change as plain files for repair by hand.
+
+        DIR/files/<path> from the stored blobs, and DIR/export.json (deletions, each path's
+        status against main, the violations)."""
         from impyard.repair.export import export
 
         result = export(initialized_home(ctx), kind, run_id, directory)
