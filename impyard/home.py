@@ -219,6 +219,18 @@ def default_org_policy() -> bytes:
     return resource.read_bytes()
 
 
+def resolve_home(option: Path | None) -> Path:
+    """The data root of an invocation, absolute: ``--home``, else ``IMPYARD_HOME``, else
+    ``./.impyard`` (what ``Settings.home`` resolves to, without loading the settings)."""
+    if option is not None:
+        return option.absolute()
+    for name in ("IMPYARD_HOME", "impyard_home"):
+        value = os.environ.get(name)
+        if value:
+            return Path(value).absolute()
+    return Path(".impyard").absolute()
+
+
 def init_home(home: Home) -> bool:
     """Create what is missing; never overwrite an owner's edited policy. True if anything new."""
     if home.root.exists() and not home.root.is_dir():
@@ -234,18 +246,6 @@ def init_home(home: Home) -> bool:
             home.memory_dir,
         ):
             directory.mkdir(parents=True, exist_ok=True)
-def resolve_home(option: Path | None) -> Path:
-    """The data root of an invocation, absolute: ``--home``, else ``IMPYARD_HOME``, else
-    ``./.impyard`` (what ``Settings.home`` resolves to, without loading the settings)."""
-    if option is not None:
-        return option.absolute()
-    for name in ("IMPYARD_HOME", "impyard_home"):
-        value = os.environ.get(name)
-        if value:
-            return Path(value).absolute()
-    return Path(".impyard").absolute()
-
-
         if not home.org_policy.exists():
             atomic_write_bytes(home.org_policy, default_org_policy())
     except OSError as exc:
