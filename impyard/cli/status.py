@@ -116,7 +116,12 @@ def _backup(s: Status) -> list[str]:
             if r.state == "current":
                 current += 1
             elif r.state == "failing":
-                lines.append(f"{imp.imp} -> {r.remote}: FAILING since {r.failing_since or '?'}")
+                error = (r.last_error or "").splitlines()
+                tries = f", {r.attempts} attempt(s)" if r.attempts else ""
+                lines.append(
+                    f"{imp.imp} -> {r.remote}: FAILING since {r.failing_since or '?'}{tries}"
+                    + (f": {error[0][:80]}" if error else "")
+                )
             elif r.state == "lagging":
                 behind = f"{r.behind} commit(s)" if r.behind is not None else "commits"
                 lines.append(f"{imp.imp} -> {r.remote}: {behind} behind, pushed {r.pushed_at}")

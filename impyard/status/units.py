@@ -42,4 +42,4 @@ def age_seconds(stamp: str | None, now: datetime) -> float | None:
 
 def iso(moment: datetime) -> str:
     """An aware time as the host writes times elsewhere (UTC, ``Z``)."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
