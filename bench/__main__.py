@@ -14,7 +14,9 @@ BENCHES = (
     "serve_bench",
     "agent_bench",
     "control_bench",
+    "backup_bench",
     "inspect_bench",
+    "soak_bench",
 )
 
 

@@ -1,0 +1,226 @@
+"""Soak: a long ``impyard serve`` with retention and backup on stays flat and leaks nothing.
+
+    python -m bench.soak_bench [--tasks 1000] [--imps 10] [--concurrency 4]
+
+One data root (on ``scratch_dir``), ``--imps`` imps running the demo imp (one note per
+task), ``--tasks`` tasks queued up front, round-robin over the imps, then one
+``impyard serve --once``. The org policy keeps finished runs for ``--keep-seconds``
+(retention days may be fractional), runs gc every ``--gc-seconds`` and backs every imp
+up to a local bare remote.
+
+Sampled every ``--sample-seconds`` while serve runs: serve's RSS (``/proc/<pid>/status``)
+and the data root's size on disk (st_blocks, never following a link), split into the
+knowledge repositories (which must grow: every run adds a note) and everything else
+(run records, spaces, layers, journal: bounded by retention). The curves are printed
+as a table; flat means the last third's median is within noise of the second third's.
+
+At the end it checks: every task done and integrated, every imp's main holds one note
+per task and equals its backup's main, and no container, volume, mount or run space
+of this data root is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import impyard, print_table, scratch_dir
+from impyard.home import Home
+from impyard.queue import tasks
+from impyard.queue.db import opened
+
+
+def disk_bytes(root: Path) -> int:
+    """Allocated bytes under ``root`` (st_blocks), without following links."""
+    total = 0
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False) and not os.path.ismount(entry.path):
+                        stack.append(Path(entry.path))
+        except OSError:
+            continue
+    return total
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def setup(args: argparse.Namespace) -> tuple[Path, Path, list[str]]:
+    root = scratch_dir("impyard-soak-")
+    home, remote = root / "home", root / "backup"
+    remote.mkdir()
+    impyard(home, "init")
+    org = home / "policy" / "org.toml"
+    text = org.read_text()
+    days = args.keep_seconds / 86400
+    for old, new in (
+        ("finished_run_days = 30", f"finished_run_days = {days:.8f}"),
+        ("gc_interval_seconds = 3600", f"gc_interval_seconds = {args.gc_seconds}"),
+        ("remotes = []", f'remotes = ["{remote}"]'),
+    ):
+        if old not in text:
+            raise SystemExit(f"soak: {old!r} is not in the default org policy any more")
+        text = text.replace(old, new)
+    org.write_text(text)
+    impyard(home, "deploy")
+    imps = [f"imp{i:02d}" for i in range(args.imps)]
+    for imp in imps:
+        impyard(home, "imp", "create", imp)
+    with opened(Home(home).db) as conn:
+        for n in range(args.tasks):
+            imp = imps[n % len(imps)]
+            tasks.add(conn, imp, f"soak fact number {n} for {imp}")
+    return home, remote, imps
+
+
+def sample(home: Path, pid: int, started: float) -> tuple[float, int | None, int, int]:
+    data = Home(home)
+    knowledge = disk_bytes(data.knowledge_dir)
+    everything = disk_bytes(home)
+    return time.monotonic() - started, rss_bytes(pid), knowledge, everything - knowledge
+
+
+def leaks(home: Path) -> list[str]:
+    found = []
+    for what, argv in (
+        ("container", ["docker", "ps", "-aq", "--filter", "label=impyard.run"]),
+        ("volume", ["docker", "volume", "ls", "-q", "--filter", "label=impyard.run"]),
+    ):
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+        found += [f"{what} {name}" for name in out]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    found += [f"mount {line.split()[4]}" for line in mounts.splitlines() if str(home) in line]
+    spaces = list((home / "runs").glob("*/space"))
+    found += [f"run space {p}" for p in spaces if any(p.iterdir())]
+    return found
+
+
+def verify(home: Path, remote: Path, imps: list[str], total: int) -> list[str]:
+    problems = []
+    done = json.loads(impyard(home, "task", "list", "--json").stdout)
+    states = [t["state"] for t in done]
+    if states.count("done") != total:
+        problems.append(f"{states.count('done')} of {total} tasks done")
+    landed = sum(1 for t in done if t.get("checkpoint") == "integrated")
+    if landed != total:
+        problems.append(f"{landed} of {total} tasks integrated")
+    per_imp = total // len(imps)
+    for i, imp in enumerate(imps):
+        repo = Home(home).repo(imp)
+        names = subprocess.run(
+            ["git", "-C", str(repo), "ls-tree", "-r", "--name-only", "main", "records/"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        expected = per_imp + (1 if i < total % len(imps) else 0)
+        if len(names) != expected:
+            problems.append(f"{imp}: {len(names)} notes on main, expected {expected}")
+        ours = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "main"], capture_output=True, text=True
+        ).stdout.strip()
+        theirs = subprocess.run(
+            ["git", "-C", str(remote / f"{imp}.git"), "rev-parse", "main"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if ours != theirs:
+            problems.append(f"{imp}: backup main {theirs or 'missing'} != main {ours}")
+    return problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--imps", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--keep-seconds", type=float, default=60.0)
+    parser.add_argument("--gc-seconds", type=int, default=20)
+    parser.add_argument("--sample-seconds", type=float, default=10.0)
+    args = parser.parse_args(sys.argv[1:])
+    home, remote, imps = setup(args)
+    started = time.monotonic()
+    env = {**os.environ, "IMPYARD_HOME": str(home)}
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "impyard",
+            "serve",
+            "--once",
+            "--concurrency",
+            str(args.concurrency),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    samples = []
+    while serve.poll() is None:
+        samples.append(sample(home, serve.pid, started))
+        time.sleep(args.sample_seconds)
+    wall = time.monotonic() - started
+    _out, err = serve.communicate()
+    # One gc after the last run, as a serve that kept running would do.
+    impyard(home, "gc")
+    t, _rss, knowledge, rest = sample(home, 0, started)
+    samples.append((t, None, knowledge, rest))
+    mib = 2**20
+    print_table(
+        f"soak: {args.tasks} one-note runs over {args.imps} imps, concurrency "
+        f"{args.concurrency}, runs kept {args.keep_seconds:.0f} s, gc every {args.gc_seconds} s",
+        ["t (s)", "serve RSS MiB", "knowledge MiB", "rest of data root MiB"],
+        [
+            (
+                f"{t:.0f}",
+                "-" if rss is None else f"{rss / mib:.1f}",
+                f"{k / mib:.1f}",
+                f"{rest / mib:.1f}",
+            )
+            for t, rss, k, rest in samples
+        ],
+    )
+    thirds = max(1, len(samples) // 3)
+    middle, last = samples[thirds : 2 * thirds], samples[2 * thirds : -1]
+    for label, index in (("serve RSS", 1), ("rest of data root", 3)):
+        mid = [float(v) for s in middle if (v := s[index]) is not None]
+        end = [float(v) for s in last if (v := s[index]) is not None]
+        if mid and end:
+            print(
+                f"{label}: median {statistics.median(mid) / mib:.1f} MiB in the second third, "
+                f"{statistics.median(end) / mib:.1f} MiB in the last"
+            )
+    print(f"wall {wall:.0f} s, {args.tasks / wall:.1f} runs/s; serve exit {serve.returncode}")
+    problems = verify(home, remote, imps, args.tasks) + leaks(home)
+    if err.strip():
+        print("serve stderr (last lines):", *err.strip().splitlines()[-5:], sep="\n  ")
+    print("problems:", *(problems or ["none"]), sep="\n  ")
+    if problems or serve.returncode != 0:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
