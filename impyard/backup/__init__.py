@@ -11,6 +11,6 @@ journaled as ``backup.pushed`` / ``backup.failed``. ``restore`` rebuilds imps fr
 a backup.
 """
 
-from impyard.backup.worker import flush, notify, watch
+from impyard.backup.worker import drain, flush, notify, watch
 
-__all__ = ["flush", "notify", "watch"]
+__all__ = ["drain", "flush", "notify", "watch"]

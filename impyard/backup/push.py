@@ -188,16 +188,22 @@ def push(
     )
     started = time.monotonic()
     tries = 0
+    failure: BaseException | None = None
     try:
         for attempt in retrying:
             with attempt:
                 tries += 1
-                result = push_once(home, imp, location)
-    except (ImpyardError, pygit2.GitError, OSError) as exc:
+                try:
+                    result = push_once(home, imp, location)
+                except BaseException as exc:
+                    failure = exc
+                    raise
+    except (_Abandoned, ImpyardError, pygit2.GitError, OSError) as exc:
+        last = failure if isinstance(exc, _Abandoned) and failure is not None else exc
         return PushResult(
             remote=location.label,
             main=None,
-            error=scrub(_one_line(exc), location.base),
+            error=scrub(_one_line(last), location.base),
             attempts=tries,
             duration_ms=round((time.monotonic() - started) * 1000, 1),
         )
@@ -211,8 +217,14 @@ def push(
     )
 
 
+class _Abandoned(Exception):
+    """The process is leaving: the failure before this backoff is the push's last."""
+
+
 def _sleep(abandon: threading.Event, seconds: float) -> None:
-    abandon.wait(seconds)  # an abandon wakes the backoff instead of sleeping it out
+    # An abandon (set before or during the backoff) ends the retries, not just the wait.
+    if abandon.wait(seconds):
+        raise _Abandoned
 
 
 def _one_line(exc: BaseException) -> str:

@@ -40,9 +40,14 @@ def backup_imp(
     home.backup_dir.mkdir(exist_ok=True)
     results: list[PushResult] = []
     with locked(home.backup_dir / f"{imp}.lock"):
+        known = status.read_status(home).get(imp, {})
         for base in bases:
             location = locate(base, imp, home.root)
-            results.append(push(home, imp, location, attempts=attempts, abandon=abandon))
+            # A remote already failing gets one try a round: its backoff would otherwise
+            # hold up every other imp's push behind it on the one worker thread.
+            entry = known.get(location.label)
+            tries = 1 if entry is not None and entry.failing else attempts
+            results.append(push(home, imp, location, attempts=tries, abandon=abandon))
         status.record(home, imp, results, [locate(b, imp, home.root).label for b in bases])
     journal = Journal(home.journal)
     for result in results:

@@ -5,9 +5,10 @@ waiting is the same push, so a burst of a hundred integrations costs one push (p
 one more if they arrive while its push is running: that push may have read the refs
 before the last of them). Nothing here can block or fail the caller.
 
-Process exit: an ``atexit`` hook waits up to ``EXIT_FLUSH_SECONDS`` for what is
-queued, retrying nothing more, so a short-lived ``impyard run`` leaves with its
-push done or abandoned (status.json says which; the next notify pushes again). A
+Process exit: ``drain`` waits up to ``EXIT_FLUSH_SECONDS`` for what is queued,
+retrying nothing more, so a short-lived ``impyard run`` (which drains before it
+exits, and an ``atexit`` hook for every other process) leaves with its push done
+or abandoned (status.json says which; the next notify pushes again). A
 long-lived ``serve`` keeps the thread, and ``watch`` has it re-push failing imps.
 """
 
@@ -68,6 +69,14 @@ class Worker:
                 self._cond.wait(remaining)
         return True
 
+    def drain(self, timeout: float) -> bool:
+        """For a process about to exit: wait for what is queued, retrying nothing more."""
+        self.abandon.set()
+        done = self.flush(timeout)
+        if done:  # a push still in flight keeps the abandon: it must not start retrying
+            self.abandon.clear()
+        return done
+
     def _start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
@@ -77,8 +86,7 @@ class Worker:
         self._thread.start()
 
     def _at_exit(self) -> None:
-        self.abandon.set()
-        if not self.flush(EXIT_FLUSH_SECONDS):
+        if not self.drain(EXIT_FLUSH_SECONDS):
             log.warning("backup: gave up waiting for queued pushes at exit")
 
     def _loop(self) -> None:
@@ -144,6 +152,12 @@ def notify(home: Home, imp: str) -> None:
 def flush(timeout: float = EXIT_FLUSH_SECONDS) -> bool:
     """Wait for queued pushes (at most ``timeout`` seconds); False when some are left."""
     return _worker.flush(timeout)
+
+
+def drain(timeout: float = EXIT_FLUSH_SECONDS) -> bool:
+    """Before a short-lived process exits: finish queued pushes (one more attempt each, no
+    retries) for at most ``timeout`` seconds; False when some were abandoned."""
+    return _worker.drain(timeout)
 
 
 def watch(home: Home) -> None:

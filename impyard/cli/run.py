@@ -99,4 +99,8 @@ def register(app: typer.Typer) -> None:
             echo(line)
             for error in m.validation_errors:
                 echo(f"  {error.path or '-'}: {error.rule}: {error.message}")
+        from impyard import backup
+
+        if not backup.drain():
+            warn("the backup push of this run is still pending: see `impyard backup status`")
         raise typer.Exit(outcome.exit_code)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from impyard import backup
 from impyard.errors import EngineError, ImpyardError, LeaseHeldError
 from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import leases, tasks
@@ -124,6 +125,8 @@ class Server:
     def serve(self) -> ServeStatus:
         self._recover()
         self.gc.start()  # after recovery: it leaves no run unfinished that gc could judge
+        # Catch up on pushes missed while no serve ran; failing remotes are retried meanwhile.
+        backup.watch(self.ctx.home)
         running: dict[Future[None], tasks.Task] = {}
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool:
             while True:
