@@ -33,10 +33,10 @@ def settings_commit(repo: pygit2.Repository, settings: ImpSettings) -> pygit2.Oi
     return repo.create_commit(None, signature, signature, "Impyard imp settings\n", tree, [])
 
 
-def read_settings(repo: pygit2.Repository, commit: pygit2.Oid) -> ImpSettings | None:
-    """The settings a settings commit holds; None when it holds nothing readable."""
+def read_settings(repo: pygit2.Repository) -> ImpSettings | None:
+    """The settings ``repo``'s settings ref holds; None when it holds nothing readable."""
     try:
-        tree = cast(pygit2.Commit, repo[commit]).tree
+        tree = repo.references[SETTINGS_REF].peel(pygit2.Commit).tree
         raw: Any = json.loads(cast(pygit2.Blob, repo[tree[SETTINGS_FILE].id]).data)
     except (KeyError, ValueError, TypeError, AttributeError, pygit2.GitError):
         return None

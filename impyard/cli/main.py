@@ -13,6 +13,7 @@ from impyard import __version__
 from impyard.cli import (
     _common,
     archive,
+    backup,
     check,
     gc,
     imp,
@@ -84,6 +85,7 @@ for group in (
     check,
     status,
     service,
+    backup,
 ):
     group.register(app)
 

@@ -124,7 +124,7 @@ def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Pat
         repo_path = staging / "repo.git"
         configure_libgit2()
         repo = pygit2.init_repository(str(repo_path), bare=True, initial_head="main")
-        _strip_templates(repo_path)
+        strip_templates(repo_path)
         tree = build_tree(
             repo,
             None,
@@ -161,7 +161,7 @@ def _blob(repo: pygit2.Repository, text: str) -> FileState:
     return FileState(blob=str(repo.create_blob(data)), size=len(data), executable=False)
 
 
-def _strip_templates(git_dir: Path) -> None:
+def strip_templates(git_dir: Path) -> None:
     """No sample hooks, description or info/exclude: nothing in a repo dir that could run."""
     shutil.rmtree(git_dir / "hooks", ignore_errors=True)
     (git_dir / "hooks").mkdir()

@@ -1,0 +1,212 @@
+"""Rebuild imps from a backup: their canonical repositories, published origins and settings.
+
+Each imp is first fetched whole into a hidden staging directory of the data root
+(main, candidate and quarantine refs, and the settings ``meta`` carries), and
+only once every named imp has been fetched and checked is anything installed:
+
+- an imp this data root lacks is built beside its final place (``repo.git``, a
+  fresh ``origin.git`` of main, ``imp.json`` from the backup or the defaults) and
+  renamed in, like ``impyard imp create``, so a crash leaves no half imp;
+- an imp it has is brought up to the backup in place, under its lane lock, and
+  keeps its own settings; but only when the backup holds everything it has: a
+  local main that is not an ancestor of (or equal to) the backup's main, or a
+  candidate or quarantine ref the backup lacks or holds at another commit, refuses
+  the whole restore before anything changed, naming each.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pygit2
+
+from impyard.backup.meta import SETTINGS_REF, read_settings
+from impyard.backup.push import MIRRORED, backed_up_refs
+from impyard.backup.remotes import Location, label, local_imps, locate, scrub
+from impyard.backup.transport import Callbacks, configure_transport
+from impyard.errors import BackupError
+from impyard.fsutil import atomic_write_json, fsync_dir, locked
+from impyard.home import Home
+from impyard.journal import Journal
+from impyard.knowledge.imps import ImpSettings, list_imps, strip_templates
+from impyard.knowledge.origin import sync_origin
+from impyard.knowledge.repo import MAIN
+from impyard.knowledge.sizes import tree_bytes
+
+FETCHED = [f"+{MAIN}:{MAIN}", *(f"+{ns}*:{ns}*" for ns in MIRRORED)]
+
+SettingsSource = Literal["backup", "default", "kept"]
+
+
+@dataclass(frozen=True)
+class Restored:
+    imp: str
+    main: str
+    refs: int  # main, candidate and quarantine refs the imp holds now
+    created: bool  # a new imp (else an existing one brought up to the backup)
+    settings: SettingsSource
+
+
+@dataclass
+class _Fetched:
+    imp: str
+    staging: Path  # a hidden directory under knowledge/, removed at the end
+    repo: pygit2.Repository
+    settings: ImpSettings | None
+
+
+def restore(
+    home: Home, base: str, imps: list[str] | None = None, *, relative_to: Path
+) -> list[Restored]:
+    """Restore ``imps`` (default: every imp a local backup holds) from the backup at
+    ``base``; a relative local ``base`` is taken from ``relative_to``."""
+    if not home.knowledge_dir.is_dir():
+        raise BackupError(f"no Impyard data root at {home.root}: run `impyard init` first")
+    names = list(dict.fromkeys(imps)) if imps else local_imps(base, relative_to)
+    if not names:
+        raise BackupError(f"no imps at {label(base)}")
+    configure_transport()
+    fetched: list[_Fetched] = []
+    try:
+        for imp in names:
+            fetched.append(_fetch(home, locate(base, imp, relative_to), imp))
+        existing = set(list_imps(home))
+        for item in fetched:
+            if item.imp in existing:
+                _refuse_if_ahead(home, item)
+        results = [_install(home, item, item.imp in existing) for item in fetched]
+    finally:
+        for item in fetched:
+            shutil.rmtree(item.staging, ignore_errors=True)
+    journal = Journal(home.journal)
+    for result in results:
+        journal.record(
+            "backup.restored",
+            imp=result.imp,
+            remote=label(base),
+            commit=result.main,
+            refs=result.refs,
+            created=result.created,
+            settings=result.settings,
+        )
+    return results
+
+
+def _fetch(home: Home, location: Location, imp: str) -> _Fetched:
+    staging = home.knowledge_dir / f".restoring-{imp}-{uuid.uuid4().hex[:8]}"
+    try:
+        staging.mkdir()
+        repo_path = staging / "repo.git"
+        repo = pygit2.init_repository(str(repo_path), bare=True, initial_head="main")
+        strip_templates(repo_path)
+        if location.path is not None and not (location.path / "HEAD").is_file():
+            raise BackupError(f"imp {imp!r}: no backup at {location.path}")
+        remote = repo.remotes.create_anonymous(location.url)
+        try:
+            remote.fetch([*FETCHED, f"+{SETTINGS_REF}:{SETTINGS_REF}"], callbacks=Callbacks())
+        except pygit2.GitError as exc:
+            where = scrub(location.url, location.base)
+            raise BackupError(
+                f"imp {imp!r}: cannot fetch {where}: {scrub(str(exc), location.base)}"
+            ) from exc
+        settings = read_settings(repo)
+        if SETTINGS_REF in repo.references:
+            repo.references.delete(SETTINGS_REF)  # the canonical repo holds no such ref
+        (repo_path / "FETCH_HEAD").unlink(missing_ok=True)
+        if MAIN not in repo.references:
+            raise BackupError(f"imp {imp!r}: the backup at {location.label} has no main")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return _Fetched(imp, staging, repo, settings)
+
+
+def lacking(local: pygit2.Repository, backup: pygit2.Repository) -> list[str]:
+    """What ``local`` holds that restoring ``backup`` over it would lose, one phrase each."""
+    ours, theirs = backed_up_refs(local), backed_up_refs(backup)
+    found: list[str] = []
+    mine, their_main = ours.get(MAIN), theirs.get(MAIN)
+    if mine is not None and mine != their_main and not _has_ancestor(backup, their_main, mine):
+        found.append(
+            f"main {str(mine)[:12]} is not an ancestor of the backup's main "
+            f"{str(their_main)[:12] if their_main else '(none)'}"
+        )
+    for name, oid in sorted(ours.items()):
+        if name == MAIN or theirs.get(name) == oid:
+            continue
+        where = "is not in the backup" if name not in theirs else "is at another commit there"
+        found.append(f"{name} ({str(oid)[:12]}) {where}")
+    return found
+
+
+def _has_ancestor(repo: pygit2.Repository, head: pygit2.Oid | None, ancestor: pygit2.Oid) -> bool:
+    if head is None:
+        return False
+    try:
+        return bool(repo.descendant_of(head, ancestor))
+    except (KeyError, ValueError, pygit2.GitError):
+        return False  # the backup does not even hold the commit
+
+
+def _refuse_if_ahead(home: Home, item: _Fetched) -> None:
+    from impyard.knowledge.imps import open_repo
+
+    missing = lacking(open_repo(home, item.imp), item.repo)
+    if missing:
+        raise BackupError(
+            f"refusing to restore imp {item.imp!r} over {home.repo(item.imp)}: it has what the "
+            f"backup lacks: {'; '.join(missing)}"
+        )
+
+
+def _install(home: Home, item: _Fetched, exists: bool) -> Restored:
+    if exists:
+        return _update(home, item)
+    return _create(home, item)
+
+
+def _create(home: Home, item: _Fetched) -> Restored:
+    repo = item.repo
+    tree_bytes(repo, str(repo.references[MAIN].target))  # the lane's size cache, primed
+    sync_origin(repo, item.staging / "origin.git")
+    settings = item.settings or ImpSettings()
+    atomic_write_json(item.staging / Home.IMP_SETTINGS, settings.as_dict())
+    fsync_dir(item.staging)
+    final = home.imp_dir(item.imp)
+    try:
+        os.rename(item.staging, final)
+    except OSError as exc:  # created meanwhile: restore again to bring it up to the backup
+        raise BackupError(f"imp {item.imp!r} appeared at {final} while restoring") from exc
+    fsync_dir(home.knowledge_dir)
+    installed = pygit2.Repository(str(home.repo(item.imp)))
+    return Restored(
+        imp=item.imp,
+        main=str(installed.references[MAIN].target),
+        refs=len(backed_up_refs(installed)),
+        created=True,
+        settings="backup" if item.settings is not None else "default",
+    )
+
+
+def _update(home: Home, item: _Fetched) -> Restored:
+    from impyard.knowledge.imps import open_repo
+
+    repo = open_repo(home, item.imp)
+    with locked(home.lane_lock(item.imp)):
+        _refuse_if_ahead(home, item)  # again: a run may have landed since the first look
+        remote = repo.remotes.create_anonymous(str(item.staging / "repo.git"))
+        remote.fetch(FETCHED)
+        (Path(repo.path) / "FETCH_HEAD").unlink(missing_ok=True)
+        main = sync_origin(repo, home.origin(item.imp))
+    return Restored(
+        imp=item.imp,
+        main=main,
+        refs=len(backed_up_refs(repo)),
+        created=False,
+        settings="kept",
+    )

@@ -1,0 +1,122 @@
+"""``impyard backup status|now`` and ``impyard restore``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from impyard.cli._common import echo, initialized_home, print_json, state
+from impyard.errors import UsageError
+
+NO_REMOTES = (
+    "no backup remotes configured: add them to [backup] remotes in policy/org.toml and run "
+    "`impyard deploy`"
+)
+
+
+def register(app: typer.Typer) -> None:
+    backup_app = typer.Typer(help="Push knowledge to the backup remotes.", no_args_is_help=True)
+    app.add_typer(backup_app, name="backup")
+
+    @backup_app.command("status")
+    def status_command(
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    ) -> None:
+        """Per imp and remote: last push, whether it lags main, the last error. Exit 1 when
+        any remote is failing."""
+        from impyard.backup.report import backup_rows
+        from impyard.backup.sync import configured_remotes
+
+        home = initialized_home(ctx)
+        rows = backup_rows(home)
+        if as_json:
+            print_json([row.as_dict() for row in rows])
+        elif not configured_remotes(home):
+            echo(NO_REMOTES)
+        else:
+            for row in rows:
+                when = row.pushed_at or "never"
+                line = f"{row.imp}  {row.remote}  pushed {when}  lagging {_yes(row.lagging)}"
+                if row.pushed_main:
+                    line += f"  main {row.pushed_main[:12]}"
+                if row.failing:
+                    line += f"  FAILING since {row.failing_since}: {row.last_error}"
+                echo(line)
+        if any(row.failing for row in rows):
+            raise typer.Exit(1)
+
+    @backup_app.command("now")
+    def now_command(
+        ctx: typer.Context,
+        imp: str | None = typer.Argument(None, help="One imp (default: every imp)."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    ) -> None:
+        """Push one imp, or every imp, to every remote now and wait. Exit 1 on any failure."""
+        from impyard.backup.sync import backup_imp, configured_remotes
+        from impyard.knowledge.imps import list_imps, require_imp
+
+        home = initialized_home(ctx)
+        if not configured_remotes(home):
+            raise UsageError(NO_REMOTES)
+        if imp is not None:
+            require_imp(home, imp)
+        names = [imp] if imp is not None else list_imps(home)
+        rows = []
+        for name in names:
+            for result in backup_imp(home, name):
+                rows.append({"imp": name, "ok": result.ok, **asdict(result)})
+        if as_json:
+            print_json(rows)
+        else:
+            if not names:
+                echo("no imps to back up")
+            for row in rows:
+                if row["ok"]:
+                    what = f"main {str(row['main'])[:12]}, {row['updated']} ref(s) updated"
+                    what += f", {row['deleted']} deleted" if row["deleted"] else ""
+                    echo(f"{row['imp']}  {row['remote']}  ok ({what})")
+                else:
+                    tries = row["attempts"]
+                    echo(
+                        f"{row['imp']}  {row['remote']}  FAILED after {tries} attempt(s): "
+                        f"{row['error']}"
+                    )
+        if not all(row["ok"] for row in rows):
+            raise typer.Exit(1)
+
+    @app.command("restore")
+    def restore_command(
+        ctx: typer.Context,
+        source: str = typer.Option(
+            ..., "--from", help="A backup remote: local path, file:// or another git URL."
+        ),
+        imps: list[str] | None = typer.Option(
+            None, "--imp", help="Restore this imp (repeatable; required for non-local URLs)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    ) -> None:
+        """Rebuild imps (knowledge, origin, settings) from a backup into this data root
+        (initializing it when needed); never over commits the backup lacks."""
+        from impyard.backup.restore import restore
+        from impyard.home import init_home
+
+        home = state(ctx).home
+        if not home.is_initialized():
+            init_home(home)
+        results = restore(home, source, imps, relative_to=Path.cwd())
+        if as_json:
+            print_json([asdict(result) for result in results])
+            return
+        for result in results:
+            verb = "restored" if result.created else "brought up to the backup"
+            echo(
+                f"{result.imp}: {verb}, main {result.main[:12]}, {result.refs} ref(s), "
+                f"settings {result.settings} ({home.repo(result.imp)})"
+            )
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
