@@ -1,0 +1,157 @@
+"""``impyard restore``: the drill (back up, lose the data root, init, restore, run on), an imp
+brought up to its backup in place, and the refusal to restore over work the backup lacks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from impyard import backup
+from impyard.backup.sync import backup_imp
+from impyard.home import Home
+from impyard.journal import Journal
+from impyard.knowledge.change import Change
+from impyard.knowledge.imps import open_repo, read_imp_settings
+from impyard.knowledge.quarantine import quarantine
+from impyard.knowledge.repo import main_commit
+from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
+from tests.helpers.cli import Cli
+from tests.helpers.git import git
+from tests.helpers.repo import assert_fsck_clean, run_id
+
+
+def populated(cli: Cli, base: Path) -> Home:
+    """Two imps with landed notes, a candidate and a quarantine, backed up to ``base``."""
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko", "--image", "img:1", "--command", "run-me").code == 0
+    assert cli("imp", "create", "kai").code == 0
+    home = Home(cli.home)
+    set_remotes(home, [str(base)])
+    for n in range(1, 4):
+        land_note(home, n)
+    reject_note(home, 4)
+    repo = open_repo(home, "yuko")
+    quarantine(repo, run_id(5), main_commit(repo), Change(), "killed")
+    land_note(home, 6, imp="kai")
+    assert cli("backup", "now").code == 0
+    return home
+
+
+def test_the_restore_drill_gives_back_identical_repositories(cli: Cli, tmp_path: Path) -> None:
+    base = tmp_path / "backups"
+    home = populated(cli, base)
+    before = {imp: refs(home.repo(imp)) for imp in ("yuko", "kai")}
+    settings = read_imp_settings(home, "yuko")
+    backup.flush(30)
+
+    shutil.rmtree(home.root)  # the disk is gone
+    assert cli("init").code == 0
+    restored = cli("restore", "--from", str(base))
+    assert restored.code == 0, restored.stderr
+    assert "yuko: restored" in restored.stdout and "kai: restored" in restored.stdout
+
+    for imp in ("yuko", "kai"):
+        repo_path = Path(cli("knowledge", imp).stdout.strip())
+        assert repo_path == home.repo(imp)
+        assert refs(repo_path) == before[imp]  # git for-each-ref, every ref
+        assert_fsck_clean(repo_path)
+        assert_fsck_clean(home.origin(imp))
+        assert refs(home.origin(imp)) == {"refs/heads/main": before[imp]["refs/heads/main"]}
+    assert read_imp_settings(home, "yuko") == settings  # image and command came back
+    listed = json.loads(cli("imp", "list", "--json").stdout)
+    assert [(row["imp"], row["image"]) for row in listed] == [("kai", None), ("yuko", "img:1")]
+    assert {e["imp"] for e in Journal(home.journal).read(event="backup.restored")} == {
+        "yuko",
+        "kai",
+    }
+
+    # The lane works at once on a restored imp, and its next push continues the backup.
+    result = land_note(home, 7)
+    set_remotes(home, [str(base)])
+    [pushed] = backup_imp(home, "yuko")
+    assert pushed.ok and backed_up(base / "yuko.git")["refs/heads/main"] == result.commit
+
+
+def test_restore_initializes_a_missing_data_root_and_takes_named_imps(
+    cli: Cli, tmp_path: Path
+) -> None:
+    base = tmp_path / "backups"
+    home = populated(cli, base)
+    backup.flush(30)
+    shutil.rmtree(home.root)
+    restored = cli("restore", "--from", f"file://{base}", "--imp", "kai", "--json")
+    assert restored.code == 0, restored.stderr
+    [row] = json.loads(restored.stdout)
+    assert (row["imp"], row["created"], row["settings"]) == ("kai", True, "backup")
+    assert home.is_initialized()
+    assert json.loads(cli("imp", "list", "--json").stdout)[0]["imp"] == "kai"
+    assert cli("restore", "--from", str(base), "--imp", "nobody").code != 0
+
+
+def test_an_imp_behind_its_backup_is_brought_up_to_it(cli: Cli, tmp_path: Path) -> None:
+    base = tmp_path / "backups"
+    home = populated(cli, base)
+    backup.flush(30)
+    # A copy of the data root from before the last landing and candidate, say.
+    repo = open_repo(home, "yuko")
+    behind = repo.revparse_single("main~1").id
+    repo.references["refs/heads/main"].set_target(behind)
+    for name in list(repo.references):
+        if name.startswith(("refs/candidates/", "refs/quarantine/")):
+            repo.references.delete(name)
+    git("-C", home.origin("yuko"), "update-ref", "refs/heads/main", str(behind))
+
+    restored = cli("restore", "--from", str(base), "--imp", "yuko")
+    assert restored.code == 0, restored.stderr
+    assert "brought up to the backup" in restored.stdout and "settings kept" in restored.stdout
+    assert backed_up(home.repo("yuko")) == backed_up(base / "yuko.git")
+    main = main_commit(open_repo(home, "yuko"))
+    assert main == backed_up(base / "yuko.git")["refs/heads/main"] != str(behind)
+    assert refs(home.origin("yuko"))["refs/heads/main"] == main
+    assert_fsck_clean(home.repo("yuko"))
+
+
+def test_restore_refuses_over_commits_the_backup_lacks(cli: Cli, tmp_path: Path) -> None:
+    base = tmp_path / "backups"
+    home = populated(cli, base)
+    backup.flush(30)
+    ahead = land_note(home, 8)  # landed after the last push
+    before = refs(home.repo("yuko"))
+    refused = cli("restore", "--from", str(base))
+    assert refused.code == 1
+    [line] = refused.stderr.splitlines()
+    assert line.startswith("impyard: error: refusing to restore imp 'yuko' over ")
+    assert f"main {ahead.commit[:12] if ahead.commit else ''} is not an ancestor" in line
+    assert refs(home.repo("yuko")) == before  # nothing changed, kai included
+    assert "brought up" not in refused.stdout
+
+
+def test_restore_names_each_ref_the_backup_lacks(cli: Cli, tmp_path: Path) -> None:
+    base = tmp_path / "backups"
+    home = populated(cli, base)
+    backup.flush(30)
+    set_remotes(home, [])  # nothing more is pushed
+    candidate = reject_note(home, 9)
+    repo = open_repo(home, "yuko")
+    quarantine(repo, run_id(5), main_commit(repo), Change(), "killed again")  # re-pointed
+    refused = cli("restore", "--from", str(base), "--imp", "yuko")
+    assert refused.code == 1
+    [line] = refused.stderr.splitlines()
+    assert f"{candidate} (" in line and "is not in the backup" in line
+    assert f"refs/quarantine/{run_id(5)} (" in line and "is at another commit there" in line
+    assert "main " not in line.split("lacks: ", 1)[1]  # main itself is fine
+
+
+@pytest.mark.parametrize("source", ["url", "missing"])
+def test_restore_from_nothing_fails_with_one_line(cli: Cli, tmp_path: Path, source: str) -> None:
+    assert cli("init").code == 0
+    where = str(tmp_path / "nowhere") if source == "missing" else "git://127.0.0.1:9/"
+    result = cli("restore", "--from", where)
+    assert result.code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("impyard: error: ")
+    if source == "url":
+        assert "--imp" in line  # a URL cannot be listed
