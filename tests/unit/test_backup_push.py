@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -171,6 +172,28 @@ def test_a_remote_that_is_down_never_holds_the_lane(
         entries[str(unwritable / "backups")].last_error or ""
     )
     assert Journal(home.journal).read(event="backup.failed")
+
+
+def test_a_remote_that_hangs_never_holds_the_lane(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("impyard.backup.push.BACKOFF_SECONDS", 0.01)
+    # Connections complete (the kernel's backlog) but nobody ever answers them.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        set_remotes(home, [f"git://127.0.0.1:{silent.getsockname()[1]}/"])
+        first = land_note(home, 1)
+        backup.notify(home, "yuko")
+        for n in range(2, 6):
+            result = land_note(home, n)  # while the first push waits on the silent server
+            backup.notify(home, "yuko")
+            assert main_commit(open_repo(home, "yuko")) == result.commit != first.commit
+        assert not backup.flush(0.2)  # the push is still hanging, the lane went on
+    # Closing the listener resets what waited in its backlog: the push fails, status says so.
+    assert backup.flush(60)
+    [entry] = read_status(home)["yuko"].values()
+    assert entry.failing and entry.pushed_main is None
 
 
 def test_a_hundred_notifies_for_one_imp_are_one_push(monkeypatch: pytest.MonkeyPatch) -> None:
