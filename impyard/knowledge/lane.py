@@ -14,16 +14,29 @@ the change that is new since the run's last checkpoint is integrated
 A lane commit ends with its ``Impyard-*`` trailers, then one ``Source-Receipt``
 trailer per fetch receipt the records it adds cite (``citations``).
 
-Crash safety: a host that dies after moving ``main`` but before recording the
-outcome re-integrates the checkpoint on restart; ``find_landed_commit`` sees the
-run's ``Impyard-Run`` and ``Impyard-Checkpoint`` trailers on main and returns
-that commit instead of landing it twice.
+Changes of one imp that wait for the lane together land together
+(``lanequeue``): each is validated by its own caller outside the lock, then the
+thread that gets the lane replays all of them in order, each as its own commit
+on top of the previous one, with its own trailers. A change that no longer fits
+(collision, duplicate id, size) is kept as a candidate as always and the rest
+go on. The chain's new objects are held in memory (``staging``) and written as
+one durable batch, then main moves once by compare-and-swap, and the origin and
+the size cache are refreshed once: one pass costs about what one landing did.
+
+Crash safety: the chain's objects are durable before main moves, and main moves
+once, so a chain either landed whole or not at all. A host that dies after
+moving ``main`` but before recording the outcome re-integrates the checkpoint
+on restart; ``find_landed_commit`` sees the run's ``Impyard-Run`` and
+``Impyard-Checkpoint`` trailers on main and returns that commit instead of
+landing it twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Literal, cast
 
 import pygit2
@@ -34,20 +47,42 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Citation, Receipts, trailer_lines
 from impyard.knowledge.clashes import landed_name_clashes
-from impyard.knowledge.gitobj import changed_paths
+from impyard.knowledge.history import changed_by, checkpoint_number, lane_commits_since
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, Split, split
+from impyard.knowledge.lanequeue import Ticket, take_turn
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
-from impyard.knowledge.records import ORGANIZATION, parse_record_path
+from impyard.knowledge.records import ORGANIZATION, RECORDS, parse_record_path
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.sizes import record_tree_bytes, size_delta, tree_bytes
+from impyard.knowledge.staging import MemoryObjects, staged
 from impyard.knowledge.trees import PathConflict, build_tree
 from impyard.knowledge.validate import REPO_PATH, check_change
 from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
 
+__all__ = [
+    "LaneCheckpoint",
+    "LaneResult",
+    "Trailers",
+    "candidate_ref",
+    "checkpoint_number",
+    "commits_since",
+    "find_landed_commit",
+    "integrate",
+    "keep_candidate",
+    "recheck",
+    "run_commits",
+]
+
 LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]
+
+#: A chain is published once it holds this many commits or staged bytes; the rest of
+#: the pass goes on in a new chain. Bounds the memory a pass holds (at 100,000 records a
+#: one-note commit stages ~80 KB of trees) and how long its first caller waits.
+MAX_CHAIN_COMMITS = 256
+MAX_STAGED_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -114,6 +149,9 @@ def integrate(
     checkpoint: the box is alive and can fix its files) keeps no candidate ref for what
     main does not take; the violations are the answer. ``receipts`` are the run's fetch
     receipts by id (default: none, so a note citing one is refused).
+
+    Validation runs here, in the caller's thread; then the change waits its turn in the
+    imp's lane, where it may land in one pass with others that waited alongside it.
     """
     check_run_id(trailers.run)
     if (trailers.imp, trailers.base, trailers.mode) != (imp, base, mode):
@@ -144,39 +182,155 @@ def integrate(
     cited = [c for path in increment.written for c in checked.citations.get(path, ())]
     message = _message(increment, trailers, cited)
 
-    with locked(home.lane_lock(imp)):
-        found = find_landed_commit(repo, trailers.run, base, trailers.checkpoint)
+    prepared = _Prepared(parts, trailers, namespace, mode, limits, keep_refused, message)
+
+    def land(batch: list[_Ticket]) -> None:
+        _land(home, imp, batch)
+
+    lane_lock = home.lane_lock(imp)
+    return take_turn(lane_lock.resolve(), prepared, partial(locked, lane_lock), land)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A validated change waiting for the lane: all a pass needs, computed by its caller."""
+
+    parts: Split
+    trailers: Trailers
+    namespace: str
+    mode: Mode
+    limits: KnowledgeLimits
+    keep_refused: bool
+    message: str
+
+
+_Ticket = Ticket[_Prepared, LaneResult]
+
+
+def _land(home: Home, imp: str, batch: list[_Ticket]) -> None:
+    """The leader's pass, under the lane lock: replay ``batch`` in order as chains of
+    commits, each chain published once. A change that fails on its own fails alone; a
+    chain that fails to publish ends the pass (its changes, and those not reached, get
+    the error: main did not move for them, or moved and re-integrating finds it)."""
+    repo = open_repo(home, imp)
+    with staged(repo.path) as (stage, memory):
+        chain = _Chain(repo, stage, memory, imp)
+        for ticket in batch:
+            try:
+                chain.add(ticket)
+            except Exception as exc:
+                ticket.fail(exc)
+            if chain.full:
+                chain = chain.publish(home.origin(imp))
+        chain.publish(home.origin(imp))
+
+
+class _Chain:
+    """Commits replayed one on another from main, held in memory until ``publish``."""
+
+    def __init__(
+        self, repo: pygit2.Repository, stage: pygit2.Repository, memory: MemoryObjects, imp: str
+    ) -> None:
+        self.repo, self.stage, self.memory, self.imp = repo, stage, memory, imp
+        self.start = main_commit(repo)
+        self.head = self.start
+        self.tree = cast(pygit2.Commit, stage[self.start]).tree
+        self._total: int | None = None
+        #: Changes the chain commits, with their outcome and commit, in order.
+        self.landed: list[tuple[_Ticket, _Outcome, str]] = []
+        #: Changes the chain does not commit, with their result.
+        self.settled: list[tuple[_Ticket, LaneResult]] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.landed) >= MAX_CHAIN_COMMITS or self.memory.bytes >= MAX_STAGED_BYTES
+
+    def total(self) -> int:
+        if self._total is None:
+            self._total = tree_bytes(self.repo, self.start)
+        return self._total
+
+    def add(self, ticket: _Ticket) -> None:
+        prepared = ticket.item
+        outcome = _Outcome(self.repo, prepared.parts, prepared.trailers, prepared.keep_refused)
+        mark = self.memory.mark()
+        try:
+            replayed = self._replay(prepared, outcome)
+        except BaseException:
+            self.memory.rollback(mark)
+            raise
+        if isinstance(replayed, LaneResult):
+            self.memory.rollback(mark)  # trees built for a change main does not take
+            self.settled.append((ticket, replayed))
+        else:
+            self.landed.append((ticket, outcome, replayed))
+
+    def _replay(self, prepared: _Prepared, outcome: _Outcome) -> LaneResult | str:
+        """One change onto the chain's head: its new commit, or how it ends without one."""
+        trailers, increment = prepared.trailers, prepared.parts.increment
+        found = _find_landed(
+            self.stage, trailers.run, trailers.base, trailers.checkpoint, self.head
+        )
         if found is not None:
             return outcome.landed("integrated", found)
-        head = main_commit(repo)
-        head_commit = cast(pygit2.Commit, repo[head])
-        conflicts = _recheck(repo, base, head, increment, namespace, mode, trailers.run)
+        conflicts = _recheck(
+            self.stage,
+            trailers.base,
+            self.head,
+            increment,
+            prepared.namespace,
+            prepared.mode,
+            trailers.run,
+        )
         if conflicts:
             return outcome.refused("conflict", conflicts)
         try:
-            tree = build_tree(repo, head_commit.tree, increment.written, increment.deleted)
+            tree = build_tree(self.stage, self.tree, increment.written, increment.deleted)
         except PathConflict as exc:
             clash = Violation(exc.path, "collision", "main now has a file/directory clash here")
             return outcome.refused("conflict", [clash])
-        if tree == head_commit.tree_id:
+        if tree == self.tree.id:
             return outcome.landed("empty")
-        total = tree_bytes(repo, head) + size_delta(
-            repo, head_commit.tree, increment.written, increment.deleted
+        total = self.total() + size_delta(
+            self.stage, self.tree, increment.written, increment.deleted
         )
-        if total > limits.max_repo_bytes:
+        limit = prepared.limits.max_repo_bytes
+        if total > limit:
             too_large = Violation(
                 REPO_PATH,
                 "repo-too-large",
-                f"main would hold {total} bytes; max_repo_bytes is {limits.max_repo_bytes}",
+                f"main would hold {total} bytes; max_repo_bytes is {limit}",
             )
             return outcome.refused("rejected", [too_large])
-        commit = repo.create_commit(
-            None, imp_signature(imp), host_signature(), message + "\n", tree, [head_commit.id]
+        commit = self.stage.create_commit(
+            None,
+            imp_signature(self.imp),
+            host_signature(),
+            prepared.message + "\n",
+            tree,
+            [pygit2.Oid(hex=self.head)],
         )
-        _compare_and_swap_main(repo, head, commit)
-        record_tree_bytes(repo, str(commit), total)
-        sync_origin(repo, home.origin(imp))
-    return outcome.landed("integrated", str(commit))
+        self.head, self._total = str(commit), total
+        self.tree = cast(pygit2.Commit, self.stage[commit]).tree
+        return self.head
+
+    def publish(self, origin: Path) -> _Chain:
+        """Write the chain's objects durably, move main once, refresh the size cache and
+        the origin once; then settle each change. Returns the next chain, from the new main."""
+        if self.landed:
+            several = len(self.landed) > 1
+            self.memory.write(self.repo, pack=several)  # durable before main names it
+            _compare_and_swap_main(self.repo, self.start, pygit2.Oid(hex=self.head))
+            record_tree_bytes(self.repo, self.head, self.total())
+            sync_origin(self.repo, origin)
+        for ticket, result in self.settled:
+            ticket.settle(result)
+        for ticket, outcome, commit in self.landed:
+            try:
+                ticket.settle(outcome.landed("integrated", commit))
+            except Exception as exc:  # keeping its refused files failed; its commit landed
+                ticket.fail(exc)
+        return _Chain(self.repo, self.stage, self.memory, self.imp)
 
 
 @dataclass
@@ -263,41 +417,41 @@ def keep_candidate(
 
 def commits_since(repo: pygit2.Repository, base: str, head: str) -> list[pygit2.Commit]:
     """Commits on main's first-parent chain after ``base`` up to ``head``, newest first."""
-    found: list[pygit2.Commit] = []
-    current = cast(pygit2.Commit, repo[head])
-    while str(current.id) != base:
-        found.append(current)
-        if not current.parents:
-            raise KnowledgeError(f"base {base} is not an ancestor of main ({head})")
-        current = current.parents[0]
-    return found
-
-
-def checkpoint_number(commit: pygit2.Commit) -> int:
-    """Which checkpoint of its run a lane commit is (commits before mid-run checkpoints: 1)."""
-    value = commit.message_trailers.get("Impyard-Checkpoint", "1")
-    number = value.split(" ", 1)[0]
-    return int(number) if number.isdigit() else 0
+    return [cast(pygit2.Commit, repo[c.sha]) for c in lane_commits_since(repo, base, head)]
 
 
 def run_commits(repo: pygit2.Repository, run_id: str, base: str) -> Iterator[pygit2.Commit]:
     """The commits of run ``run_id`` on main since ``base``, newest first."""
     try:
-        since = commits_since(repo, base, main_commit(repo))
+        since = lane_commits_since(repo, base, main_commit(repo))
     except KnowledgeError:
         return
-    for commit in since:
-        if commit.message_trailers.get("Impyard-Run") == run_id:
-            yield commit
+    for landed in since:
+        if landed.run == run_id:
+            yield cast(pygit2.Commit, repo[landed.sha])
 
 
 def find_landed_commit(
     repo: pygit2.Repository, run_id: str, base: str, checkpoint: int = 1
 ) -> str | None:
     """The commit on main since ``base`` of checkpoint ``checkpoint`` of ``run_id``, if any."""
-    for commit in run_commits(repo, run_id, base):
-        if checkpoint_number(commit) == checkpoint:
-            return str(commit.id)
+    try:
+        head = main_commit(repo)
+    except KnowledgeError:
+        return None
+    return _find_landed(repo, run_id, base, checkpoint, head)
+
+
+def _find_landed(
+    repo: pygit2.Repository, run_id: str, base: str, checkpoint: int, head: str
+) -> str | None:
+    try:
+        since = lane_commits_since(repo, base, head)
+    except KnowledgeError:
+        return None
+    for landed in since:
+        if landed.run == run_id and landed.checkpoint == checkpoint:
+            return landed.sha
     return None
 
 
@@ -326,29 +480,25 @@ def _recheck(
         for path in change.written
         if (name := parse_record_path(path)) is not None and name.namespace == namespace
     }
-    org_prefix = ORGANIZATION + "/"
+    org_prefix, records_prefix = ORGANIZATION + "/", RECORDS + "/"
     touches_org = any(p.startswith(org_prefix) for p in touched)
     found: list[Violation] = []
     landed: list[str] = []
-    for commit in commits_since(repo, base, head):
-        if commit.message_trailers.get("Impyard-Run") == run_id:
+    for commit in lane_commits_since(repo, base, head):
+        if commit.run == run_id:
             continue  # an earlier checkpoint of this run; ``increments`` handles its files
-        parent = commit.parents[0]
-        for path in changed_paths(parent.tree, commit.tree):
+        short = commit.sha[:12]
+        for path in changed_by(repo, commit):
             landed.append(path)
             if path in touched:
-                found.append(
-                    Violation(path, "collision", f"changed on main by {str(commit.id)[:12]}")
-                )
+                found.append(Violation(path, "collision", f"changed on main by {short}"))
             elif mode == "reorganize" and touches_org and path.startswith(org_prefix):
                 # Impossible under the reorganization lease; checked anyway.
                 found.append(
-                    Violation(
-                        path,
-                        "collision",
-                        f"organization/ changed on main by {str(commit.id)[:12]}",
-                    )
+                    Violation(path, "collision", f"organization/ changed on main by {short}")
                 )
+            if not ours or not path.startswith(records_prefix):
+                continue
             name = parse_record_path(path)
             if name is not None and name.note_id in ours and path != ours[name.note_id]:
                 found.append(

@@ -9,8 +9,10 @@ by diffing each new commit's tree against its parent's, never by walking the
 repository — and only then moves the mirror's main, so the mirror's main always
 names complete history and a refresh that died halfway is simply redone.
 Objects arrive three ways, cheapest first: a canonical pack whose every object
-is among them is hard-linked in whole (a large run's blobs and trees, already
-durable); the rest are written as one new pack when many, or loose when few.
+is among them is hard-linked in whole (a large run's blobs and trees, or the
+commits and trees of runs the lane landed together, already durable); the rest
+are written as one new pack when many or when main gained several commits at
+once (a lane pass: one batch of fsyncs, not one per object), loose otherwise.
 A pack holding anything else (a refused run's content) is never linked.
 """
 
@@ -92,26 +94,29 @@ def _publish_objects(
     src: pygit2.Repository, dst: pygit2.Repository, head: pygit2.Oid, published: pygit2.Oid | None
 ) -> None:
     """Make every object ``head`` has and ``published`` lacks durable in ``dst``."""
-    wanted = _objects_since(src, head, published)
+    wanted, commits = _objects_since(src, head, published)
     remaining = _link_packs(src, dst, wanted)
-    _copy_objects(src, dst, remaining)
+    _copy_objects(src, dst, remaining, commits > 1)
 
 
 def _objects_since(
     src: pygit2.Repository, head: pygit2.Oid, published: pygit2.Oid | None
-) -> set[bytes]:
-    """Raw ids of the commits after ``published`` up to ``head`` and of what their trees add."""
+) -> tuple[set[bytes], int]:
+    """Raw ids of the commits after ``published`` up to ``head`` and of what their trees
+    add; and how many commits those are."""
     walker = src.walk(head, pygit2.enums.SortMode.TOPOLOGICAL)
     if published is not None:
         # A mirror main the canonical repo does not know: publish all of head's history.
         with contextlib.suppress(KeyError, ValueError, pygit2.GitError):
             walker.hide(published)
     found: set[bytes] = set()
+    commits = 0
     for commit in walker:
+        commits += 1
         found.add(commit.id.raw)
         parent = commit.parents[0].tree if commit.parents else None
         _tree_objects(src, parent, commit.tree, found)
-    return found
+    return found, commits
 
 
 def _tree_objects(
@@ -205,12 +210,17 @@ def _link_or_copy(source: Path, target: Path) -> None:
         raise
 
 
-def _copy_objects(src: pygit2.Repository, dst: pygit2.Repository, oids: set[bytes]) -> None:
-    """Write ``oids`` (read from ``src``) into ``dst``: one pack when many, loose when few."""
+def _copy_objects(
+    src: pygit2.Repository, dst: pygit2.Repository, oids: set[bytes], pack: bool
+) -> None:
+    """Write ``oids`` (read from ``src``) into ``dst``: one pack when many (or ``pack``),
+    loose when few."""
     if len(oids) < PACK_THRESHOLD:
         # Few: skip what the mirror has (in a pack, or left by an interrupted refresh).
         oids = {oid for oid in oids if not dst.odb.exists(pygit2.Oid(raw=oid))}
-    with ObjectBatch(dst) as batch:
+    # A pack of one object costs more fsyncs than the loose object.
+    threshold = 2 if pack else PACK_THRESHOLD
+    with ObjectBatch(dst, threshold=threshold) as batch:
         for oid in sorted(oids):
             kind, data = src.odb.read(pygit2.Oid(raw=oid))[:2]
             if batch.add(kind, data) != oid:  # pragma: no cover - would mean a corrupt source odb

@@ -1,0 +1,102 @@
+"""Objects a lane pass creates, held in memory until the pass writes them all at once.
+
+With fsync on (repo.py) every object libgit2 writes is its own fsynced file, and
+the setting is process-wide, so it cannot be turned off for one pass without
+also dropping the durability of every other thread's writes. Instead the pass
+works on its own ``Repository`` of the canonical repo whose object database has
+one more backend, first in line: an in-memory store that takes every object
+written through that repository (trees from ``build_tree``, commits from
+``create_commit``) and answers reads of them, while everything already on disk
+is read as usual. ``write`` then stores what is held as one durable batch (one
+pack when the pass made several commits), before anything names those objects.
+
+Never ``walk`` a staged repository: pygit2's revision walker releases the GIL
+while libgit2 reads commits, and this backend's callbacks need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pygit2
+
+from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch
+
+# Ahead of libgit2's own backends (loose 1, packed 2), so writes land here.
+_PRIORITY = 1000
+
+
+class MemoryObjects(pygit2.OdbBackend):
+    """An odb backend holding objects in a dict: the pass's objects until ``write``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._objects: dict[bytes, tuple[int, bytes]] = {}
+        self._order: list[bytes] = []
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    # libgit2's callbacks (pygit2 maps KeyError to "not found").
+    def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
+        return self._objects[oid.raw]
+
+    def read_header_cb(self, oid: pygit2.Oid) -> tuple[int, int]:
+        kind, data = self._objects[oid.raw]
+        return kind, len(data)
+
+    def read_prefix_cb(self, prefix: str) -> tuple[int, bytes, pygit2.Oid]:
+        raise KeyError(prefix)  # full ids only: the lane never abbreviates
+
+    def exists_cb(self, oid: pygit2.Oid) -> bool:
+        return oid.raw in self._objects
+
+    def exists_prefix_cb(self, prefix: str) -> pygit2.Oid:
+        raise KeyError(prefix)
+
+    def write_cb(self, oid: pygit2.Oid, data: bytes, kind: int) -> None:
+        raw = oid.raw
+        if raw not in self._objects:
+            self._objects[raw] = (kind, bytes(data))
+            self._order.append(raw)
+            self.bytes += len(data)
+
+    def refresh_cb(self) -> None:
+        return None
+
+    def mark(self) -> int:
+        """A point ``rollback`` can return to."""
+        return len(self._order)
+
+    def rollback(self, mark: int) -> None:
+        """Forget every object written since ``mark`` (a change the pass did not take)."""
+        for raw in self._order[mark:]:
+            self.bytes -= len(self._objects.pop(raw)[1])
+        del self._order[mark:]
+
+    def write(self, repo: pygit2.Repository, *, pack: bool) -> None:
+        """Store every held object in ``repo`` durably, then forget them.
+
+        ``pack`` writes them as one pack whatever their number (three fsyncs); otherwise
+        a few go loose, as any small write does (repo.py: libgit2 syncs each)."""
+        with ObjectBatch(repo, threshold=1 if pack else PACK_THRESHOLD) as batch:
+            for raw in self._order:
+                kind, data = self._objects[raw]
+                batch.add(kind, data, raw)
+            batch.write()
+        self.rollback(0)
+
+
+@contextmanager
+def staged(path: str) -> Iterator[tuple[pygit2.Repository, MemoryObjects]]:
+    """A repository of the canonical repo at ``path`` whose new objects stay in memory."""
+    repo = pygit2.Repository(path)
+    memory = MemoryObjects()
+    repo.odb.add_backend(memory, _PRIORITY)
+    try:
+        yield repo, memory
+    finally:
+        memory.rollback(0)
+        repo.free()
