@@ -263,7 +263,8 @@ def _plain(draw: st.DrawFn) -> str:
     tail = draw(st.text(alphabet="abz09_-./?=&%~+,;()[]{}!*'\"@`|>#: ", max_size=20))
     value = (head + tail).rstrip(" ")
     if ": " in value or " #" in value or value.endswith(":"):
-        value = value.replace(":", "").replace("#", "")
+        # Dropping the colon of "N :" leaves "N ", which reads as "N": strip again.
+        value = value.replace(":", "").replace("#", "").rstrip(" ")
     if value.lower() in ("y", "n", "yes", "no", "on", "off", "true", "false", "null"):
         value += "z"
     return value
