@@ -7,6 +7,7 @@ import errno
 import fcntl
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,11 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file.
+
+    The temporary name is per process and per thread: two threads writing the same file
+    (serve's runs sharing a cache) must not rename each other's half-written file away."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
