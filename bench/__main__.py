@@ -17,6 +17,7 @@ BENCHES = (
     "backup_bench",
     "inspect_bench",
     "soak_bench",
+    "startup_bench",
 )
 
 
