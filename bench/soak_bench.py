@@ -8,7 +8,8 @@ task), ``--tasks`` tasks queued up front, round-robin over the imps, then one
 (retention days may be fractional), runs gc every ``--gc-seconds`` and backs every imp
 up to a local bare remote.
 
-Sampled every ``--sample-seconds`` while serve runs: serve's RSS (``/proc/<pid>/status``)
+Sampled every ``--sample-seconds`` while serve runs: serve's anonymous RSS
+(``RssAnon`` in ``/proc/<pid>/status``; file-backed pages are mapped Git packs)
 and the data root's size on disk (st_blocks, never following a link), split into the
 knowledge repositories (which must grow: every run adds a note) and everything else
 (run records, spaces, layers, journal: bounded by retention). The curves are printed
@@ -58,9 +59,12 @@ def disk_bytes(root: Path) -> int:
 
 
 def rss_bytes(pid: int) -> int | None:
+    """Anonymous resident memory: what the process allocated. File-backed pages (Git packs
+    libgit2 maps, shared libraries) are page cache the kernel may drop; they grow with
+    the knowledge repositories, which must grow."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith("RssAnon:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         return None
@@ -129,12 +133,13 @@ def verify(home: Path, remote: Path, imps: list[str], total: int) -> list[str]:
     per_imp = total // len(imps)
     for i, imp in enumerate(imps):
         repo = Home(home).repo(imp)
-        names = subprocess.run(
+        listed = subprocess.run(
             ["git", "-C", str(repo), "ls-tree", "-r", "--name-only", "main", "records/"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.split()
+        names = [name for name in listed if "--n_" in name]  # notes, not records/README.md
         expected = per_imp + (1 if i < total % len(imps) else 0)
         if len(names) != expected:
             problems.append(f"{imp}: {len(names)} notes on main, expected {expected}")
@@ -192,7 +197,7 @@ def main() -> None:
     print_table(
         f"soak: {args.tasks} one-note runs over {args.imps} imps, concurrency "
         f"{args.concurrency}, runs kept {args.keep_seconds:.0f} s, gc every {args.gc_seconds} s",
-        ["t (s)", "serve RSS MiB", "knowledge MiB", "rest of data root MiB"],
+        ["t (s)", "serve RssAnon MiB", "knowledge MiB", "rest of data root MiB"],
         [
             (
                 f"{t:.0f}",
