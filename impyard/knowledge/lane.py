@@ -3,8 +3,9 @@
 A validated change is replayed onto the latest ``main`` — never textually
 merged: the change is a set of written and deleted paths, and only the trees
 on those paths are rebuilt — then re-checked against what landed since the
-run's base (path collisions, duplicate ids, repository size), committed with
-trusted trailers and published by compare-and-swap of ``main``.
+run's base (path collisions, duplicate ids, name clashes, repository size:
+``rechecks``), committed with trusted trailers and published by compare-and-swap
+of ``main``.
 
 A run may checkpoint more than once (mid-run, then at exit): each lane commit
 carries the run and the checkpoint's number in its trailers, only the part of
@@ -20,8 +21,9 @@ thread that gets the lane replays all of them in order, each as its own commit
 on top of the previous one, with its own trailers. A change that no longer fits
 (collision, duplicate id, size) is kept as a candidate as always and the rest
 go on. The chain's new objects are held in memory (``staging``) and written as
-one durable batch, then main moves once by compare-and-swap, and the origin and
-the size cache are refreshed once: one pass costs about what one landing did.
+one durable batch (one pack, rewritten trees as deltas), then main moves once by
+compare-and-swap, and the origin and the size cache are refreshed once: a pass
+pays the fsyncs of one landing, and each change only its replay.
 
 Crash safety: the chain's objects are durable before main moves, and main moves
 once, so a chain either landed whole or not at all. A host that dies after
@@ -46,14 +48,18 @@ from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Citation, Receipts, trailer_lines
-from impyard.knowledge.clashes import landed_name_clashes
-from impyard.knowledge.history import changed_by, checkpoint_number, lane_commits_since
+from impyard.knowledge.history import (
+    checkpoint_number,
+    lane_commit,
+    lane_commits_since,
+    remember_changed,
+)
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, Split, split
 from impyard.knowledge.lanequeue import Ticket, take_turn
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
-from impyard.knowledge.records import ORGANIZATION, RECORDS, parse_record_path
+from impyard.knowledge.rechecks import LandedSince, recheck_since
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.sizes import record_tree_bytes, size_delta, tree_bytes
 from impyard.knowledge.staging import MemoryObjects, staged
@@ -214,7 +220,7 @@ def _land(home: Home, imp: str, batch: list[_Ticket]) -> None:
     the error: main did not move for them, or moved and re-integrating finds it)."""
     repo = open_repo(home, imp)
     with staged(repo.path) as (stage, memory):
-        chain = _Chain(repo, stage, memory, imp)
+        chain = _Chain(repo, stage, memory, imp, {})
         for ticket in batch:
             try:
                 chain.add(ticket)
@@ -229,9 +235,16 @@ class _Chain:
     """Commits replayed one on another from main, held in memory until ``publish``."""
 
     def __init__(
-        self, repo: pygit2.Repository, stage: pygit2.Repository, memory: MemoryObjects, imp: str
+        self,
+        repo: pygit2.Repository,
+        stage: pygit2.Repository,
+        memory: MemoryObjects,
+        imp: str,
+        since: dict[str, LandedSince],
     ) -> None:
         self.repo, self.stage, self.memory, self.imp = repo, stage, memory, imp
+        #: Per base of the pass's changes: what landed since it (shared by its chains).
+        self.since = since
         self.start = main_commit(repo)
         self.head = self.start
         self.tree = cast(pygit2.Commit, stage[self.start]).tree
@@ -268,19 +281,12 @@ class _Chain:
     def _replay(self, prepared: _Prepared, outcome: _Outcome) -> LaneResult | str:
         """One change onto the chain's head: its new commit, or how it ends without one."""
         trailers, increment = prepared.trailers, prepared.parts.increment
-        found = _find_landed(
-            self.stage, trailers.run, trailers.base, trailers.checkpoint, self.head
-        )
+        since = self._landed_since(trailers.base)
+        found = since.landed(trailers.run, trailers.checkpoint)
         if found is not None:
             return outcome.landed("integrated", found)
-        conflicts = _recheck(
-            self.stage,
-            trailers.base,
-            self.head,
-            increment,
-            prepared.namespace,
-            prepared.mode,
-            trailers.run,
+        conflicts = since.clashes(
+            self.tree, increment, prepared.namespace, prepared.mode, trailers.run
         )
         if conflicts:
             return outcome.refused("conflict", conflicts)
@@ -310,9 +316,29 @@ class _Chain:
             tree,
             [pygit2.Oid(hex=self.head)],
         )
-        self.head, self._total = str(commit), total
-        self.tree = cast(pygit2.Commit, self.stage[commit]).tree
+        before, self.tree = self.tree, cast(pygit2.Commit, self.stage[commit]).tree
+        parent, self.head, self._total = self.head, str(commit), total
+        # Later changes of the pass recheck against this commit, and the origin refresh
+        # publishes it: spare them diffing its trees.
+        added = remember_changed(
+            self.head, before, self.tree, {*increment.written, *increment.deleted}
+        )
+        for tree_id, replaced in added.trees:
+            if replaced is not None:
+                self.memory.based_on(tree_id, replaced)
+        made = lane_commit(self.stage, self.head)
+        for since in self.since.values():
+            if since.head == parent:
+                since.add(self.stage, made)
         return self.head
+
+    def _landed_since(self, base: str) -> LandedSince:
+        """What landed after ``base`` up to the chain's head: read once per base in a pass,
+        then extended by each commit the pass makes."""
+        since = self.since.get(base)
+        if since is None or since.head != self.head:
+            since = self.since[base] = LandedSince.read(self.stage, base, self.head)
+        return since
 
     def publish(self, origin: Path) -> _Chain:
         """Write the chain's objects durably, move main once, refresh the size cache and
@@ -330,7 +356,7 @@ class _Chain:
                 ticket.settle(outcome.landed("integrated", commit))
             except Exception as exc:  # keeping its refused files failed; its commit landed
                 ticket.fail(exc)
-        return _Chain(self.repo, self.stage, self.memory, self.imp)
+        return _Chain(self.repo, self.stage, self.memory, self.imp, self.since)
 
 
 @dataclass
@@ -436,17 +462,7 @@ def find_landed_commit(
 ) -> str | None:
     """The commit on main since ``base`` of checkpoint ``checkpoint`` of ``run_id``, if any."""
     try:
-        head = main_commit(repo)
-    except KnowledgeError:
-        return None
-    return _find_landed(repo, run_id, base, checkpoint, head)
-
-
-def _find_landed(
-    repo: pygit2.Repository, run_id: str, base: str, checkpoint: int, head: str
-) -> str | None:
-    try:
-        since = lane_commits_since(repo, base, head)
+        since = lane_commits_since(repo, base, main_commit(repo))
     except KnowledgeError:
         return None
     for landed in since:
@@ -459,56 +475,4 @@ def recheck(
     repo: pygit2.Repository, base: str, change: Change, namespace: str, mode: Mode, run_id: str
 ) -> list[Violation]:
     """What landed on main since ``base`` that ``change`` now clashes with (reads only)."""
-    return _recheck(repo, base, main_commit(repo), change, namespace, mode, run_id)
-
-
-def _recheck(
-    repo: pygit2.Repository,
-    base: str,
-    head: str,
-    change: Change,
-    namespace: str,
-    mode: Mode,
-    run_id: str,
-) -> list[Violation]:
-    """What landed since ``base`` that this change now clashes with: O(changes since base)."""
-    if head == base:
-        return []
-    touched = set(change.written) | set(change.deleted)
-    ours = {
-        name.note_id: path
-        for path in change.written
-        if (name := parse_record_path(path)) is not None and name.namespace == namespace
-    }
-    org_prefix, records_prefix = ORGANIZATION + "/", RECORDS + "/"
-    touches_org = any(p.startswith(org_prefix) for p in touched)
-    found: list[Violation] = []
-    landed: list[str] = []
-    for commit in lane_commits_since(repo, base, head):
-        if commit.run == run_id:
-            continue  # an earlier checkpoint of this run; ``increments`` handles its files
-        short = commit.sha[:12]
-        for path in changed_by(repo, commit):
-            landed.append(path)
-            if path in touched:
-                found.append(Violation(path, "collision", f"changed on main by {short}"))
-            elif mode == "reorganize" and touches_org and path.startswith(org_prefix):
-                # Impossible under the reorganization lease; checked anyway.
-                found.append(
-                    Violation(path, "collision", f"organization/ changed on main by {short}")
-                )
-            if not ours or not path.startswith(records_prefix):
-                continue
-            name = parse_record_path(path)
-            if name is not None and name.note_id in ours and path != ours[name.note_id]:
-                found.append(
-                    Violation(
-                        ours[name.note_id],
-                        "duplicate-id",
-                        f"id {name.note_id} landed on main as {path}",
-                    )
-                )
-    # A name that differs from ours only in case or Unicode form may have landed meanwhile.
-    head_tree = cast(pygit2.Commit, repo[head]).tree
-    found.extend(landed_name_clashes(head_tree, landed, change))
-    return found
+    return recheck_since(repo, base, main_commit(repo), change, namespace, mode, run_id)

@@ -5,8 +5,9 @@ mounted. The mirror carries only ``refs/heads/main`` (no candidate or quarantine
 refs, whose content was refused), no hooks and a minimal config.
 
 A refresh publishes what main gained since the mirror's main — O(change), found
-by diffing each new commit's tree against its parent's, never by walking the
-repository — and only then moves the mirror's main, so the mirror's main always
+by diffing each new commit's tree against its parent's (or, for a commit this
+process's lane made, taken from what the lane recorded making it), never by
+walking the repository — and only then moves the mirror's main, so the mirror's main always
 names complete history and a refresh that died halfway is simply redone.
 Objects arrive three ways, cheapest first: a canonical pack whose every object
 is among them is hard-linked in whole (a large run's blobs and trees, or the
@@ -30,6 +31,7 @@ import pygit2
 
 from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
+from impyard.knowledge.history import added_by
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
 from impyard.knowledge.repo import MAIN, TREE_MODE, configure_libgit2, main_commit
@@ -115,7 +117,12 @@ def _objects_since(
         commits += 1
         found.add(commit.id.raw)
         parent = commit.parents[0].tree if commit.parents else None
-        _tree_objects(src, parent, commit.tree, found)
+        # A commit of this process's lane says what it added; others are diffed.
+        added = added_by(str(commit.id)) if parent is not None else None
+        if added is None:
+            _tree_objects(src, parent, commit.tree, found)
+        else:
+            found.update(added.objects)
     return found, commits
 
 

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pygit2
@@ -17,7 +17,7 @@ from impyard.errors import KnowledgeError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge import lane as lane_module
-from impyard.knowledge.change import Change, KnowledgeLimits
+from impyard.knowledge.change import Change, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import LaneResult, find_landed_commit, integrate
 from impyard.knowledge.lanequeue import waiting
@@ -46,13 +46,14 @@ class HostDied(BaseException):
     """The host going down mid-pass: not an error anything may catch and carry on from."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
     change: Change
     base: str
     ns: str
     run: str
     limits: KnowledgeLimits = LIMITS
+    mode: Mode = "append"
 
     def integrate(self, home: Home) -> LaneResult:
         return integrate(
@@ -61,9 +62,9 @@ class Job:
             self.change,
             base=self.base,
             namespace=self.ns,
-            mode="append",
+            mode=self.mode,
             limits=self.limits,
-            trailers=trailers(self.base, run=self.run),
+            trailers=trailers(self.base, run=self.run, mode=self.mode),
         )
 
 
@@ -256,6 +257,30 @@ def test_a_conflicting_run_in_the_middle_is_set_aside_and_the_rest_land(
     assert_fsck_clean(home.origin("yuko"))
 
 
+def test_ids_and_names_an_earlier_member_landed_are_rechecked_within_the_group(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    jobs = one_note_jobs(repo, 1)
+    base, ns = jobs[0].base, jobs[0].ns
+    # The id run 1 lands, under another topic (a reused namespace would be a host bug).
+    twin = note_path(ns, 1, topic="papers", slug="twin")
+    jobs.append(Job(change_of(repo, {twin: note_text(f"{ns}_1").encode()}), base, ns, run_id(2)))
+    # Two reorganize runs adding names a case-folding file system would merge.
+    for n, name in ((3, "Index.md"), (4, "index.md")):
+        change = change_of(repo, {f"organization/{name}": b"x\n"})
+        jobs.append(Job(change, base, namespace(n), run_id(n), mode="reorganize"))
+
+    outcomes = list(results(land_together(home, jobs)))
+
+    assert [r.checkpoint for r in outcomes] == ["integrated", "conflict", "integrated", "conflict"]
+    assert [(v.path, v.rule) for v in outcomes[1].violations] == [(twin, "duplicate-id")]
+    assert ("organization/index.md", "name-clash") in {
+        (v.path, v.rule) for v in outcomes[3].violations
+    }
+    assert_fsck_clean(home.repo("yuko"))
+
+
 def test_a_run_too_large_after_the_others_is_refused_and_leaves_nothing_behind(
     tmp_path: Path,
 ) -> None:
@@ -264,7 +289,7 @@ def test_a_run_too_large_after_the_others_is_refused_and_leaves_nothing_behind(
     each = next(iter(jobs[0].change.written.values())).size
     # Room for three of the four notes: the fourth would outgrow the repository.
     limits = KnowledgeLimits(max_repo_bytes=tree_bytes(repo, jobs[0].base) + 3 * each)
-    jobs = [Job(j.change, j.base, j.ns, j.run, limits) for j in jobs]
+    jobs = [replace(j, limits=limits) for j in jobs]
     jobs[1], jobs[3] = jobs[3], jobs[1]
 
     outcomes = list(results(land_together(home, jobs)))
