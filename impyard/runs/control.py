@@ -18,17 +18,17 @@ from impyard.gateway.control import ControlRefused
 from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import split
-from impyard.knowledge.lane import integrate, recheck
+from impyard.knowledge.lane import recheck
 from impyard.knowledge.records import ORGANIZATION, RECORDS
 from impyard.knowledge.snapshot import CheckTooLarge, snapshot
 from impyard.knowledge.validate import validate
 from impyard.knowledge.violations import digest
 from impyard.runs.landing import (
     LandedCache,
+    integrate_run,
     landed_paths,
     record_landed,
     run_receipts,
-    trailers,
 )
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
 
@@ -108,18 +108,14 @@ class BoxControl:
         try:
             repo = open_repo(run.home, m.imp)
             change = snapshot(repo, m.checkout, run.limits)
-            result = integrate(
+            result = integrate_run(
                 run.home,
-                m.imp,
+                m,
                 change,
-                base=m.base_commit,
-                namespace=m.namespace,
-                mode=m.mode,
-                limits=run.limits,
-                trailers=trailers(m, number, at_exit=False),
+                run.limits,
+                number=number,
+                at_exit=False,
                 landed=self.landed.files(repo, m),
-                keep_refused=False,
-                receipts=run_receipts(run.home, m.run_id),
             )
         except BaseException:
             with run.manifest_lock:

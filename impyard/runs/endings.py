@@ -21,13 +21,13 @@ from impyard.knowledge.change import Violation
 from impyard.knowledge.checkout import release_checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import split
-from impyard.knowledge.lane import integrate, keep_candidate
+from impyard.knowledge.lane import keep_candidate
 from impyard.knowledge.layers import collect_layers, ensure_layer
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.violations import ViolationDigest, digest
-from impyard.runs.landing import landed_files, run_receipts, trailers
+from impyard.runs.landing import integrate_run, landed_files, trailers
 from impyard.runs.model import Manifest
 
 if TYPE_CHECKING:
@@ -108,17 +108,8 @@ def checkpoint(run: Run) -> None:
             violation = Violation("", "checkpoint-disabled", reason)
             result = keep_candidate(repo, rest, exit_trailers, "rejected", [violation])
         else:
-            result = integrate(
-                run.home,
-                m.imp,
-                change,
-                base=m.base_commit,
-                namespace=m.namespace,
-                mode=m.mode,
-                limits=run.limits,
-                trailers=exit_trailers,
-                landed=landed,
-                receipts=run_receipts(run.home, m.run_id),
+            result = integrate_run(
+                run.home, m, change, run.limits, number=number, at_exit=True, landed=landed
             )
     found = digest(result.violations)
     run.event("knowledge.validated", violations=found.total, checkpoint=result.checkpoint)

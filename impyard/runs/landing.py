@@ -11,10 +11,11 @@ import pygit2
 from impyard import names
 from impyard.gateway.receipts import Receipt, read_receipts
 from impyard.home import Home
+from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.gitobj import changed_paths, commit_at
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import LandedFile, landed_by
-from impyard.knowledge.lane import Trailers, find_landed_commit
+from impyard.knowledge.increments import Landed, LandedFile, landed_by
+from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
 
 if TYPE_CHECKING:
@@ -42,6 +43,34 @@ def run_receipts(home: Home, run_id: str) -> dict[str, Receipt]:
     found = read_receipts(home.run_receipts(run_id))
     # The file is the run's own; a line naming another run is still not this run's receipt.
     return {rid: receipt for rid, receipt in found.items() if receipt.run == run_id}
+
+
+def integrate_run(
+    home: Home,
+    m: Manifest,
+    change: Change,
+    limits: KnowledgeLimits,
+    *,
+    number: int,
+    at_exit: bool,
+    landed: Landed,
+) -> LaneResult:
+    """Checkpoint ``number`` of run ``m`` through its imp's lane: the run's base, namespace,
+    mode and receipts, what its earlier checkpoints landed, and its trailers. A mid-run
+    checkpoint keeps no candidate of what main refuses: the box can still fix it."""
+    return integrate(
+        home,
+        m.imp,
+        change,
+        base=m.base_commit,
+        namespace=m.namespace,
+        mode=m.mode,
+        limits=limits,
+        trailers=trailers(m, number, at_exit=at_exit),
+        landed=landed,
+        keep_refused=at_exit,
+        receipts=run_receipts(home, m.run_id),
+    )
 
 
 def landed_files(repo: pygit2.Repository, m: Manifest) -> dict[str, LandedFile | None]:
