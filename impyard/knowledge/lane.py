@@ -87,7 +87,7 @@ LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]
 #: A chain is published once it holds this many commits or staged bytes; the rest of
 #: the pass goes on in a new chain. Bounds the memory a pass holds (at 100,000 records a
 #: one-note commit stages ~80 KB of trees) and how long its first caller waits.
-MAX_CHAIN_COMMITS = 256
+MAX_CHAIN_COMMITS = 1024
 MAX_STAGED_BYTES = 64 << 20
 
 
@@ -194,7 +194,7 @@ def integrate(
         _land(home, imp, batch)
 
     lane_lock = home.lane_lock(imp)
-    return take_turn(lane_lock.resolve(), prepared, partial(locked, lane_lock), land)
+    return take_turn(lane_lock, prepared, partial(locked, lane_lock), land)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@ the repository so a check costs O(change), not a walk of 100,000 records."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import cast
@@ -21,7 +24,12 @@ SIZE_CACHE_ENTRIES = 2048
 
 def size_cache_path(repo: pygit2.Repository) -> Path:
     """knowledge/<imp>/tree-bytes.json, beside repo.git (a cache: safe to delete)."""
-    return Path(repo.path).resolve().parent / "tree-bytes.json"
+    return _cache_file(repo.path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cache_file(repo_path: str) -> Path:
+    return Path(repo_path).resolve().parent / "tree-bytes.json"
 
 
 def tree_bytes_full(repo: pygit2.Repository, tree: pygit2.Tree) -> int:
@@ -48,6 +56,30 @@ def _read_size_cache(repo: pygit2.Repository) -> dict[str, int]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, int)}
 
 
+# Each cache file as last parsed, by the file's identity (inode, size, mtime): every
+# validation asks for its base's total, and parsing 2,048 entries each time cost ~1 ms.
+# A stale parse can only lack entries (every entry is a fact about an immutable commit).
+_parsed: dict[Path, tuple[tuple[int, int, int], dict[str, int]]] = {}
+_parsed_lock = threading.Lock()
+
+
+def _known_totals(repo: pygit2.Repository) -> Mapping[str, int]:
+    path = size_cache_path(repo)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return {}
+    stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    with _parsed_lock:
+        known = _parsed.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    totals = _read_size_cache(repo)
+    with _parsed_lock:
+        _parsed[path] = (stamp, totals)
+    return totals
+
+
 def write_size_cache_entry(repo: pygit2.Repository, commit: str, total: int) -> None:
     path = size_cache_path(repo)
     # Own lock (not the lane lock): validate() writes here outside the lane.
@@ -62,7 +94,7 @@ def write_size_cache_entry(repo: pygit2.Repository, commit: str, total: int) -> 
 
 def tree_bytes(repo: pygit2.Repository, commit: str) -> int:
     """Total blob bytes of ``commit``'s tree: cached per commit, computed by a full walk once."""
-    cached = _read_size_cache(repo).get(commit)
+    cached = _known_totals(repo).get(commit)
     if cached is not None:
         return cached
     total = tree_bytes_full(repo, repo[commit].peel(pygit2.Tree))

@@ -90,7 +90,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 def land_together(home: Home, jobs: list[Job]) -> list[Outcome]:
     """Integrate ``jobs`` from one thread each, queued in this order behind a held lane
     lock, so that one pass takes all that need the lane."""
-    key = home.lane_lock("yuko").resolve()
+    key = home.lane_lock("yuko")
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
     def work(i: int) -> None:
