@@ -111,14 +111,17 @@ class MemoryObjects(pygit2.OdbBackend):
     def _write_pack(self, repo: pygit2.Repository) -> None:
         writer = PackWriter(pack_dir(repo))
         try:
-            for raw in self._order:  # a base was written before what is based on it
+            for raw in self._order:
                 kind, data = self._objects[raw]
                 based = self._bases.get(raw)
-                change = delta(self._objects[based[0]][1], data) if based else None
-                if based and change is not None and len(change) < len(data) // 2:
-                    writer.add_delta(raw, based[0], change)
-                else:
-                    writer.add(kind, data, raw)
+                # Only against an object already in the pack (one a later change
+                # re-created could come after it).
+                if based is not None and based[0] in writer:
+                    change = delta(self._objects[based[0]][1], data)
+                    if len(change) < len(data) // 2:
+                        writer.add_delta(raw, based[0], change)
+                        continue
+                writer.add(kind, data, raw)
             writer.finish()
         finally:
             writer.abort()

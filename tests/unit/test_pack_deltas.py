@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from impyard.knowledge import packs
 from impyard.knowledge.packs import PackWriter, delta, object_id
+from impyard.knowledge.staging import MemoryObjects
 from tests.helpers.git import git
 
 TREE = pygit2.enums.ObjectType.TREE
@@ -125,3 +126,29 @@ def test_chains_of_deltas_in_a_pack_are_read_back_by_git_and_libgit2(
         tree = repo[pygit2.Oid(raw=object_id(TREE, version))]
         assert isinstance(tree, pygit2.Tree) and tree.read_raw() == version
     assert repo.odb.read(pygit2.Oid(raw=object_id(TREE, versions[-1])))[1] == versions[-1]
+
+
+def test_staged_objects_are_written_as_one_pack_with_deltas_only_on_earlier_ones(
+    tmp_path: Path,
+) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True, initial_head="main")
+    memory = MemoryObjects()
+    first = os.urandom(5_000)
+    second = first[:2_500] + b"one more entry" + first[2_500:]
+    third = second + b"and another"
+    ids = [object_id(BLOB, data) for data in (first, second, third)]
+    for oid, data in zip(ids, (first, second, third), strict=True):
+        memory.write_cb(pygit2.Oid(raw=oid), data, BLOB)
+    memory.based_on(ids[1], ids[0])
+    memory.based_on(ids[2], ids[1])
+    memory.based_on(ids[0], ids[2])  # a base held but written later: stored whole
+
+    memory.write(repo, pack=True)
+
+    [idx] = (Path(repo.path) / "objects" / "pack").glob("*.idx")
+    verified = git("verify-pack", "-v", idx).stdout
+    assert "chain length = 1: 1 object" in verified
+    assert "chain length = 2: 1 object" in verified
+    for oid, data in zip(ids, (first, second, third), strict=True):
+        assert repo.odb.read(pygit2.Oid(raw=oid))[1] == data
+    assert len(memory) == 0 and memory.bytes == 0
