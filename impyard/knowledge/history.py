@@ -48,8 +48,9 @@ class Added:
     paths: tuple[str, ...]
     #: Raw ids of the trees and blobs it holds that its parent does not at the same path.
     objects: frozenset[bytes]
-    #: Each of those trees with the one it replaced at the same path (None: a new one).
-    trees: tuple[tuple[bytes, bytes | None], ...]
+    #: Each of those trees: its directory ('' is the top), raw id, and the raw id of the
+    #: tree it replaced there (None: a new directory).
+    trees: tuple[tuple[str, bytes, bytes | None], ...]
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def remember_changed(
     changed = [path for path in candidates if _file(old, path) != _file(new, path)]
     changed.sort(key=lambda p: p.split("/"))  # ``changed_paths`` order
     objects: set[bytes] = set()
-    trees: list[tuple[bytes, bytes | None]] = []
+    trees: list[tuple[str, bytes, bytes | None]] = []
     directories = {""} if changed else set()
     for path in changed:
         parts = path.split("/")
@@ -174,7 +175,7 @@ def remember_changed(
         if now is not None:
             was = _tree(old, directory)
             objects.add(now.raw)
-            trees.append((now.raw, was.raw if was is not None else None))
+            trees.append((directory, now.raw, was.raw if was is not None else None))
     added = Added(tuple(changed), frozenset(objects), tuple(trees))
     _FACTS.remember(sha, added)
     return added

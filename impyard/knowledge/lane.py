@@ -35,7 +35,7 @@ landing it twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -48,6 +48,7 @@ from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Citation, Receipts, trailer_lines
+from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.history import (
     checkpoint_number,
     lane_commit,
@@ -253,6 +254,9 @@ class _Chain:
         self.landed: list[tuple[_Ticket, _Outcome, str]] = []
         #: Changes the chain does not commit, with their result.
         self.settled: list[tuple[_Ticket, LaneResult]] = []
+        #: Each directory the chain changed: its tree at the start, at the head, and the
+        #: names in it that changed on the way.
+        self.directories: dict[str, tuple[bytes | None, bytes, set[str]]] = {}
 
     @property
     def full(self) -> bool:
@@ -323,9 +327,12 @@ class _Chain:
         added = remember_changed(
             self.head, before, self.tree, {*increment.written, *increment.deleted}
         )
-        for tree_id, replaced in added.trees:
+        for directory, tree_id, replaced in added.trees:
             if replaced is not None:
                 self.memory.based_on(tree_id, replaced)
+            first, _, names = self.directories.get(directory, (replaced, tree_id, set()))
+            names.update(_names_under(directory, added.paths))
+            self.directories[directory] = (first, tree_id, names)
         made = lane_commit(self.stage, self.head)
         for since in self.since.values():
             if since.head == parent:
@@ -349,6 +356,11 @@ class _Chain:
             _compare_and_swap_main(self.repo, self.start, pygit2.Oid(hex=self.head))
             record_tree_bytes(self.repo, self.head, self.total())
             sync_origin(self.repo, origin)
+            # The next runs are validated against this main: index its directories' names
+            # from the ones before, rather than each of them listing every name again.
+            for first, last, names in self.directories.values():
+                if first is not None:
+                    carry_name_forms(first, cast(pygit2.Tree, self.stage[last.hex()]), names)
         for ticket, result in self.settled:
             ticket.settle(result)
         for ticket, outcome, commit in self.landed:
@@ -384,6 +396,12 @@ class _Outcome:
         if not self.keep_refused:
             return LaneResult(checkpoint, violations=every)
         return keep_candidate(self.repo, self.parts.rest, self.trailers, checkpoint, every)
+
+
+def _names_under(directory: str, paths: Iterable[str]) -> set[str]:
+    """The entry names of ``directory`` that ``paths`` go through."""
+    prefix = f"{directory}/" if directory else ""
+    return {path[len(prefix) :].split("/", 1)[0] for path in paths if path.startswith(prefix)}
 
 
 def _message(change: Change, trailers: Trailers, cited: list[Citation]) -> str:

@@ -1,0 +1,87 @@
+"""The per-tree index of names by form that name-clash checks use: carried over from a
+directory's previous version by the lane, it equals the index built from scratch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from impyard.knowledge import clashes
+from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.clashes import carry_name_forms
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.lane import integrate
+from impyard.knowledge.repo import main_commit
+from impyard.knowledge.validate import validate
+from tests.helpers.repo import change_of, make_imp, namespace, run_id, trailers
+
+NAMES = ["a.md", "A.md", "b.md", "B.MD", "\u00e9.md", "e\u0301.md", "c", "C", "d", "d."]
+
+
+def tree_of(repo: pygit2.Repository, names: set[str]) -> pygit2.Tree:
+    builder = repo.TreeBuilder()
+    blob = repo.create_blob(b"x\n")
+    for name in names:
+        builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
+    return repo[builder.write()].peel(pygit2.Tree)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    before=st.sets(st.sampled_from(NAMES), min_size=1),
+    after=st.sets(st.sampled_from(NAMES), min_size=1),
+)
+def test_a_carried_index_equals_one_built_afresh(
+    before: set[str], after: set[str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
+    old, new = tree_of(repo, before), tree_of(repo, after)
+    clashes._FORMS.of(old)
+    carry_name_forms(old.id.raw, new, before | after)
+    carried = clashes._FORMS.of(new)
+    fresh = clashes._DirectoryForms(max_names=1 << 10).of(new)
+    assert {k: sorted(v) for k, v in carried.items()} == {k: sorted(v) for k, v in fresh.items()}
+
+
+def test_validation_against_a_main_the_lane_made_sees_names_it_landed(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    # Index organization/ at base, as validating any run writing there does.
+    assert (
+        validate(
+            repo,
+            base,
+            change_of(repo, {"organization/x.md": b"x\n"}),
+            namespace=namespace(9),
+            mode="reorganize",
+            limits=KnowledgeLimits(),
+        )
+        == []
+    )
+    landed = integrate(
+        home,
+        "yuko",
+        change_of(repo, {"organization/Index.md": b"a\n"}),
+        base=base,
+        namespace=namespace(1),
+        mode="reorganize",
+        limits=KnowledgeLimits(),
+        trailers=trailers(base, run=run_id(1), mode="reorganize"),
+    )
+    assert landed.checkpoint == "integrated"
+    head = main_commit(open_repo(home, "yuko"))
+    organization = open_repo(home, "yuko")[head].peel(pygit2.Tree)["organization"]
+    assert organization.id.raw in clashes._FORMS._known  # carried by the lane, not listed
+    found = validate(
+        open_repo(home, "yuko"),
+        head,
+        change_of(repo, {"organization/index.md": b"b\n"}),
+        namespace=namespace(2),
+        mode="reorganize",
+        limits=KnowledgeLimits(),
+    )
+    assert [(v.path, v.rule) for v in found] == [("organization/index.md", "name-clash")]
