@@ -356,11 +356,6 @@ class _Chain:
             _compare_and_swap_main(self.repo, self.start, pygit2.Oid(hex=self.head))
             record_tree_bytes(self.repo, self.head, self.total())
             sync_origin(self.repo, origin)
-            # The next runs are validated against this main: index its directories' names
-            # from the ones before, rather than each of them listing every name again.
-            for first, last, names in self.directories.values():
-                if first is not None:
-                    carry_name_forms(first, cast(pygit2.Tree, self.stage[last.hex()]), names)
         for ticket, result in self.settled:
             ticket.settle(result)
         for ticket, outcome, commit in self.landed:
@@ -368,6 +363,11 @@ class _Chain:
                 ticket.settle(outcome.landed("integrated", commit))
             except Exception as exc:  # keeping its refused files failed; its commit landed
                 ticket.fail(exc)
+        # The next runs are validated against this main: index its directories' names
+        # from the ones before, rather than each of them listing every name again.
+        for first, last, names in self.directories.values():
+            if first is not None:
+                carry_name_forms(first, cast(pygit2.Tree, self.stage[last.hex()]), names)
         return _Chain(self.repo, self.stage, self.memory, self.imp, self.since)
 
 
