@@ -224,12 +224,16 @@ def test_a_hundred_notifies_for_one_imp_are_one_push(monkeypatch: pytest.MonkeyP
 
 def test_real_pushes_coalesce_and_end_up_current(home: Home, tmp_path: Path) -> None:
     set_remotes(home, [str(remote_of(tmp_path))])
-    before = worker_module.worker().rounds
     for n in range(1, 21):
         land_note(home, n)
+    before = worker_module.worker().rounds
+    # A burst of notifies (as a pass landing many runs sends) is one push, or two if the
+    # worker picked up the first before the rest arrived; never one per notify, whatever
+    # the machine's load (landing between notifies would let a busy worker keep up).
+    for _ in range(20):
         backup.notify(home, "yuko")
     assert backup.flush(60)
-    assert worker_module.worker().rounds - before < 20
+    assert worker_module.worker().rounds - before <= 2
     assert backed_up(remote_of(tmp_path) / "yuko.git") == backed_up(home.repo("yuko"))
 
 
