@@ -3,16 +3,13 @@ quarantine refs, a diverged remote main, status.json, coalescing, and remotes th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pygit2
@@ -27,18 +24,17 @@ from impyard.backup.sync import backup_imp
 from impyard.backup.worker import Worker
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.change import Change, KnowledgeLimits
-from impyard.knowledge.checkout import prepare_checkout
+from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.quarantine import quarantine
 from impyard.knowledge.repo import main_commit
 from impyard.runs import endings
 from impyard.runs.control import BoxControl
-from impyard.runs.model import Manifest
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
 from tests.helpers.git import git
 from tests.helpers.gitdaemon import free_port
 from tests.helpers.repo import NS, RUN, make_imp, note, run_id
+from tests.helpers.runs import running
 
 STATUS_KEYS = {"pushed_at", "pushed_main", "last_error", "failing_since", "attempts"}
 
@@ -260,53 +256,6 @@ def test_without_remotes_nothing_is_pushed_or_written(home: Home) -> None:
 
 
 # --- the hooks: the run's endings and the box's mid-run checkpoint ----------------------
-
-
-@dataclass
-class FakeRun:
-    """What ``endings.checkpoint``, ``endings.quarantine_run`` and ``BoxControl`` use."""
-
-    home: Home
-    manifest: Manifest
-    limits: KnowledgeLimits = field(default_factory=KnowledgeLimits)
-    policy: Any = field(
-        default_factory=lambda: SimpleNamespace(
-            knowledge=SimpleNamespace(checkpoint_on_clean_exit=True)
-        )
-    )
-    checkpoint_lock: threading.Lock = field(default_factory=threading.Lock)
-    manifest_lock: threading.RLock = field(default_factory=threading.RLock)
-    finished: dict[str, Any] = field(default_factory=dict)
-
-    def save(self) -> None:
-        pass
-
-    def event(self, name: str, **fields: Any) -> None:
-        pass
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        yield
-
-    def finish(self, checkpoint: str, **outcome: Any) -> None:
-        self.finished = {"checkpoint": checkpoint, **outcome}
-
-
-def running(home: Home) -> tuple[FakeRun, Path]:
-    base = main_commit(open_repo(home, "yuko"))
-    checkout = prepare_checkout(home, "yuko", RUN, base, "copy", "65532:65532")
-    manifest = Manifest(
-        run_id=RUN,
-        imp="yuko",
-        task_id=None,
-        channel=None,
-        mode="append",
-        base_commit=base,
-        namespace=NS,
-        state="running",
-        checkout=checkout,
-    )
-    return FakeRun(home, manifest), checkout.root
 
 
 def put(root: Path, path: str, data: bytes) -> None:

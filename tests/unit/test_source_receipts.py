@@ -5,13 +5,8 @@ checkpoint read the run's receipts."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pygit2
@@ -21,7 +16,6 @@ from impyard.errors import KnowledgeError
 from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import RULES, KnowledgeLimits
-from impyard.knowledge.checkout import prepare_checkout
 from impyard.knowledge.citations import Citation, Receipts, parse_trailers, trailer_lines
 from impyard.knowledge.lane import LaneResult, Trailers, integrate
 from impyard.knowledge.repo import main_commit
@@ -29,9 +23,10 @@ from impyard.knowledge.validate import validate
 from impyard.runs import endings
 from impyard.runs.control import BoxControl
 from impyard.runs.landing import run_receipts
-from impyard.runs.model import Manifest
 from tests.helpers.git import git
 from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, run_id
+from tests.helpers.runs import FakeRun
+from tests.helpers.runs import running as running_run
 
 LIMITS = KnowledgeLimits()
 URL = "https://example.com/report"
@@ -301,54 +296,10 @@ def test_trailer_lines_are_unique_and_sorted() -> None:
 # --- the run: check, mid-run checkpoint, exit checkpoint --------------------------------
 
 
-@dataclass
-class FakeRun:
-    """What ``BoxControl`` and ``endings.checkpoint`` use of a run."""
-
-    home: Home
-    manifest: Manifest
-    limits: KnowledgeLimits = LIMITS
-    policy: Any = field(
-        default_factory=lambda: SimpleNamespace(
-            knowledge=SimpleNamespace(checkpoint_on_clean_exit=True)
-        )
-    )
-    checkpoint_lock: threading.Lock = field(default_factory=threading.Lock)
-    manifest_lock: threading.RLock = field(default_factory=threading.RLock)
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    finished: dict[str, Any] = field(default_factory=dict)
-
-    def save(self) -> None:
-        pass
-
-    def event(self, name: str, **fields: Any) -> None:
-        self.events.append((name, fields))
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        yield
-
-    def finish(self, checkpoint: str, **outcome: Any) -> None:
-        self.finished = {"checkpoint": checkpoint, **outcome}
-
-
 def running(tmp_path: Path) -> tuple[FakeRun, Path]:
     """A running run with a copy checkout of main; returns it and the checkout root."""
-    home, repo = make_imp(tmp_path)
-    base = main_commit(repo)
-    checkout = prepare_checkout(home, "yuko", RUN, base, "copy", "65532:65532")
-    manifest = Manifest(
-        run_id=RUN,
-        imp="yuko",
-        task_id=None,
-        channel=None,
-        mode="append",
-        base_commit=base,
-        namespace=NS,
-        state="running",
-        checkout=checkout,
-    )
-    return FakeRun(home, manifest), checkout.root
+    home, _repo = make_imp(tmp_path)
+    return running_run(home)
 
 
 def write(root: Path, path: str, data: bytes) -> None:

@@ -1,0 +1,69 @@
+"""A stand-in for the pipeline's ``Run``: what the run's endings and ``BoxControl`` use of
+it, over a real data root and a real copy checkout (no engine, no box)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from impyard.home import Home
+from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.checkout import prepare_checkout
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.repo import main_commit
+from impyard.runs.model import Manifest
+from tests.helpers.repo import NS, RUN
+
+
+@dataclass
+class FakeRun:
+    """What ``endings.checkpoint``, ``endings.quarantine_run`` and ``BoxControl`` use."""
+
+    home: Home
+    manifest: Manifest
+    limits: KnowledgeLimits = field(default_factory=KnowledgeLimits)
+    policy: Any = field(
+        default_factory=lambda: SimpleNamespace(
+            knowledge=SimpleNamespace(checkpoint_on_clean_exit=True)
+        )
+    )
+    checkpoint_lock: threading.Lock = field(default_factory=threading.Lock)
+    manifest_lock: threading.RLock = field(default_factory=threading.RLock)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    finished: dict[str, Any] = field(default_factory=dict)
+
+    def save(self) -> None:
+        pass
+
+    def event(self, name: str, **fields: Any) -> None:
+        self.events.append((name, fields))
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    def finish(self, checkpoint: str, **outcome: Any) -> None:
+        self.finished = {"checkpoint": checkpoint, **outcome}
+
+
+def running(home: Home, imp: str = "yuko") -> tuple[FakeRun, Path]:
+    """A running run of ``imp`` with a copy checkout of main; it and the checkout root."""
+    base = main_commit(open_repo(home, imp))
+    checkout = prepare_checkout(home, imp, RUN, base, "copy", "65532:65532")
+    manifest = Manifest(
+        run_id=RUN,
+        imp=imp,
+        task_id=None,
+        channel=None,
+        mode="append",
+        base_commit=base,
+        namespace=NS,
+        state="running",
+        checkout=checkout,
+    )
+    return FakeRun(home, manifest), checkout.root
