@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -100,8 +99,6 @@ class EngineObjectNotFoundError(NotFoundError):
 
 _lock = threading.Lock()
 _client: tuple[tuple[str, str, float], Any] | None = None
-ENGINE_ID_TTL_SECONDS = 60.0
-_engine_ids: dict[str, tuple[str, float]] = {}  # engine url -> (id, when read)
 _default_timeout: float | None = None
 
 
@@ -176,7 +173,6 @@ def reset_client() -> None:
         if _client is not None:
             _client[1].close()
         _client = None
-        _engine_ids.clear()
 
 
 def api() -> Any:
@@ -374,21 +370,3 @@ def _local_daemon_start() -> str | None:
     # Field 22 (start time in clock ticks since boot), counted after the ")".
     fields = stat[stat.rfind(")") + 2 :].split()
     return f"pid={pid},start={fields[19]}" if len(fields) > 19 else None
-
-
-def engine_id() -> str:
-    """The engine's stable ID (``docker info``), to key per-engine caches.
-
-    Remembered per engine address for ``ENGINE_ID_TTL_SECONDS``: serve asks before
-    every run, and ``info`` is the engine's most expensive read."""
-    url = engine_url()
-    now = time.monotonic()
-    with _lock:
-        known = _engine_ids.get(url)
-    if known is not None and now - known[1] < ENGINE_ID_TTL_SECONDS:
-        return known[0]
-    info = call("info", api().info)
-    ident = str(info.get("ID") or url)
-    with _lock:
-        _engine_ids[url] = (ident, now)
-    return ident
