@@ -15,26 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import ipaddress
 import os
 import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from impyard.errors import ImpyardError
 from impyard.fsutil import atomic_write_text, locked
 
-CA_DAYS = 3650
 LEAF_DAYS = 7
 RENEW_BEFORE = datetime.timedelta(days=1)
-# Clocks of clients and host may disagree a little.
-BACKDATE = datetime.timedelta(hours=1)
 
 
 class CaError(ImpyardError):
@@ -63,7 +54,8 @@ class CaFiles:
 
 
 def ensure_ca(directory: Path) -> CaFiles:
-    """The CA in ``directory``, created (key 0600, directory 0700) if missing."""
+    """The CA in ``directory``, created (key 0600, directory 0700) if missing (minting
+    imports ``cryptography``, so only the first use of a data root pays for it)."""
     files = CaFiles(directory)
     if files.key.exists() and files.cert.exists():
         return files
@@ -72,7 +64,12 @@ def ensure_ca(directory: Path) -> CaFiles:
         directory.chmod(0o700)
         with locked(files.lock):
             if not (files.key.exists() and files.cert.exists()):
-                _create_ca(files)
+                from impyard.gateway import mint
+
+                key_pem, cert_pem = mint.new_ca()
+                write_private(files.key, key_pem)
+                atomic_write_text(files.cert, cert_pem.decode())
+                files.cert.chmod(0o644)
     except OSError as exc:
         raise CaError(f"cannot create the TLS-inspection CA in {directory}: {exc}") from exc
     return files
@@ -81,28 +78,6 @@ def ensure_ca(directory: Path) -> CaFiles:
 def ca_certificate(directory: Path) -> str:
     """The CA's certificate as PEM (what boxes trust)."""
     return ensure_ca(directory).cert.read_text()
-
-
-def _create_ca(files: CaFiles) -> None:
-    now = datetime.datetime.now(datetime.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = _name("Impyard gateway inspection CA")
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(cert_sign=True), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-        .sign(key, hashes.SHA256())
-    )
-    _write_private(files.key, _key_pem(key))
-    atomic_write_text(files.cert, cert.public_bytes(serialization.Encoding.PEM).decode())
-    files.cert.chmod(0o644)
 
 
 class LeafMinter:
@@ -132,52 +107,28 @@ class LeafMinter:
             return context
 
     def _leaf(self, host: str, now: datetime.datetime) -> tuple[Path, datetime.datetime]:
+        from impyard.gateway import mint
+
         path = self.files.leaves / f"{_file_name(host)}.pem"
         with contextlib.suppress(OSError, ValueError):
-            cert = x509.load_pem_x509_certificate(path.read_bytes())
-            if cert.not_valid_after_utc - now > RENEW_BEFORE:
-                return path, cert.not_valid_after_utc
-        return path, self._mint(host, path, now)
-
-    def _mint(self, host: str, path: Path, now: datetime.datetime) -> datetime.datetime:
+            not_after = mint.not_after(path.read_bytes())
+            if not_after - now > RENEW_BEFORE:
+                return path, not_after
         try:
-            ca_key = serialization.load_pem_private_key(self.files.key.read_bytes(), None)
-            ca_cert = x509.load_pem_x509_certificate(self.files.cert.read_bytes())
-        except (OSError, ValueError) as exc:
+            pem, not_after = mint.leaf(self.files.key, self.files.cert, host, now, LEAF_DAYS)
+        except (OSError, ValueError, TypeError) as exc:
             raise CaError(
                 f"cannot read the inspection CA in {self.files.directory}: {exc}"
             ) from exc
-        if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-            raise CaError(f"{self.files.key} is not the inspection CA's EC key")
-        key = ec.generate_private_key(ec.SECP256R1())
-        not_after = now + datetime.timedelta(days=LEAF_DAYS)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(host))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - BACKDATE)
-            .not_valid_after(not_after)
-            .add_extension(x509.SubjectAlternativeName([_san(host)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_key_usage(cert_sign=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
-        pem = cert.public_bytes(serialization.Encoding.PEM) + _key_pem(key)
         try:
             self.files.leaves.mkdir(mode=0o700, exist_ok=True)
-            _write_private(path, pem)
+            write_private(path, pem)
         except OSError as exc:
             raise CaError(f"cannot store the leaf certificate for {host}: {exc}") from exc
-        return not_after
+        return path, not_after
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Write ``data`` readable by the host user only, atomically and durably."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -189,40 +140,7 @@ def _write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common[:64])])
-
-
-def _san(host: str) -> x509.GeneralName:
-    try:
-        return x509.IPAddress(ipaddress.ip_address(host))
-    except ValueError:
-        return x509.DNSName(host)
-
-
 def _file_name(host: str) -> str:
     # Hosts are already normalized by the rules (lowercase names or IP literals); colons of
     # IPv6 literals are not welcome in file names.
     return host.replace(":", "_")
-
-
-def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=cert_sign,
-        crl_sign=cert_sign,
-        encipher_only=False,
-        decipher_only=False,
-    )
