@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
@@ -95,3 +96,12 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[objec
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     for row in (header, *rows):
         print("  ".join(str(x).rjust(w) for x, w in zip(row, widths, strict=False)))
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile (``fraction`` 0.99 is p99): always one of the samples, so a
+    p99 of 200 latencies is the second slowest, never an interpolation."""
+    ordered = sorted(samples)
+    # Rounded first: 0.99 * 200 is 198.00000000000003 in floating point.
+    rank = math.ceil(round(fraction * len(ordered), 9))
+    return ordered[min(max(rank, 1), len(ordered)) - 1]
