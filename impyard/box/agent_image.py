@@ -7,7 +7,7 @@ hardening, and only then does the final tag move: a failed build never
 replaces a working image. Every image carries the hash of the recipe that
 built it, so an unchanged recipe is not rebuilt.
 
-Runs go through the docker SDK (``launch``); this module is the CLI-parity
+Runs go through the engine's API (``launch``); this module is the CLI-parity
 side, where python-on-whales is exactly what an operator would type.
 
 ``python -m impyard.box.agent_image current IMAGE RECIPE`` exits 0 when IMAGE

@@ -248,7 +248,7 @@ def check_box(image: str, settings: Settings, home: Home, memory_bytes: int) -> 
     if shutil.which("docker") is None:
         # python-on-whales would otherwise try to download a docker CLI.
         raise EngineError("the docker CLI is not on PATH: install docker.io (`just engine`)")
-    # One SDK round trip first: a missing image or an unreachable engine gets
+    # One engine round trip first: a missing image or an unreachable engine gets
     # the same one-line reason as every other Impyard command.
     engine.call("image inspect", engine.api().inspect_image, image, image=image)
 

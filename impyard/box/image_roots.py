@@ -18,6 +18,9 @@ from impyard.box.trust import IMAGE_ROOT_PATHS, MAX_IMAGE_ROOTS_BYTES
 from impyard.errors import ImpyardError
 from impyard.fsutil import atomic_write_text
 
+#: A tar of one bundle: its size plus headers and padding.
+_MAX_ARCHIVE_BYTES = MAX_IMAGE_ROOTS_BYTES + 64 * 1024
+
 
 def image_roots(cache_dir: Path, image: str) -> str:
     """The PEM text of ``image``'s system roots ("" when it has none)."""
@@ -49,12 +52,17 @@ def _read_from_image(image: str) -> str:
     try:
         for path in IMAGE_ROOT_PATHS:
             try:
-                stream, _stat = engine.call(
-                    "get archive", api.get_archive, container, path, container_id=container
+                archive = engine.call(
+                    "get archive",
+                    api.get_archive,
+                    container,
+                    path,
+                    _MAX_ARCHIVE_BYTES,
+                    container_id=container,
                 )
             except EngineObjectNotFoundError:
                 continue
-            data = _first_file(b"".join(stream))
+            data = _first_file(archive) if archive is not None else None
             if data is not None:
                 return data.decode("ascii", errors="replace")
         return ""

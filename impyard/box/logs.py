@@ -17,10 +17,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from impyard.box import engine
 from impyard.box.engine import call
+from impyard.box.enginehttp import RawStream
 
 log = logging.getLogger(__name__)
 
@@ -85,24 +85,17 @@ class HeadTailWriter:
 
 def copy_logs(container_id: str, log_path: Path) -> KeptLog:
     """What the engine still holds of a box that already exited (head and tail bounded)."""
-    stream = call(
-        "logs",
-        engine.api().logs,
-        container_id,
-        stdout=True,
-        stderr=True,
-        stream=True,
-        follow=False,
-        container_id=container_id,
-    )
     writer = HeadTailWriter(log_path)
     try:
-        # Drained to the end: closing the stream early leaks its socket.
-        for chunk in stream:
-            writer.write(chunk)
+        call("logs", _copy, container_id, writer, container_id=container_id)
     finally:
         kept = writer.close()
     return kept
+
+
+def _copy(container_id: str, writer: HeadTailWriter) -> None:
+    for chunk in engine.api().logs(container_id):
+        writer.write(chunk)
 
 
 class LogFollower:
@@ -117,7 +110,7 @@ class LogFollower:
     def __init__(self, container_id: str, log_path: Path) -> None:
         self._container_id = container_id
         self._log_path = log_path
-        self._socket: Any = None
+        self._stream: RawStream | None = None
         self._kept: KeptLog | None = None
         self._failed: str | None = None
         self._thread = threading.Thread(target=self._follow, name="box-logs", daemon=True)
@@ -126,23 +119,18 @@ class LogFollower:
     def attach(cls, container_id: str, log_path: Path) -> LogFollower:
         """Attach to a created box (call before ``start``) and begin reading."""
         follower = cls(container_id, log_path)
-        follower._socket = call(
-            "attach",
-            engine.api().attach_socket,
-            container_id,
-            params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 1},
-            container_id=container_id,
+        follower._stream = call(
+            "attach", engine.api().attach, container_id, container_id=container_id
         )
         follower._thread.start()
         return follower
 
     def _follow(self) -> None:
-        from docker.utils.socket import frames_iter
-
         writer: HeadTailWriter | None = None
         try:
             writer = HeadTailWriter(self._log_path)
-            for _stream, data in frames_iter(self._socket, tty=False):
+            assert self._stream is not None, "attached before the thread starts"
+            for data in self._stream.frames():
                 writer.write(data)
         except Exception as exc:  # the post-exit copy takes over
             self._failed = f"{type(exc).__name__}: {exc}"
@@ -154,13 +142,9 @@ class LogFollower:
                     self._kept = kept
 
     def close(self) -> None:
-        # docker-py hands out a SocketIO over the hijacked connection: closing that alone
-        # leaves the HTTP response and the socket itself open.
-        sock = self._socket
-        for part in (getattr(sock, "_response", None), sock, getattr(sock, "_sock", None)):
-            if part is not None:
-                with contextlib.suppress(Exception):
-                    part.close()
+        if self._stream is not None:
+            with contextlib.suppress(Exception):
+                self._stream.close()
 
     def finish(self) -> KeptLog | None:
         """After the box exited: the kept log, or None when following failed."""

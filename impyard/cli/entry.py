@@ -1,6 +1,6 @@
 """The console entry point: tunes the cyclic GC for a short-lived command, then runs the CLI.
 
-Why: a command's start-up imports typer, pydantic, the docker SDK and pygit2, which
+Why: a command's start-up imports typer, pydantic and pygit2, which
 allocate hundreds of thousands of long-lived objects. With the default thresholds the
 collector rescans them many times while they load, and the interpreter's final
 collection scans them all again on exit: together 70-100 ms of a ~0.4 s command

@@ -36,7 +36,7 @@ class EngineProbe(Protocol):
 
 
 class DockerProbe:
-    """The engine ``DOCKER_HOST`` names (the docker SDK is imported on first use)."""
+    """The engine ``DOCKER_HOST`` names (no connection is made until the first call)."""
 
     def __init__(self, timeout_seconds: float = ENGINE_TIMEOUT_SECONDS) -> None:
         self.timeout_seconds = timeout_seconds
