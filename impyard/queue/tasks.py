@@ -106,18 +106,58 @@ def cancel(conn: sqlite3.Connection, task_id: str) -> Task:
 def claim_next(conn: sqlite3.Connection, skip_imps_for_reorganize: set[str]) -> Task | None:
     """Take the oldest queued task, passing over reorganize tasks whose imp's lease is held
     (they stay queued; no head-of-line blocking)."""
-    claimed = None
     with transaction(conn):
-        for row in conn.execute("SELECT * FROM tasks WHERE state = 'queued' ORDER BY seq"):
-            if row["reorganize"] and row["imp"] in skip_imps_for_reorganize:
-                continue
-            conn.execute(
-                "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?",
-                (utc_now(), row["id"]),
-            )
-            claimed = row["id"]
+        claimed = claim(conn, 1, skip_imps_for_reorganize)
+    return claimed[0] if claimed else None
+
+
+def claim(conn: sqlite3.Connection, limit: int, skip_imps_for_reorganize: set[str]) -> list[Task]:
+    """Inside the caller's transaction: take up to ``limit`` oldest queued tasks, passing
+    over reorganize tasks of the imps in ``skip_imps_for_reorganize`` and of any imp whose
+    reorganize task this call took (one at a time per imp)."""
+    skip = set(skip_imps_for_reorganize)
+    claimed: list[str] = []
+    now = utc_now()
+    rows = conn.execute("SELECT id, imp, reorganize FROM tasks WHERE state = 'queued' ORDER BY seq")
+    for row in rows.fetchall():
+        if len(claimed) >= limit:
             break
-    return None if claimed is None else get(conn, claimed)
+        if row["reorganize"]:
+            if row["imp"] in skip:
+                continue
+            skip.add(row["imp"])
+        conn.execute(
+            "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?", (now, row["id"])
+        )
+        claimed.append(row["id"])
+    return [get(conn, task_id) for task_id in claimed]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What became of a claimed task: done (its run's checkpoint, or the error that kept it
+    from one), or given back to the queue (``requeue``: its run never started)."""
+
+    task_id: str
+    checkpoint: str | None = None
+    error: str | None = None
+    run_id: str | None = None
+    requeue: bool = False
+
+
+def record_endings(conn: sqlite3.Connection, endings: list[Ending]) -> None:
+    """Write each ending (``finish`` or ``requeue``); batch them in one transaction."""
+    for ending in endings:
+        if ending.requeue:
+            requeue(conn, ending.task_id)
+        else:
+            finish(
+                conn,
+                ending.task_id,
+                checkpoint=ending.checkpoint,
+                error=ending.error,
+                run_id=ending.run_id,
+            )
 
 
 def count(conn: sqlite3.Connection, state: str) -> int:

@@ -3,6 +3,11 @@
 It lives beside the pipeline it drives; ``impyard.queue`` is only the store it reads.
 
 It admits every task with ``impyard.runs.admission.execute``, like ``impyard run``.
+Only the main thread writes the queue, through one connection: each turn of its loop
+records how the runs that ended meanwhile went and claims tasks for the free slots, in
+one transaction, so run threads never queue for the database's write lock. A run's
+manifest is final before its task's ending is written: a serve that dies before the
+turn leaves tasks that recovery settles from those manifests.
 Shutdown: the first SIGINT/SIGTERM stops dequeuing and lets running boxes
 finish for the grace period, then kills them (their runs are quarantined,
 never integrated half-done); a second signal kills at once.
@@ -21,9 +26,11 @@ from dataclasses import dataclass, field
 
 from impyard import backup
 from impyard.errors import EngineError, ImpyardError, LeaseHeldError
+from impyard.journal import Journal
+from impyard.journal_group import GroupJournal
 from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import leases, tasks
-from impyard.queue.db import opened
+from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
 from impyard.runs.admission import execute
@@ -35,6 +42,9 @@ log = logging.getLogger(__name__)
 
 ENGINE_RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
 DISK_RETRY_SECONDS = 10.0
+#: A ping this recent vouches for the engine: claiming after every finished run does not
+#: wait for another round trip to the engine (a busy engine answers in tens of ms).
+ENGINE_FRESH_SECONDS = 1.0
 
 
 @dataclass
@@ -81,6 +91,11 @@ class Server:
         #: Until when no task is claimed because the data root is too full (monotonic).
         self._disk_wait_until = 0.0
         self._engine_failures = 0
+        self._engine_seen_at: float | None = None  # monotonic time of the last good ping
+        if type(ctx.journal) is Journal:
+            # Runs of every imp journal at once here: let records made together share their
+            # write and fsync instead of queueing for the journal's lock one by one.
+            ctx.journal = GroupJournal(ctx.journal.path)
         self.ctx.on_box_started = self._box_started
         self.gc = PeriodicGc(
             ctx.home,
@@ -127,31 +142,58 @@ class Server:
         self.gc.start()  # after recovery: it leaves no run unfinished that gc could judge
         # Catch up on pushes missed while no serve ran; failing remotes are retried meanwhile.
         backup.watch(self.ctx.home)
-        running: dict[Future[None], tasks.Task] = {}
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool:
+        running: dict[Future[tasks.Ending], tasks.Task] = {}
+        with (
+            opened(self.ctx.home.db) as conn,
+            ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool,
+        ):
             while True:
                 self._enforce_deadline()
+                endings = self._collect(running)
                 disk_ok = time.monotonic() >= self._disk_wait_until
-                if not self._stop.is_set() and disk_ok and self._engine_ok():
-                    while len(running) < self.concurrency:
-                        task = self._claim()
-                        if task is None:
-                            break
-                        running[pool.submit(self._run_task, task)] = task
-                self._refresh(len(running))
-                idle = self.once and (not self._claimable() or not disk_ok)
-                if not running and (self._stop.is_set() or idle):
+                slots = self.concurrency - len(running)
+                wanted = not self._stop.is_set() and disk_ok and slots > 0
+                # The engine is asked only when there is something to claim.
+                wanted = wanted and tasks.count(conn, "queued") > 0
+                engine_ok = not wanted or self._engine_ok()
+                claimed = self._turn(conn, endings, slots if wanted and engine_ok else 0)
+                for task in claimed:
+                    running[pool.submit(self._run_task, task)] = task
+                self._refresh(conn, len(running))
+                if not engine_ok:
+                    self._engine_backoff()
+                    continue
+                if not running and (self._stop.is_set() or self._idle(conn, disk_ok)):
                     break
                 if running:
-                    done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        running.pop(future)
-                        future.result()
+                    wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 else:
                     self._stop.wait(0.5)
+            self._refresh(conn, 0)
         self.gc.stop(self.ctx.settings.shutdown_grace_seconds)
-        self._refresh(0)
         return self.status
+
+    def _collect(self, running: dict[Future[tasks.Ending], tasks.Task]) -> list[tasks.Ending]:
+        """How the runs that ended since the last turn went (their futures leave ``running``)."""
+        endings = []
+        for future in [f for f in running if f.done()]:
+            running.pop(future)
+            endings.append(future.result())  # a BaseException from a run thread ends serve
+        return endings
+
+    def _turn(
+        self, conn: sqlite3.Connection, endings: list[tasks.Ending], slots: int
+    ) -> list[tasks.Task]:
+        """Record ``endings`` and claim up to ``slots`` tasks: one write transaction."""
+        if not endings and not slots:
+            return []
+        with transaction(conn):
+            tasks.record_endings(conn, endings)
+            return tasks.claim(conn, slots, self._reorganize_blocked(conn)) if slots else []
+
+    def _idle(self, conn: sqlite3.Connection, disk_ok: bool) -> bool:
+        """``--once`` with nothing left it could claim now."""
+        return self.once and (not disk_ok or not self._claimable(conn))
 
     def _recover(self) -> None:
         """Resolve unfinished runs before new work. On a thread, so that shutdown signals
@@ -192,44 +234,49 @@ class Server:
         ttl = self.ctx.settings.lease_ttl_seconds
         return leases.held_imps(conn, ttl) | tasks.running_reorganize_imps(conn)
 
-    def _claim(self) -> tasks.Task | None:
-        with opened(self.ctx.home.db) as conn:
-            return tasks.claim_next(conn, self._reorganize_blocked(conn))
-
-    def _claimable(self) -> bool:
-        with opened(self.ctx.home.db) as conn:
-            blocked = self._reorganize_blocked(conn)
-            queued = tasks.list_tasks(conn, "queued")
+    def _claimable(self, conn: sqlite3.Connection) -> bool:
+        blocked = self._reorganize_blocked(conn)
+        queued = tasks.list_tasks(conn, "queued")
         return any(not (t.reorganize and t.imp in blocked) for t in queued)
 
-    def _refresh(self, running: int) -> None:
-        with opened(self.ctx.home.db) as conn:
-            queued = tasks.count(conn, "queued")
+    def _refresh(self, conn: sqlite3.Connection, running: int) -> None:
+        queued = tasks.count(conn, "queued")
         changed = (self.status.running, self.status.queued) != (running, queued)
         self.status.running, self.status.queued = running, queued
         if changed:
             self.report("status", "")
 
     def _engine_ok(self) -> bool:
-        """A lost engine makes serve wait and retry, never exit."""
-        from impyard.box import engine
-
+        """Whether the engine answers (or did within ``ENGINE_FRESH_SECONDS``)."""
+        now = time.monotonic()
+        if self._engine_seen_at is not None and now - self._engine_seen_at < ENGINE_FRESH_SECONDS:
+            return True
         try:
-            engine.call("ping", engine.api().ping)
+            self._ping()
         except EngineError as exc:
+            self._engine_seen_at = None
             if not self.status.engine_down:
                 self.report("engine", f"engine unreachable, waiting: {exc}")
             self.status.engine_down = True
-            # Back off step by step while it stays down (1, 2, 5, then every 10 s).
-            wait = ENGINE_RETRY_SECONDS[min(self._engine_failures, len(ENGINE_RETRY_SECONDS) - 1)]
-            self._engine_failures += 1
-            self._stop.wait(wait)
             return False
+        self._engine_seen_at = time.monotonic()
         self._engine_failures = 0
         if self.status.engine_down:
             self.report("engine", "engine reachable again")
             self.status.engine_down = False
         return True
+
+    def _ping(self) -> None:
+        from impyard.box import engine
+
+        engine.call("ping", engine.api().ping)
+
+    def _engine_backoff(self) -> None:
+        """A lost engine makes serve wait and retry, never exit: step by step while it stays
+        down (1, 2, 5, then every 10 s)."""
+        wait = ENGINE_RETRY_SECONDS[min(self._engine_failures, len(ENGINE_RETRY_SECONDS) - 1)]
+        self._engine_failures += 1
+        self._stop.wait(wait)
 
     def _enforce_deadline(self) -> None:
         late = self._deadline is not None and time.monotonic() >= self._deadline
@@ -253,7 +300,8 @@ class Server:
 
     # -- one task -----------------------------------------------------------------------
 
-    def _run_task(self, task: tasks.Task) -> None:
+    def _run_task(self, task: tasks.Task) -> tasks.Ending:
+        """Drive one task's run; how it ended is written by the main thread's next turn."""
         request = RunRequest(
             imp=task.imp,
             prompt=task.prompt,
@@ -271,32 +319,25 @@ class Server:
             self._forget(run_id)
         except DiskSpaceError as exc:
             # Nothing of the run exists yet: the task waits, and so does claiming.
-            self._requeue(task)
             self._disk_wait_until = time.monotonic() + DISK_RETRY_SECONDS
             self.ctx.journal.record("task.requeued", task=task.id, imp=task.imp, reason=str(exc))
             self.report("requeued", f"task {task.id} waits for disk space: {exc}")
-            return
+            return tasks.Ending(task.id, requeue=True)
         except LeaseHeldError as exc:
-            self._requeue(task)
             self.report("requeued", f"task {task.id} waits: {exc}")
-            return
+            return tasks.Ending(task.id, requeue=True)
         except ImpyardError as exc:
             error = str(exc)
         except Exception as exc:  # a bug must not take the server down with other boxes
             log.exception("task %s failed unexpectedly", task.id)
             error = f"unexpected {type(exc).__name__}: {exc}"
-        with opened(self.ctx.home.db) as conn:
-            tasks.finish(conn, task.id, checkpoint=checkpoint, error=error, run_id=run_id)
         if checkpoint is not None:
             self.status.counts[checkpoint] += 1
             self.report("finished", f"task {task.id} ({task.imp}): {checkpoint}")
         else:
             self.status.counts["failed"] += 1
             self.report("failed", f"task {task.id} ({task.imp}) failed: {error}")
-
-    def _requeue(self, task: tasks.Task) -> None:
-        with opened(self.ctx.home.db) as conn:
-            tasks.requeue(conn, task.id)
+        return tasks.Ending(task.id, checkpoint=checkpoint, error=error, run_id=run_id)
 
     def _forget(self, run_id: str) -> None:
         with self._lock:
