@@ -152,6 +152,11 @@ class Home:
         return self.gateway_dir / "image-roots"
 
     @property
+    def box_bundles_dir(self) -> Path:
+        """The trust bundles boxes get, by content; each run's is a hard link to one."""
+        return self.gateway_dir / "box-bundles"
+
+    @property
     def archive_dir(self) -> Path:
         """Opt-in content-addressed source archive: ``sha256/<aa>/<rest>``."""
         return self.root / "archive"

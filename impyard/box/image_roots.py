@@ -22,16 +22,14 @@ from impyard.fsutil import atomic_write_text
 _MAX_ARCHIVE_BYTES = MAX_IMAGE_ROOTS_BYTES + 64 * 1024
 
 
-def image_roots(cache_dir: Path, image: str) -> str:
-    """The PEM text of ``image``'s system roots ("" when it has none)."""
-    info = engine.call("inspect image", engine.api().inspect_image, image, image=image)
-    image_id = str(info["Id"]).replace(":", "_")
-    cached = cache_dir / f"{image_id}.pem"
+def image_roots(cache_dir: Path, image_id: str) -> str:
+    """The PEM text of the system roots of the image ``image_id`` ("" when it has none)."""
+    cached = cache_dir / f"{image_id.replace(':', '_')}.pem"
     try:
         return cached.read_text()
     except FileNotFoundError:
         pass
-    text = _read_from_image(image)
+    text = _read_from_image(image_id)
     cache_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(cached, text)
     return text

@@ -58,13 +58,21 @@ def _host_config(spec: BoxSpec) -> dict[str, Any]:
     }
 
 
-def start_box(spec: BoxSpec, log_path: Path | None = None) -> StartedBox:
+def resolve_image(image: str) -> str:
+    """The id of the local image ``image`` names (BoxImageNotFoundError: none)."""
+    found = call("image inspect", engine.api().inspect_image, image, image=image)
+    return str(found["Id"])
+
+
+def start_box(
+    spec: BoxSpec, log_path: Path | None = None, image_id: str | None = None
+) -> StartedBox:
     """Create and start a hardened box; the container is removed again if start fails.
 
-    With ``log_path``, the box's output is attached to before it starts (``follower``)."""
+    With ``log_path``, the box's output is attached to before it starts (``follower``).
+    ``image_id``: what ``spec.image`` was resolved to, when the caller already knows."""
     api = engine.api()
-    image = call("image inspect", api.inspect_image, spec.image, image=spec.image)
-    image_id = str(image["Id"])
+    image_id = image_id or resolve_image(spec.image)
     created = call(
         "create",
         api.create_container,
@@ -153,8 +161,11 @@ def wait_box(
     timeout_seconds: float,
     log_path: Path,
     follower: LogFollower | None = None,
+    *,
+    remove: bool = True,
 ) -> BoxExit:
-    """Wait for the box, kill it at ``timeout_seconds`` from now, keep its log, remove it.
+    """Wait for the box, kill it at ``timeout_seconds`` from now, keep its log, remove it
+    (``remove=False``: the caller removes it once it exited; on an error it goes here).
 
     Works on any box, including one started by an earlier host process
     (pass the time it has left; ``<= 0`` kills it at once). With a ``follower`` started
@@ -186,7 +197,10 @@ def wait_box(
         if kept is None:
             kept = copy_logs(container_id, log_path)
         info = call("inspect", api.inspect_container, container_id, container_id=container_id)
-    finally:
+    except BaseException:
+        remove_box(container_id)
+        raise
+    if remove:
         remove_box(container_id)
     state = info.get("State") or {}
     wait_error = (result.get("Error") or {}).get("Message") if result else None

@@ -15,6 +15,8 @@ curl, Python requests, Node, git, pip and npm.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import ssl
 from pathlib import Path
@@ -80,9 +82,14 @@ def write_box_bundle(
     *,
     inspection_ca: str | None,
     extra_ca_file: Path | None,
+    shared_dir: Path | None = None,
 ) -> bool:
     """Write the box's bundle (readable by the box user); False, writing nothing, when the
-    box trusts only its image's roots anyway (no inspection, no extra CA)."""
+    box trusts only its image's roots anyway (no inspection, no extra CA).
+
+    With ``shared_dir``, a bundle is written (and synced) once per content there, and
+    ``destination`` is a hard link to it: runs of one image under one CA share it, and a
+    run does not write and sync a few hundred KiB of roots. The box mounts it read-only."""
     if inspection_ca is None and extra_ca_file is None:
         return False
     parts = [image_roots.strip()] if image_roots.strip() else []
@@ -90,6 +97,22 @@ def write_box_bundle(
         parts.append(inspection_ca.strip())
     if extra_ca_file is not None:
         parts.append(certificates_of(extra_ca_file).strip())
-    atomic_write_text(destination, "\n".join(parts) + "\n")
-    destination.chmod(0o644)
+    text = "\n".join(parts) + "\n"
+    if shared_dir is None:
+        _write_readable(destination, text)
+        return True
+    shared = shared_dir / f"{hashlib.sha256(text.encode()).hexdigest()}.pem"
+    if not shared.exists():
+        shared_dir.mkdir(parents=True, exist_ok=True)
+        _write_readable(shared, text)
+    destination.unlink(missing_ok=True)
+    try:
+        os.link(shared, destination)
+    except OSError:  # another filesystem, or links refused: a copy of its own
+        _write_readable(destination, text)
     return True
+
+
+def _write_readable(path: Path, text: str) -> None:
+    atomic_write_text(path, text)
+    path.chmod(0o644)

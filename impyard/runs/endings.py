@@ -27,6 +27,7 @@ from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.violations import ViolationDigest, digest
+from impyard.runs.beside import Beside
 from impyard.runs.landing import integrate_run, landed_files, trailers
 from impyard.runs.model import Manifest
 
@@ -131,6 +132,10 @@ def checkpoint(run: Run) -> None:
         produced = earlier[-1].commit
         if outcome == "empty":
             outcome = "integrated"
+    # The next base's layer (disk work) is built beside finishing this run (unmounts).
+    next_base = (
+        Beside("next-base", lambda: prepare_next_base(run)) if outcome == "integrated" else None
+    )
     run.finish(
         checkpoint=outcome,
         produced_commit=produced,
@@ -139,8 +144,8 @@ def checkpoint(run: Run) -> None:
         **digest_fields(found),
     )
     backup.notify(run.home, m.imp)  # queued: a remote that is down never holds the lane
-    if outcome == "integrated":
-        prepare_next_base(run)
+    if next_base is not None:
+        next_base.result()
 
 
 def quarantine_run(run: Run) -> None:

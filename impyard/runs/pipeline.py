@@ -10,6 +10,7 @@ box gets is assembled in ``boxspec``; how a run ends, in ``endings``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,14 @@ from typing import Any
 from impyard import names
 from impyard.box.engine import EngineCallError
 from impyard.box.image_roots import image_roots
-from impyard.box.launch import box_pid, kill_box, start_box, wait_box
+from impyard.box.launch import (
+    box_pid,
+    kill_box,
+    remove_box,
+    resolve_image,
+    start_box,
+    wait_box,
+)
 from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxExit, box_labels
 from impyard.box.tmpwatch import TmpWatch
@@ -43,6 +51,7 @@ from impyard.queue import leases
 from impyard.queue.db import opened
 from impyard.runs import endings
 from impyard.runs import manifest as manifests
+from impyard.runs.beside import Beside
 from impyard.runs.boxspec import box_command, box_spec, write_task_file
 from impyard.runs.control import BoxControl
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
@@ -78,6 +87,9 @@ class Run:
         self.gateway: Gateway | None = None
         self.tmp_watch = TmpWatch()
         self.log_follower: LogFollower | None = None
+        #: The image id the box runs (resolved while the run prepares).
+        self.image_id: str | None = None
+        self.teardown: Beside[None] | None = None
         #: One checkpoint at a time: the box's mid-run ones (on gateway threads) and the
         #: exit checkpoint or quarantine, which waits for one in progress.
         self.checkpoint_lock = threading.Lock()
@@ -115,22 +127,40 @@ class Run:
         m.state = "preparing"
         self.save()
         with self.phase("prepare"):
-            write_task_file(self.home, request, m)
-            self.write_trust(request)
-            if not self.policy.knowledge.enabled:
-                return  # no checkout: nothing is mounted, nothing integrated
-            kind = select_checkout_kind(self.ctx.settings, self.home)
-            checkout = prepare_checkout(
-                self.home, m.imp, m.run_id, m.base_commit, kind, self.policy.box.user
-            )
-            m.checkout = checkout
-            if checkout.kind == "overlay":
-                m.volume = f"impyard-{m.run_id}"
-                self.save()
-                labels = box_labels(m.run_id, m.imp)
-                create_overlay_volume(m.volume, mount_options(checkout), labels=labels)
+            # The image and its trust bundle (engine calls) beside the task file, checkout
+            # and volume (disk and engine): none needs another, and start needs them all.
+            image = Beside("run-image", functools.partial(self.resolve_image, request))
+            try:
+                write_task_file(self.home, request, m)
+                if self.policy.knowledge.enabled:  # else nothing is mounted or integrated
+                    self.prepare_knowledge()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    image.result()
+                raise
+            self.image_id = image.result()
 
-    def write_trust(self, request: RunRequest) -> None:
+    def prepare_knowledge(self) -> None:
+        m = self.manifest
+        kind = select_checkout_kind(self.ctx.settings, self.home)
+        checkout = prepare_checkout(
+            self.home, m.imp, m.run_id, m.base_commit, kind, self.policy.box.user
+        )
+        m.checkout = checkout
+        if checkout.kind == "overlay":
+            m.volume = f"impyard-{m.run_id}"
+            self.save()
+            labels = box_labels(m.run_id, m.imp)
+            create_overlay_volume(m.volume, mount_options(checkout), labels=labels)
+
+    def resolve_image(self, request: RunRequest) -> str:
+        """The id of the image the box runs, and the trust bundle made for it."""
+        _command, image = box_command(self.home, self.manifest, request, self.policy)
+        image_id = resolve_image(image)
+        self.write_trust(image_id)
+        return image_id
+
+    def write_trust(self, image_id: str) -> None:
         """The box's CA bundle: its image's roots, plus the inspection CA and the owner's
         extra CA when they apply (nothing is written when neither does)."""
         gateway = self.policy.gateway
@@ -138,12 +168,12 @@ class Run:
         extra = self.policy.box.extra_ca_file
         if not inspecting and extra is None:
             return
-        _command, image = box_command(self.home, self.manifest, request, self.policy)
         write_box_bundle(
             self.home.run_ca_bundle(self.manifest.run_id),
-            image_roots(self.home.image_roots_dir, image),
+            image_roots(self.home.image_roots_dir, image_id),
             inspection_ca=ca_certificate(self.home.gateway_ca_dir) if inspecting else None,
             extra_ca_file=Path(extra) if extra is not None else None,
+            shared_dir=self.home.box_bundles_dir,
         )
 
     def start_box(self, request: RunRequest) -> None:
@@ -153,13 +183,13 @@ class Run:
         self.save()
         with self.phase("start"):
             try:
-                started = start_box(spec, self.home.box_log(spec.run_id))
+                started = start_box(spec, self.home.box_log(spec.run_id), self.image_id)
             except EngineCallError as exc:
                 if not self.overlay_mount_failed(exc):
                     raise
                 self.fall_back_to_copy(str(exc))
                 spec = box_spec(self.home, self.manifest, self.policy, request, self.gateway)
-                started = start_box(spec, self.home.box_log(spec.run_id))
+                started = start_box(spec, self.home.box_log(spec.run_id), self.image_id)
             self.log_follower = started.follower
         self.manifest.running(started.container_id, started.image_id, names.utc_now())
         self.save()
@@ -228,7 +258,18 @@ class Run:
         assert container is not None
         log_path = self.home.box_log(self.manifest.run_id)
         with self.phase("box"):
-            return wait_box(container, timeout_seconds, log_path, self.log_follower)
+            box_exit = wait_box(
+                container, timeout_seconds, log_path, self.log_follower, remove=False
+            )
+        # Removing the box and its volume (engine work) overlaps recording the exit and
+        # the checkpoint; ``finish`` waits for it before it releases the run's space.
+        self.teardown = Beside("box-teardown", self.remove_box_and_volume)
+        return box_exit
+
+    def remove_box_and_volume(self) -> None:
+        assert self.manifest.container_id is not None
+        remove_box(self.manifest.container_id)
+        self.drop_volume()
 
     def record_exit(self, box_exit: BoxExit, interrupted: str | None = None) -> bool:
         """Record how the box ended; True when it is a clean exit that may be checkpointed."""
@@ -251,7 +292,6 @@ class Run:
         )
         self.manifest.exited(box_exit, reason)
         self.save()
-        self.drop_volume()
         return clean
 
     def drop_volume(self) -> None:
@@ -269,7 +309,14 @@ class Run:
         self.manifest.finished(checkpoint, names.utc_now(), **outcome)
         self.save()
         self.release_lease()
+        self.wait_teardown()
         endings.release_run_space(self.home, self.manifest)
+
+    def wait_teardown(self) -> None:
+        """The box and its volume are gone (their removal ran beside the ending)."""
+        teardown, self.teardown = self.teardown, None
+        if teardown is not None:
+            teardown.result()
 
     def release_lease(self) -> None:
         if self.manifest.mode != "reorganize":
@@ -303,5 +350,10 @@ def drive(run: Run, request: RunRequest) -> RunOutcome:
             box_exit, interrupted = run.wait_box(30), "host interrupted"
     finally:
         run.close_gateway()
-    endings.finish_after_exit(run, box_exit, interrupted)
+    try:
+        endings.finish_after_exit(run, box_exit, interrupted)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            run.wait_teardown()
+        raise
     return RunOutcome(run.manifest)

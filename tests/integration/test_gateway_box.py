@@ -238,8 +238,10 @@ def test_budget_of_three_refuses_the_fourth(harness: Harness, upstream: Upstream
     assert "HTTP/1.1 429 Too Many Requests" in out
     assert "request budget spent: 3 requests per run (gateway.budget.requests_per_run)" in out
     assert len(upstream.seen) == 3
+    # A request's line is written once its answer has been relayed, so the box may already
+    # be refused its next one: the journal holds every request, not their order.
     statuses = [e["status"] for e in result.journal.read(event="gateway.request")]
-    assert statuses == [200, 200, 200, 429, 429]
+    assert sorted(statuses) == [200, 200, 200, 429, 429]
 
 
 def test_direct_connections_and_dns_fail(harness: Harness, upstream: Upstream) -> None:

@@ -97,3 +97,23 @@ def test_the_box_environment_points_every_tls_stack_at_the_bundle() -> None:
         "npm_config_cafile",
     }
     assert set(env.values()) == {BOX_CA_BUNDLE}
+
+
+def test_runs_share_one_written_bundle_per_content(
+    tmp_path: Path, pems: tuple[Path, Path, Path]
+) -> None:
+    ca, _leaf, _key = pems
+    shared = tmp_path / "bundles"
+    runs = [tmp_path / f"run{i}" / "ca-bundle.pem" for i in range(3)]
+    for run in runs:
+        run.parent.mkdir()
+    inspection = ca_certificate(tmp_path / "gateway-ca")
+    for run in runs[:2]:
+        write_box_bundle(run, "", inspection_ca=inspection, extra_ca_file=None, shared_dir=shared)
+    # Another CA in the bundle is another shared file; a run's own copy never changes.
+    write_box_bundle(runs[2], "", inspection_ca=inspection, extra_ca_file=ca, shared_dir=shared)
+    assert runs[0].stat().st_ino == runs[1].stat().st_ino != runs[2].stat().st_ino
+    assert len(list(shared.iterdir())) == 2
+    assert runs[0].read_text().strip() == inspection.strip()
+    assert ca.read_text().strip() in runs[2].read_text()
+    assert all(run.stat().st_mode & 0o777 == 0o644 for run in runs)
