@@ -13,6 +13,8 @@ from impyard.queue.db import transaction
 
 TaskState = Literal["queued", "running", "done", "cancelled"]
 TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "cancelled")
+#: Queued tasks a claim reads at a time.
+CLAIM_PAGE = 64
 
 
 @dataclass(frozen=True)
@@ -118,18 +120,28 @@ def claim(conn: sqlite3.Connection, limit: int, skip_imps_for_reorganize: set[st
     skip = set(skip_imps_for_reorganize)
     claimed: list[str] = []
     now = utc_now()
-    rows = conn.execute("SELECT id, imp, reorganize FROM tasks WHERE state = 'queued' ORDER BY seq")
-    for row in rows.fetchall():
-        if len(claimed) >= limit:
+    after = -1
+    # Page by page: a long queue is not read whole to claim a few tasks off its head.
+    while len(claimed) < limit:
+        rows = conn.execute(
+            "SELECT id, imp, reorganize, seq FROM tasks WHERE state = 'queued' AND seq > ?"
+            " ORDER BY seq LIMIT ?",
+            (after, CLAIM_PAGE),
+        ).fetchall()
+        if not rows:
             break
-        if row["reorganize"]:
-            if row["imp"] in skip:
-                continue
-            skip.add(row["imp"])
-        conn.execute(
-            "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?", (now, row["id"])
-        )
-        claimed.append(row["id"])
+        after = rows[-1]["seq"]
+        for row in rows:
+            if len(claimed) >= limit:
+                break
+            if row["reorganize"]:
+                if row["imp"] in skip:
+                    continue
+                skip.add(row["imp"])
+            conn.execute(
+                "UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?", (now, row["id"])
+            )
+            claimed.append(row["id"])
     return [get(conn, task_id) for task_id in claimed]
 
 

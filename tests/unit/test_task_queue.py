@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction
 
@@ -59,3 +61,18 @@ def test_endings_finish_or_give_back_their_tasks(tmp_path: Path) -> None:
     )
     assert (found[failed].state, found[failed].error) == ("done", "engine error: gone")
     assert (found[back].state, found[back].started_at) == ("queued", None)
+
+
+def test_a_claim_reads_past_a_page_of_passed_over_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tasks, "CLAIM_PAGE", 2)
+    with opened(tmp_path / "impyard.db") as conn:
+        for i in range(5):
+            tasks.add(conn, "bob", f"rebuild {i}", reorganize=True)
+        wanted = [tasks.add(conn, "ada", f"fact {i}").id for i in range(3)]
+        with transaction(conn):
+            assert [t.id for t in tasks.claim(conn, 2, {"bob"})] == wanted[:2]
+        with transaction(conn):
+            assert tasks.claim(conn, 0, set()) == []
+        assert [t.id for t in tasks.list_tasks(conn, "queued") if t.imp == "ada"] == wanted[2:]
