@@ -12,7 +12,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bench.common import add_records, impyard, median, print_table, scratch_dir, timed
+from bench.common import (
+    add_records,
+    byte_compiled,
+    impyard,
+    median,
+    print_table,
+    scratch_dir,
+    timed,
+)
 from impyard.home import Home
 
 IMAGE = "impyard-box:latest"
@@ -70,6 +78,7 @@ def setup(records: int, command: str | None = None) -> Path:
 def main() -> None:
     sizes = [int(s) for s in os.environ.get("IMPYARD_BENCH_SIZES", "0,10000,100000").split(",")]
     reps = int(os.environ.get("IMPYARD_BENCH_REPS", "9"))
+    byte_compiled()
     rows = []
     for records in sizes:
         home = setup(records)

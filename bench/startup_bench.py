@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import impyard, median, print_table, scratch_dir
+from bench.common import byte_compiled, impyard, median, print_table, scratch_dir
 
 BUDGETS_MS = {"impyard --version": 80.0, "impyard runs list": 250.0}
 
@@ -48,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=15)
     args = parser.parse_args(sys.argv[1:])
+    byte_compiled()
     console = shutil.which("impyard") or ""
     if not console:
         raise SystemExit("startup bench: the impyard console command is not on PATH")
