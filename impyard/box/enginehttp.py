@@ -253,13 +253,12 @@ class Transport:
         except BaseException:
             conn.close()
             raise
-        if response.status >= 400:
-            conn.close() if response.will_close else self._give_back(conn)
-            raise EngineHTTPError(response.status, _explanation(data), path)
         if response.will_close:
             conn.close()
         else:
             self._give_back(conn)
+        if response.status >= 400:
+            raise EngineHTTPError(response.status, _explanation(data), path)
         return data
 
     def stream(self, method: str, path: str, *, query: dict[str, Any] | None = None) -> RawStream:
