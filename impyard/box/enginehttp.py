@@ -265,10 +265,7 @@ class Transport:
         """A call whose answer is read as it comes (logs); the caller closes it."""
         target = self.url(path, query)
         conn, response = self._send(method, target, None, None)
-        if response.status >= 400:
-            data = response.read(MAX_ANSWER_BYTES)
-            conn.close()
-            raise EngineHTTPError(response.status, _explanation(data), path)
+        _raise_for_error(conn, response, path)
         return RawStream(conn, response, response)
 
     def hijack(self, path: str, *, query: dict[str, Any] | None = None) -> RawStream:
@@ -282,10 +279,7 @@ class Transport:
         except BaseException:
             conn.close()
             raise
-        if response.status >= 400:
-            data = response.read(MAX_ANSWER_BYTES)
-            conn.close()
-            raise EngineHTTPError(response.status, _explanation(data), path)
+        _raise_for_error(conn, response, path)
         if conn.sock is not None:
             conn.sock.settimeout(None)  # a box may be silent for as long as it runs
         # The raw stream follows the headers in the same buffered reader.
@@ -336,6 +330,16 @@ class RawStream:
                 sock.shutdown(socket.SHUT_RDWR)
         self._response.close()
         self._conn.close()
+
+
+def _raise_for_error(
+    conn: http.client.HTTPConnection, response: http.client.HTTPResponse, path: str
+) -> None:
+    """A streamed call the engine refused: its message, and the connection closed."""
+    if response.status >= 400:
+        data = response.read(MAX_ANSWER_BYTES)
+        conn.close()
+        raise EngineHTTPError(response.status, _explanation(data), path)
 
 
 def _query_value(value: Any) -> str:
