@@ -1,7 +1,7 @@
-"""Box launch: bare ``docker run --rm <image> true`` (CLI) beside start_box + wait_box (SDK).
+"""Box launch: bare ``docker run --rm <image> true`` (CLI) beside start_box + wait_box (engine API).
 
 ``python -m bench.launch_bench [N]``. Runs alternate so machine noise hits both
-sides alike; prints medians in ms, the ratio, and the SDK path per phase.
+sides alike; prints medians in ms, the ratio, and the API path per phase.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _cli_run() -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def _sdk_run(log: Path) -> float:
+def _api_run(log: Path) -> float:
     spec = BoxSpec(
         image=IMAGE, command=["true"], labels=box_labels(f"bench-{uuid.uuid4().hex[:8]}", "bench")
     )
@@ -42,8 +42,8 @@ def _sdk_run(log: Path) -> float:
 
 
 def _phases(log: Path) -> dict[str, float]:
-    """One SDK launch timed call by call (the same requests start_box/wait_box make)."""
-    api: Any = engine.api()
+    """One launch timed call by call (the same requests start_box/wait_box make)."""
+    api = engine.api()
     spec = BoxSpec(
         image=IMAGE, command=["true"], labels=box_labels(f"bench-{uuid.uuid4().hex[:8]}", "bench")
     )
@@ -70,7 +70,7 @@ def _phases(log: Path) -> dict[str, float]:
     try:
         step("start", api.start, cid)
         step("wait", api.wait, cid)
-        step("logs", lambda: b"".join(api.logs(cid, stream=True, follow=False)))
+        step("logs", lambda: b"".join(api.logs(cid)))
         step("inspect", api.inspect_container, cid)
     finally:
         step("remove", api.remove_container, cid, v=True, force=True)
@@ -84,20 +84,20 @@ def main(argv: list[str] | None = None) -> None:
     log = Path(tempfile.mkdtemp(prefix="impyard-launch-bench-")) / "box.log"
     # Warm both paths (image cache, client connection) before measuring.
     _cli_run()
-    _sdk_run(log)
+    _api_run(log)
     cli: list[float] = []
-    sdk: list[float] = []
+    api_ms_list: list[float] = []
     phases: list[dict[str, float]] = []
     for _ in range(n):
         cli.append(_cli_run())
-        sdk.append(_sdk_run(log))
+        api_ms_list.append(_api_run(log))
         phases.append(_phases(log))
-    cli_ms, sdk_ms = statistics.median(cli), statistics.median(sdk)
+    cli_ms, api_ms = statistics.median(cli), statistics.median(api_ms_list)
     print(f"box launch, {IMAGE}, median of {n}")
     print(f"  {'docker run --rm … true (CLI)':<44} {cli_ms:7.1f} ms")
-    print(f"  {'start_box + wait_box (SDK, hardened, logs)':<44} {sdk_ms:7.1f} ms")
-    print(f"  {'ratio SDK / CLI':<44} {sdk_ms / cli_ms:7.2f}")
-    print("  SDK phases (median ms): ", end="")
+    print(f"  {'start_box + wait_box (API, hardened, logs)':<44} {api_ms:7.1f} ms")
+    print(f"  {'ratio API / CLI':<44} {api_ms / cli_ms:7.2f}")
+    print("  API phases (median ms): ", end="")
     print(
         ", ".join(f"{name} {statistics.median(p[name] for p in phases):.1f}" for name in phases[0])
     )
