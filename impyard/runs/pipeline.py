@@ -66,6 +66,9 @@ class RunContext:
     journal: Journal
     # Called with the manifest after the box started (serve tracks running boxes).
     on_box_started: Callable[[Manifest], None] | None = None
+    #: Called with the manifest once the box has exited, before the run's ending: serve
+    #: counts a slot as a box, so the next task may start while this run is integrated.
+    on_box_exited: Callable[[Manifest], None] | None = None
     #: Runs whose box the host killed (serve's shutdown): whatever their box's exit status,
     #: such a run is quarantined, never integrated half-done.
     killed_runs: set[str] = field(default_factory=set)
@@ -350,6 +353,8 @@ def drive(run: Run, request: RunRequest) -> RunOutcome:
             box_exit, interrupted = run.wait_box(30), "host interrupted"
     finally:
         run.close_gateway()
+    if run.ctx.on_box_exited is not None:
+        run.ctx.on_box_exited(run.manifest)
     try:
         endings.finish_after_exit(run, box_exit, interrupted)
     except BaseException:

@@ -1,5 +1,10 @@
 """The ``impyard serve`` worker: recover, then run queued tasks up to N boxes at once.
 
+A slot is a box: a run holds one from its claim until its box exits, and is then
+integrated (or quarantined) outside it, so the next task prepares and starts its box
+while the last one lands. At most N runs are past their box at once, so endings that
+fall behind hold claiming back instead of piling up.
+
 It lives beside the pipeline it drives; ``impyard.queue`` is only the store it reads.
 
 It admits every task with ``impyard.runs.admission.execute``, like ``impyard run``.
@@ -21,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from impyard import backup
@@ -92,11 +97,17 @@ class Server:
         self._disk_wait_until = 0.0
         self._engine_failures = 0
         self._engine_seen_at: float | None = None  # monotonic time of the last good ping
+        #: Tasks whose box has exited while their run is still ending (out of its slot).
+        self._past_box: set[str] = set()
+        #: Set when a box exits or a run ends: the loop has a slot to fill or an ending to
+        #: record.
+        self._wake = threading.Event()
         if type(ctx.journal) is Journal:
             # Runs of every imp journal at once here: let records made together share their
             # write and fsync instead of queueing for the journal's lock one by one.
             ctx.journal = GroupJournal(ctx.journal.path)
         self.ctx.on_box_started = self._box_started
+        self.ctx.on_box_exited = self._box_exited
         self.gc = PeriodicGc(
             ctx.home,
             ctx.journal,
@@ -135,6 +146,20 @@ class Server:
             self.ctx.killed_runs.add(manifest.run_id)
             self._kill(manifest.container_id)
 
+    def _box_exited(self, manifest: Manifest) -> None:
+        if manifest.task_id is not None:
+            with self._lock:
+                self._past_box.add(manifest.task_id)
+        self._wake.set()
+
+    def _free_slots(self, running: dict[Future[tasks.Ending], tasks.Task]) -> int:
+        """Boxes that may start now: N less the runs still before or in their box, and no
+        more than N runs ending at once."""
+        with self._lock:
+            ending = sum(1 for task in running.values() if task.id in self._past_box)
+        in_box = len(running) - ending
+        return max(0, min(self.concurrency - in_box, 2 * self.concurrency - len(running)))
+
     # -- main loop ----------------------------------------------------------------------
 
     def serve(self) -> ServeStatus:
@@ -145,20 +170,23 @@ class Server:
         running: dict[Future[tasks.Ending], tasks.Task] = {}
         with (
             opened(self.ctx.home.db) as conn,
-            ThreadPoolExecutor(self.concurrency, thread_name_prefix="impyard-run") as pool,
+            # N runs in their box, and as many more integrating after theirs exited.
+            ThreadPoolExecutor(2 * self.concurrency, thread_name_prefix="impyard-run") as pool,
         ):
             while True:
                 self._enforce_deadline()
                 endings = self._collect(running)
                 disk_ok = time.monotonic() >= self._disk_wait_until
-                slots = self.concurrency - len(running)
+                slots = self._free_slots(running)
                 wanted = not self._stop.is_set() and disk_ok and slots > 0
                 # The engine is asked only when there is something to claim.
                 wanted = wanted and tasks.count(conn, "queued") > 0
                 engine_ok = not wanted or self._engine_ok()
                 claimed = self._turn(conn, endings, slots if wanted and engine_ok else 0)
                 for task in claimed:
-                    running[pool.submit(self._run_task, task)] = task
+                    future = pool.submit(self._run_task, task)
+                    future.add_done_callback(lambda _done: self._wake.set())
+                    running[future] = task
                 self._refresh(conn, len(running))
                 if not engine_ok:
                     self._engine_backoff()
@@ -166,7 +194,9 @@ class Server:
                 if not running and (self._stop.is_set() or self._idle(conn, disk_ok)):
                     break
                 if running:
-                    wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                    # Any state change before the clear is seen by the next turn.
+                    self._wake.wait(0.5)
+                    self._wake.clear()
                 else:
                     self._stop.wait(0.5)
             self._refresh(conn, 0)
@@ -177,7 +207,9 @@ class Server:
         """How the runs that ended since the last turn went (their futures leave ``running``)."""
         endings = []
         for future in [f for f in running if f.done()]:
-            running.pop(future)
+            task = running.pop(future)
+            with self._lock:
+                self._past_box.discard(task.id)
             endings.append(future.result())  # a BaseException from a run thread ends serve
         return endings
 

@@ -186,3 +186,40 @@ def test_endings_and_claims_share_one_transaction(home: Home) -> None:
             claimed = tasks.claim(conn, 2, set())
         assert [t.id for t in claimed] == [second, third]
         assert [t.state for t in tasks.list_tasks(conn)] == ["done", "running", "running"]
+
+
+def test_a_slot_is_a_box_and_endings_are_bounded(
+    home: Home, stand_in: Callable[[Execute], None]
+) -> None:
+    """With one slot, the next task starts once the last box exits, while that run is still
+    integrating; but no more runs integrate at once than there are slots."""
+    release = threading.Event()
+    started: list[str] = []
+    numbers = iter(range(1, 100))
+
+    def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
+        started.append(request.prompt)
+        done = outcome(request, next(numbers))
+        assert ctx.on_box_exited is not None
+        ctx.on_box_exited(done.manifest)  # the box is done; the ending takes its time
+        assert release.wait(60)
+        return done
+
+    stand_in(execute)
+    ids = [add(home, "ada", prompt) for prompt in ("first", "second", "third")]
+    serving = server(home, concurrency=1)
+    thread = threading.Thread(target=serving.serve)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(started) < 2:
+            assert time.monotonic() < deadline, started
+            time.sleep(0.02)
+        time.sleep(0.3)  # a few turns of the loop: the third must still wait
+        assert started == ["first", "second"]
+    finally:
+        release.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert started == ["first", "second", "third"]
+    assert {by_id(home)[t].state for t in ids} == {"done"}
