@@ -16,8 +16,10 @@ space is a plain directory and the admission check below is the only bound; ``im
 check box`` says which.
 
 Admission keeps a reserve: a run starts only when the data root's free space, minus
-what every mounted run space could still grow by, covers the new space and the
-reserve.
+what every mounted run space could still grow by and what every admitted space not yet
+mounted will take, covers the new space and the reserve. Only the check and the
+reservation are serialized (one lock per data root); formatting and mounting, tens of
+milliseconds under load, run concurrently.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ _MKFS = (
     "mkfs.ext4", "-q", "-F", "-b", "1024", "-I", "256", "-i", "4096", "-m", "0",
     "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard",
 )  # fmt: skip
+#: A reservation older than this is from a process that died between admission and
+#: mount (both take milliseconds): it no longer counts.
+RESERVATION_SECONDS = 120.0
 _MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
 _READ_ONLY_OPTIONS = "loop,ro,nosuid,nodev,noexec,noatime"
 
@@ -136,11 +141,42 @@ def committed_bytes(home: Home) -> int:
     return total
 
 
+def reservations_dir(home: Home) -> Path:
+    return home.runs_dir / ".reserved"
+
+
+def reserve(home: Home, run_id: str, size_bytes: int) -> None:
+    """Count an admitted space as taken until ``unreserve`` (after it is mounted); callers
+    hold the admission lock, so the next admission sees it."""
+    directory = reservations_dir(home)
+    directory.mkdir(exist_ok=True)
+    (directory / run_id).write_text(str(size_bytes))
+
+
+def unreserve(home: Home, run_id: str) -> None:
+    (reservations_dir(home) / run_id).unlink(missing_ok=True)
+
+
+def reserved_bytes(home: Home) -> int:
+    """What admitted, not yet mounted spaces will take (recent reservations only)."""
+    total = 0
+    now = time.time()
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(reservations_dir(home)):
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime > RESERVATION_SECONDS:
+                    continue
+                total += int(Path(entry.path).read_text() or 0)
+            except (OSError, ValueError):
+                continue
+    return total
+
+
 def admit(home: Home, size_bytes: int, reserve_bytes: int) -> None:
     """Refuse (DiskSpaceError) unless the data root can hold this run and the reserve."""
     st = os.statvfs(home.runs_dir)
     free = st.f_bavail * st.f_frsize
-    committed = committed_bytes(home)
+    committed = committed_bytes(home) + reserved_bytes(home)
     if free - committed < size_bytes + reserve_bytes:
         raise DiskSpaceError(
             f"the data root {home.root} has {free // 2**20} MiB free ({committed // 2**20} MiB "

@@ -96,8 +96,9 @@ def allocate_space(ctx: RunContext, run_id: str, policy: EffectivePolicy) -> Run
     """The run's bounded writable space, admitted against the data root's free space.
 
     It must hold what the run may keep (``max_repo_bytes``), and in the copy fallback the
-    checkout itself too. Admission and creation happen under one lock, so two runs
-    starting together cannot both count the same free space."""
+    checkout itself too. The check and a reservation happen under one lock, so two runs
+    starting together cannot both count the same free space; the space is then made
+    outside it, counted by its reservation until it is mounted."""
     settings, home = ctx.settings, ctx.home
     keep = policy.knowledge.max_repo_bytes
     if select_checkout_kind(settings, home) == "copy":
@@ -108,4 +109,8 @@ def allocate_space(ctx: RunContext, run_id: str, policy: EffectivePolicy) -> Run
         raise ConfigError(f"IMPYARD_RUN_SPACE=loop, but loop spaces are unavailable: {unsupported}")
     with locked(home.runs_dir / ".space.lock"):
         runspace.admit(home, size, settings.disk_reserve_bytes)
+        runspace.reserve(home, run_id, size)
+    try:
         return runspace.create(home, run_id, size, loop=unsupported is None)
+    finally:
+        runspace.unreserve(home, run_id)

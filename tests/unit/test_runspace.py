@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,30 @@ def test_a_space_released_entirely_is_skipped(
     init_home(home)
     monkeypatch.setattr(runspace, "mounted_spaces", lambda _home: [tmp_path / "nowhere"])
     assert runspace.committed_bytes(home) == 0
+
+
+def test_an_admitted_space_counts_until_it_is_mounted(tmp_path: Path) -> None:
+    """Spaces are formatted and mounted outside the admission lock: until then their
+    reservation holds their size, so a second run cannot be promised the same room."""
+    home = Home(tmp_path / "home")
+    init_home(home)
+    free = shutil.disk_usage(home.runs_dir).free
+    half = free // 2 + 2**20
+    runspace.admit(home, half, 0)
+    runspace.reserve(home, "run-20260711T120000Z-0123456789", half)
+    with pytest.raises(runspace.DiskSpaceError, match="promised to running runs"):
+        runspace.admit(home, half, 0)
+    runspace.unreserve(home, "run-20260711T120000Z-0123456789")
+    runspace.admit(home, half, 0)
+
+
+def test_a_reservation_left_by_a_dead_process_stops_counting(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    init_home(home)
+    runspace.reserve(home, "run-20260711T120000Z-0123456789", 10**15)
+    assert runspace.reserved_bytes(home) == 10**15
+    stale = runspace.reservations_dir(home) / "run-20260711T120000Z-0123456789"
+    old = stale.stat().st_mtime - runspace.RESERVATION_SECONDS - 1
+    os.utime(stale, (old, old))
+    assert runspace.reserved_bytes(home) == 0
+    runspace.admit(home, 1, 0)
