@@ -16,6 +16,7 @@ from typing import cast
 import pygit2
 
 from impyard.knowledge.change import Change, Violation
+from impyard.knowledge.gitcalls import tree_has
 from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.pathnames import normalize_segment
 
@@ -93,9 +94,10 @@ class _DirectoryForms:
         for name in changed:
             form = normalize_segment(name)
             names = grouped.get(form, ())
-            if name in new and name not in names:
+            present = tree_has(new, name)
+            if present and name not in names:
                 grouped[form] = (*names, name)
-            elif name not in new and name in names:
+            elif not present and name in names:
                 grouped[form] = tuple(n for n in names if n != name)
                 if not grouped[form]:
                     del grouped[form]

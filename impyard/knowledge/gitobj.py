@@ -7,16 +7,12 @@ from collections.abc import Iterator
 import pygit2
 
 from impyard.errors import KnowledgeError
+from impyard.knowledge.gitcalls import tree_entry
 
 
 def lookup_entry(tree: pygit2.Tree | None, path: str) -> pygit2.Object | None:
     """The entry at ``path`` (a name or a slash path) in ``tree``, or None; O(depth)."""
-    if tree is None:
-        return None
-    try:
-        return tree[path]
-    except KeyError:
-        return None
+    return None if tree is None else tree_entry(tree, path)
 
 
 def commit_at(

@@ -18,6 +18,7 @@ from impyard.errors import KnowledgeError, NotFoundError, UsageError
 from impyard.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
 from impyard.knowledge.change import FileState
+from impyard.knowledge.gitcalls import Repository
 from impyard.knowledge.repo import MAIN, configure_libgit2, host_signature
 from impyard.knowledge.sizes import tree_bytes_full, write_size_cache_entry
 from impyard.knowledge.trees import build_tree
@@ -212,6 +213,6 @@ def open_repo(home: Home, imp: str) -> pygit2.Repository:
     path = require_imp(home, imp)
     try:
         configure_libgit2()
-        return pygit2.Repository(str(path))
+        return Repository(str(path))
     except pygit2.GitError as exc:
         raise KnowledgeError(f"imp {imp!r}: cannot open {path}: {exc}") from exc

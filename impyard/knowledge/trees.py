@@ -11,6 +11,7 @@ import pygit2
 
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import FileState
+from impyard.knowledge.gitcalls import builder_get, builder_remove
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch
 from impyard.knowledge.repo import EXEC_MODE, FILE_MODE, TREE_MODE
 
@@ -78,11 +79,11 @@ def _apply(
 ) -> pygit2.Oid | None:
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
     for name in node.deleted:
-        entry = builder.get(name)
+        entry = builder_get(builder, name)
         if entry is not None and entry.filemode != TREE_MODE:
-            builder.remove(name)
+            builder_remove(builder, name)
     for name, child in node.dirs.items():
-        entry = builder.get(name)
+        entry = builder_get(builder, name)
         subtree: pygit2.Tree | None = None
         if entry is not None:
             if entry.filemode != TREE_MODE:
@@ -91,11 +92,11 @@ def _apply(
         new = _apply(repo, subtree, child, f"{prefix}{name}/")
         if new is None:
             if entry is not None:
-                builder.remove(name)
+                builder_remove(builder, name)
         else:
             builder.insert(name, new, TREE_MODE)
     for name, state in node.files.items():
-        entry = builder.get(name)
+        entry = builder_get(builder, name)
         if entry is not None and entry.filemode == TREE_MODE:
             raise PathConflict(prefix + name)
         mode = EXEC_MODE if state.executable else FILE_MODE
