@@ -115,9 +115,7 @@ class _Facts:
             if landed.sha not in self._paths:
                 self._paths[landed.sha] = found
                 self._path_count += len(found)
-            while self._path_count > MAX_PATHS and len(self._paths) > 1:
-                _, dropped = self._paths.popitem(last=False)
-                self._path_count -= len(dropped)
+            self._bound_paths()
         return found
 
     def added(self, sha: str) -> Added | None:
@@ -129,9 +127,17 @@ class _Facts:
             if sha not in self._paths:
                 self._paths[sha] = added.paths
                 self._path_count += len(added.paths)
+            # Here too: under serve the lane made every commit, so ``paths`` never misses.
+            self._bound_paths()
             self._added[sha] = added
             while len(self._added) > MAX_ADDED:
                 self._added.popitem(last=False)
+
+    def _bound_paths(self) -> None:
+        """Under the lock: forget the oldest commits' paths beyond ``MAX_PATHS``."""
+        while self._path_count > MAX_PATHS and len(self._paths) > 1:
+            _, dropped = self._paths.popitem(last=False)
+            self._path_count -= len(dropped)
 
 
 _FACTS = _Facts()
