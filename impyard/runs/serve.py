@@ -38,6 +38,7 @@ from impyard.queue import leases, tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
+from impyard.runs import heap
 from impyard.runs.admission import execute
 from impyard.runs.model import Manifest, RunRequest
 from impyard.runs.pipeline import RunContext
@@ -163,6 +164,7 @@ class Server:
     # -- main loop ----------------------------------------------------------------------
 
     def serve(self) -> ServeStatus:
+        heap.configure()  # before recovery and the run threads make their malloc arenas
         self._recover()
         self.gc.start()  # after recovery: it leaves no run unfinished that gc could judge
         # Catch up on pushes missed while no serve ran; failing remotes are retried meanwhile.
@@ -247,6 +249,7 @@ class Server:
             raise failure[0]
 
     def _gc_done(self, result: GcResult) -> None:
+        heap.trim()  # what the runs since the last pass freed, back to the system
         removed = len(result.with_status("removed", "rotated"))
         failed = len(result.failed)
         if removed or failed:
