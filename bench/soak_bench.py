@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import impyard, print_table, scratch_dir
 from impyard.home import Home
@@ -106,14 +107,20 @@ def sample(home: Path, pid: int, started: float) -> tuple[float, int | None, int
     return time.monotonic() - started, rss_bytes(pid), knowledge, everything - knowledge
 
 
-def leaks(home: Path) -> list[str]:
+def leaks(home: Path, run_ids: set[str]) -> list[str]:
+    """Containers and volumes of this soak's runs (others may be running other benches on
+    the engine), mounts under its data root and run spaces left with content."""
     found = []
     for what, argv in (
-        ("container", ["docker", "ps", "-aq", "--filter", "label=impyard.run"]),
-        ("volume", ["docker", "volume", "ls", "-q", "--filter", "label=impyard.run"]),
+        ("container", ["docker", "ps", "-a", "--format", '{{.ID}} {{.Label "impyard.run"}}']),
+        ("volume", ["docker", "volume", "ls", "--format", '{{.Name}} {{.Label "impyard.run"}}']),
     ):
-        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
-        found += [f"{what} {name}" for name in out]
+        argv += ["--filter", "label=impyard.run"]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            name, _, run = line.partition(" ")
+            if run in run_ids:
+                found.append(f"{what} {name} ({run})")
     mounts = Path("/proc/self/mountinfo").read_text()
     found += [f"mount {line.split()[4]}" for line in mounts.splitlines() if str(home) in line]
     spaces = list((home / "runs").glob("*/space"))
@@ -121,9 +128,11 @@ def leaks(home: Path) -> list[str]:
     return found
 
 
-def verify(home: Path, remote: Path, imps: list[str], total: int) -> list[str]:
+def verify(
+    home: Path, remote: Path, imps: list[str], total: int, done: list[dict[str, Any]]
+) -> list[str]:
+    """``done``: ``task list --json``."""
     problems = []
-    done = json.loads(impyard(home, "task", "list", "--json").stdout)
     states = [t["state"] for t in done]
     if states.count("done") != total:
         problems.append(f"{states.count('done')} of {total} tasks done")
@@ -219,7 +228,9 @@ def main() -> None:
                 f"{statistics.median(end) / mib:.1f} MiB in the last"
             )
     print(f"wall {wall:.0f} s, {args.tasks / wall:.1f} runs/s; serve exit {serve.returncode}")
-    problems = verify(home, remote, imps, args.tasks) + leaks(home)
+    listed = json.loads(impyard(home, "task", "list", "--json").stdout)
+    run_ids = {str(t["run_id"]) for t in listed if t.get("run_id")}
+    problems = verify(home, remote, imps, args.tasks, listed) + leaks(home, run_ids)
     if err.strip():
         print("serve stderr (last lines):", *err.strip().splitlines()[-5:], sep="\n  ")
     print("problems:", *(problems or ["none"]), sep="\n  ")
