@@ -134,8 +134,12 @@ class _Facts:
                 self._added.popitem(last=False)
 
     def _bound_paths(self) -> None:
-        """Under the lock: forget the oldest commits' paths beyond ``MAX_PATHS``."""
-        while self._path_count > MAX_PATHS and len(self._paths) > 1:
+        """Under the lock: forget the oldest commits' paths beyond ``MAX_PATHS`` paths or
+        ``MAX_COMMITS`` commits (a lane commit changes a path or two: 2**20 paths alone
+        would be a million commits' worth, ~180 MB)."""
+        while len(self._paths) > 1 and (
+            self._path_count > MAX_PATHS or len(self._paths) > MAX_COMMITS
+        ):
             _, dropped = self._paths.popitem(last=False)
             self._path_count -= len(dropped)
 

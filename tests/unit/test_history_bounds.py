@@ -23,3 +23,12 @@ def test_remembered_paths_stay_within_max_paths(monkeypatch: pytest.MonkeyPatch)
     assert len(facts._added) <= history.MAX_ADDED
     # The newest are the ones kept.
     assert facts._paths[f"{999:040x}"] == ("records/note-999.md",)
+
+
+def test_remembered_paths_stay_within_max_commits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history, "MAX_COMMITS", 40)
+    facts = history._Facts()
+    for n in range(1000):
+        facts.remember(f"{n:040x}", added(n))
+    assert len(facts._paths) == 40
+    assert facts._path_count == 40
