@@ -8,9 +8,9 @@ task), ``--tasks`` tasks queued up front, round-robin over the imps, then one
 (retention days may be fractional), runs gc every ``--gc-seconds`` and backs every imp
 up to a local bare remote.
 
-Sampled every ``--sample-seconds`` while serve runs: serve's anonymous RSS
-(``RssAnon`` in ``/proc/<pid>/status``; file-backed pages are mapped Git packs)
-and the data root's size on disk (st_blocks, never following a link), split into the
+Sampled every ``--sample-seconds`` while serve runs: how many tasks are done, serve's
+anonymous RSS (``RssAnon`` in ``/proc/<pid>/status``; file-backed pages are mapped Git
+packs) and the data root's size on disk (st_blocks, never following a link), split into the
 knowledge repositories (which must grow: every run adds a note) and everything else
 (run records, spaces, layers, journal: bounded by retention). The curves are printed
 as a table; flat means the last third's median is within noise of the second third's.
@@ -25,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.common import impyard, print_table, scratch_dir
 from impyard.home import Home
@@ -100,11 +101,38 @@ def setup(args: argparse.Namespace) -> tuple[Path, Path, list[str]]:
     return home, remote, imps
 
 
-def sample(home: Path, pid: int, started: float) -> tuple[float, int | None, int, int]:
+class Sample(NamedTuple):
+    seconds: float
+    done: int | None  # tasks done so far (None: unreadable)
+    rss: int | None
+    knowledge: int
+    rest: int
+
+
+def done_tasks(db: Path) -> int | None:
+    """Tasks done so far, read without writing (serve is the queue's only writer)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+        try:
+            row = conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'done'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return int(row[0])
+
+
+def sample(home: Path, pid: int, started: float) -> Sample:
     data = Home(home)
     knowledge = disk_bytes(data.knowledge_dir)
     everything = disk_bytes(home)
-    return time.monotonic() - started, rss_bytes(pid), knowledge, everything - knowledge
+    return Sample(
+        time.monotonic() - started,
+        done_tasks(data.db),
+        rss_bytes(pid),
+        knowledge,
+        everything - knowledge,
+    )
 
 
 def leaks(home: Path, run_ids: set[str]) -> list[str]:
@@ -192,7 +220,7 @@ def main() -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    samples = []
+    samples: list[Sample] = []
     while serve.poll() is None:
         samples.append(sample(home, serve.pid, started))
         time.sleep(args.sample_seconds)
@@ -200,28 +228,28 @@ def main() -> None:
     _out, err = serve.communicate()
     # One gc after the last run, as a serve that kept running would do.
     impyard(home, "gc")
-    t, _rss, knowledge, rest = sample(home, 0, started)
-    samples.append((t, None, knowledge, rest))
+    samples.append(sample(home, 0, started)._replace(rss=None))
     mib = 2**20
     print_table(
         f"soak: {args.tasks} one-note runs over {args.imps} imps, concurrency "
         f"{args.concurrency}, runs kept {args.keep_seconds:.0f} s, gc every {args.gc_seconds} s",
-        ["t (s)", "serve RssAnon MiB", "knowledge MiB", "rest of data root MiB"],
+        ["t (s)", "runs done", "serve RssAnon MiB", "knowledge MiB", "rest of data root MiB"],
         [
             (
-                f"{t:.0f}",
-                "-" if rss is None else f"{rss / mib:.1f}",
-                f"{k / mib:.1f}",
-                f"{rest / mib:.1f}",
+                f"{s.seconds:.0f}",
+                "-" if s.done is None else str(s.done),
+                "-" if s.rss is None else f"{s.rss / mib:.1f}",
+                f"{s.knowledge / mib:.1f}",
+                f"{s.rest / mib:.1f}",
             )
-            for t, rss, k, rest in samples
+            for s in samples
         ],
     )
     thirds = max(1, len(samples) // 3)
     middle, last = samples[thirds : 2 * thirds], samples[2 * thirds : -1]
-    for label, index in (("serve RSS", 1), ("rest of data root", 3)):
-        mid = [float(v) for s in middle if (v := s[index]) is not None]
-        end = [float(v) for s in last if (v := s[index]) is not None]
+    for label, field in (("serve RSS", "rss"), ("rest of data root", "rest")):
+        mid = [float(v) for s in middle if (v := getattr(s, field)) is not None]
+        end = [float(v) for s in last if (v := getattr(s, field)) is not None]
         if mid and end:
             print(
                 f"{label}: median {statistics.median(mid) / mib:.1f} MiB in the second third, "
