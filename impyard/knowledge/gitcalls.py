@@ -4,7 +4,7 @@ pygit2 (1.15, the oldest Impyard accepts, through 1.21 at least) turns such an a
 into a C string with ``PyOS_FSPath`` and never releases the reference that returns,
 so every string passed to ``tree[path]``, ``name in tree``, ``TreeBuilder.get`` or
 ``remove``, or ``Repository.lookup_reference`` (behind ``repo.references``) is never
-freed. Under ``serve`` that was a few dozen strings a run, each pinning the allocator
+freed. Under ``serve`` that was some twenty strings a run, each pinning the allocator
 pool it sat in: the process grew for as long as it ran.
 
 Each call here hands pygit2 a private copy of the string, and afterwards drops the one
