@@ -31,12 +31,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from impyard.backup.push import PushResult
 from impyard.fsutil import atomic_write_json, locked
 from impyard.home import Home
 from impyard.names import utc_now
+
+if TYPE_CHECKING:
+    from impyard.backup.push import PushResult
 
 
 @dataclass(frozen=True)

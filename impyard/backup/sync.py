@@ -9,13 +9,15 @@ later push always reads refs at least as new as an earlier one pushed.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from impyard.backup import status
-from impyard.backup.push import ATTEMPTS, PushResult, push
-from impyard.backup.remotes import locate
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.journal import Journal
+
+if TYPE_CHECKING:
+    from impyard.backup.push import PushResult
 
 
 def configured_remotes(home: Home) -> list[str]:
@@ -29,14 +31,20 @@ def backup_imp(
     imp: str,
     *,
     remotes: list[str] | None = None,
-    attempts: int = ATTEMPTS,
+    attempts: int | None = None,
     abandon: threading.Event | None = None,
 ) -> list[PushResult]:
     """Push ``imp`` to each remote (default: the configured ones); a failure is a result,
-    never an exception."""
+    never an exception. ``attempts``: per remote, default ``push.ATTEMPTS``."""
     bases = configured_remotes(home) if remotes is None else remotes
     if not bases:
         return []
+    # Only now: a data root without remotes (every foreground run's notify) never
+    # loads the push machinery.
+    from impyard.backup.push import ATTEMPTS, push
+    from impyard.backup.remotes import locate
+
+    attempts = ATTEMPTS if attempts is None else attempts
     home.backup_dir.mkdir(exist_ok=True)
     results: list[PushResult] = []
     with locked(home.backup_dir / f"{imp}.lock"):

@@ -17,6 +17,7 @@ import http.client
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -258,6 +259,18 @@ def call(
     (container start: a bad mount or missing executable fails the same way
     every time) so only reset connections are retried.
     """
+
+    def failed(exc: BaseException) -> Exception:
+        return translate(exc, what, container_id=container_id, image=image, volume=volume)
+
+    log.debug("docker %s %s", what, container_id or image or volume or "")
+    try:
+        return fn(*args, **kwargs)
+    except ENGINE_FAILURES as exc:
+        if not is_transient(exc, server_errors=retry_server_errors):
+            raise failed(exc) from exc
+        _log_retry(what, 1, exc)
+    # Only a transient failure loads tenacity: the first attempt is every call's path.
     from tenacity import (
         Retrying,
         retry_if_exception,
@@ -265,28 +278,30 @@ def call(
         wait_exponential,
     )
 
-    def _log_retry(state: Any) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log.warning(
-            "docker %s: transient failure (attempt %d/%d), retrying: %s",
-            what,
-            state.attempt_number,
-            RETRY_ATTEMPTS,
-            exc,
-        )
-
     retrying = Retrying(
-        stop=stop_after_attempt(RETRY_ATTEMPTS),
+        stop=stop_after_attempt(RETRY_ATTEMPTS - 1),
         wait=wait_exponential(multiplier=0.1, max=2),
         retry=retry_if_exception(lambda e: is_transient(e, server_errors=retry_server_errors)),
-        before_sleep=_log_retry,
+        before_sleep=lambda state: _log_retry(
+            what, state.attempt_number + 1, state.outcome.exception() if state.outcome else None
+        ),
         reraise=True,
     )
-    log.debug("docker %s %s", what, container_id or image or volume or "")
+    time.sleep(0.1)
     try:
         return retrying(fn, *args, **kwargs)
     except ENGINE_FAILURES as exc:
-        raise translate(exc, what, container_id=container_id, image=image, volume=volume) from exc
+        raise failed(exc) from exc
+
+
+def _log_retry(what: str, attempt: int, exc: BaseException | None) -> None:
+    log.warning(
+        "docker %s: transient failure (attempt %d/%d), retrying: %s",
+        what,
+        attempt,
+        RETRY_ATTEMPTS,
+        exc,
+    )
 
 
 #: Where dockerd records its pid by default (``--pidfile``).

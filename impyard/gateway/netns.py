@@ -13,7 +13,6 @@ ends and no other host work runs in the box's namespace.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import socket
@@ -22,19 +21,19 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from impyard.gateway.errors import GatewayError
+from impyard.libc import libc
 
 log = logging.getLogger(__name__)
 
 CLONE_NEWNET = 0x40000000
 _T = TypeVar("_T")
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
-_libc.setns.restype = ctypes.c_int
-
 
 def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
+    setns = libc().setns
+    setns.argtypes = [ctypes.c_int, ctypes.c_int]
+    setns.restype = ctypes.c_int
+    if setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns: {os.strerror(err)}")
 

@@ -18,9 +18,10 @@ is affected (not the boxes and tools it starts). Elsewhere than glibc: nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import threading
+
+import impyard.libc
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,8 @@ def _glibc() -> ctypes.CDLL | None:
     with _lock:
         if not _loaded:
             _loaded = True
-            name = ctypes.util.find_library("c")
             try:
-                libc = ctypes.CDLL(name) if name else None
+                libc: ctypes.CDLL | None = impyard.libc.libc()
             except OSError:
                 libc = None
             if libc is not None and hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim"):
