@@ -11,6 +11,7 @@ re-attach to it after a crash, so ``wait_box`` takes only a container id.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +66,17 @@ def resolve_image(image: str) -> str:
 
 
 def start_box(
-    spec: BoxSpec, log_path: Path | None = None, image_id: str | None = None
+    spec: BoxSpec,
+    log_path: Path | None = None,
+    image_id: str | None = None,
+    before_start: Callable[[], object] | None = None,
 ) -> StartedBox:
     """Create and start a hardened box; the container is removed again if start fails.
 
     With ``log_path``, the box's output is attached to before it starts (``follower``).
-    ``image_id``: what ``spec.image`` was resolved to, when the caller already knows."""
+    ``image_id``: what ``spec.image`` was resolved to, when the caller already knows.
+    ``before_start``: called once the box is created, just before the start request
+    (the longest wait on the engine, ~100 ms), to begin work that overlaps it."""
     api = engine.api()
     image_id = image_id or resolve_image(spec.image)
     created = call(
@@ -99,6 +105,8 @@ def start_box(
     try:
         if log_path is not None:
             follower = LogFollower.attach(container_id, log_path)
+        if before_start is not None:
+            before_start()
         call(
             "start",
             api.start,

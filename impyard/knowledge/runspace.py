@@ -186,18 +186,79 @@ def admit(home: Home, size_bytes: int, reserve_bytes: int) -> None:
 
 
 def create(home: Home, run_id: str, size_bytes: int, *, loop: bool) -> RunSpace:
-    """Make and mount the run's space (idempotent: a retried prepare reuses it)."""
+    """Make and mount the run's space (idempotent: a retried prepare reuses it).
+
+    A spare image of the same size (``make_spare``) is taken when there is one, so the
+    format is off the run's path; otherwise the image is formatted here."""
     mount = home.run_space(run_id)
     mount.mkdir(parents=True, exist_ok=True)
     if not loop:
         return RunSpace("plain", mount, None, size_bytes)
     image = home.run_space_image(run_id)
     if not _is_mounted(mount):
-        with image.open("wb") as handle:
-            handle.truncate(size_bytes)  # sparse: blocks are taken only as they are written
-        _run([*_MKFS, str(image)], "format the run space")
+        if not _take_spare(home, size_bytes, image):
+            _format(image, size_bytes)
         _run(["mount", "-o", _MOUNT_OPTIONS, str(image), str(mount)], "mount the run space")
     return RunSpace("loop", mount, image, size_bytes)
+
+
+def spares_dir(home: Home) -> Path:
+    return home.runs_dir / ".spare"
+
+
+def make_spare(home: Home, size_bytes: int) -> Path | None:
+    """Format a spare image of ``size_bytes`` for a later run, unless one is waiting.
+
+    Called beside a run's box (the format is a child process: it costs the run nothing),
+    so the next run of the same size only renames and mounts. Written under a ``.tmp``
+    name and renamed when whole: a crash leaves a ``.tmp`` (gc removes it), never a
+    half-formatted spare. Returns the new spare's path, or None when none was needed."""
+    directory = spares_dir(home)
+    directory.mkdir(exist_ok=True)
+    if any(directory.glob(f"{size_bytes}.*.img")):
+        return None
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    tmp = directory / f"{size_bytes}.{token}.img.tmp"
+    try:
+        _format(tmp, size_bytes)
+        spare = directory / f"{size_bytes}.{token}.img"
+        os.rename(tmp, spare)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return spare
+
+
+def remove_spares(home: Home, *, older_than: float | None = None) -> list[Path]:
+    """Delete spare images (and leftover ``.tmp`` ones); with ``older_than`` (a time),
+    only those last changed before it. Returns what was deleted."""
+    removed = []
+    directory = spares_dir(home)
+    for path in sorted(directory.glob("*.img*")) if directory.is_dir() else []:
+        with contextlib.suppress(FileNotFoundError):
+            if older_than is None or path.lstat().st_mtime < older_than:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _take_spare(home: Home, size_bytes: int, image: Path) -> bool:
+    """Rename a waiting spare of this size to ``image``; False when there is none. Two
+    runs racing for one spare: the rename succeeds for one, the other formats."""
+    directory = spares_dir(home)
+    for spare in sorted(directory.glob(f"{size_bytes}.*.img")) if directory.is_dir() else []:
+        try:
+            os.rename(spare, image)
+        except FileNotFoundError:
+            continue
+        return True
+    return False
+
+
+def _format(image: Path, size_bytes: int) -> None:
+    with image.open("wb") as handle:
+        handle.truncate(size_bytes)  # sparse: blocks are taken only as they are written
+    _run([*_MKFS, str(image)], "format the run space")
 
 
 def ensure_mounted(space: RunSpace) -> None:

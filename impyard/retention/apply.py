@@ -94,6 +94,7 @@ def apply_gc(home: Home, plan: GcPlan, volumes: VolumeStore, journal: Journal) -
     for item in plan.of_kind("volume"):
         done([remove_planned_volume(home, volumes, item)])
     done(_prune_archive(home, plan))
+    done([_remove_spare(item) for item in plan.of_kind("spare_space")])
     notes = []
     for item in plan.of_kind("journal"):
         outcome = _rotate(home, plan, item)
@@ -165,6 +166,17 @@ def _prune_archive(home: Home, plan: GcPlan) -> list[GcOutcome]:
         )
         outcomes.append(GcOutcome(item, "removed"))
     return outcomes
+
+
+def _remove_spare(item: GcItem) -> GcOutcome:
+    """Delete a planned spare image unless a run took it since (it is then gone)."""
+    try:
+        os.unlink(item.path)
+    except FileNotFoundError:
+        return GcOutcome(item, "skipped", "a run took it")
+    except OSError as exc:
+        return GcOutcome(item, "failed", str(exc))
+    return GcOutcome(item, "removed")
 
 
 def _rotate(home: Home, plan: GcPlan, item: GcItem) -> GcOutcome:

@@ -10,6 +10,9 @@ from impyard.errors import ImpyardError
 from impyard.policy.models import Policy
 
 DAY_SECONDS = 86400.0
+#: A spare run space waits for the next run of its size; one no run took in a day is
+#: of a size no longer asked for (or a crash's half-formatted ``.tmp``).
+SPARE_DAYS = 1.0
 
 GcKind = Literal[
     "quarantine_ref",  # refs/quarantine/<run> in the imp's repo
@@ -19,6 +22,7 @@ GcKind = Literal[
     "layer",  # a checkout layer no chain needs
     "volume",  # an engine volume no unfinished run uses
     "archive_object",  # a source-archive body not fetched for retention_days
+    "spare_space",  # a formatted run space image no run took within SPARE_DAYS
     "journal",  # journal.jsonl, rotated (no line is lost)
 ]
 Status = Literal["removed", "rotated", "skipped", "failed"]

@@ -13,8 +13,9 @@ from impyard.gateway.archive import Archive
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.knowledge.layers import unneeded_layers
+from impyard.knowledge.runspace import spares_dir
 from impyard.policy.compile import deployed_org_policy
-from impyard.retention.model import GcItem, GcPlan, Limits, age_days
+from impyard.retention.model import SPARE_DAYS, GcItem, GcPlan, Limits, age_days
 from impyard.retention.rotation import rotation_item
 from impyard.retention.runs import plan_runs
 from impyard.retention.volumes import VolumeStore, plan_volumes
@@ -31,6 +32,7 @@ def plan_gc(
     items.extend(plan_layers(home, dropped, now, notes))
     items.extend(plan_volumes(home, volumes, now, notes))
     items.extend(plan_archive(home, limits, now))
+    items.extend(plan_spares(home, now))
     rotation = rotation_item(home.journal, limits.journal_max_bytes)
     if rotation is not None:
         items.append(rotation)
@@ -81,4 +83,27 @@ def plan_archive(home: Home, limits: Limits, now: float) -> list[GcItem]:
                 bytes=stored.size,
             )
         )
+    return items
+
+
+def plan_spares(home: Home, now: float) -> list[GcItem]:
+    directory = spares_dir(home)
+    items = []
+    for path in sorted(directory.glob("*.img*")) if directory.is_dir() else []:
+        try:
+            stat = path.lstat()
+        except FileNotFoundError:
+            continue
+        age = age_days(now, stat.st_mtime)
+        if age is not None and age > SPARE_DAYS:
+            items.append(
+                GcItem(
+                    kind="spare_space",
+                    id=path.name,
+                    path=str(path),
+                    reason=f"no run took it in {SPARE_DAYS:g} day",
+                    age_days=age,
+                    bytes=stat.st_blocks * 512,
+                )
+            )
     return items

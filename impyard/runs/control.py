@@ -15,24 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from impyard import backup, names
 from impyard.gateway.control import ControlRefused
-from impyard.knowledge.change import Change
-from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import split
-from impyard.knowledge.lane import recheck
-from impyard.knowledge.records import ORGANIZATION, RECORDS
-from impyard.knowledge.snapshot import CheckTooLarge, snapshot
-from impyard.knowledge.validate import validate
-from impyard.knowledge.violations import digest
-from impyard.runs.landing import (
-    LandedCache,
-    integrate_run,
-    landed_paths,
-    record_landed,
-    run_receipts,
-)
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
 
 if TYPE_CHECKING:
+    from impyard.knowledge.change import Change
+    from impyard.runs.landing import LandedCache
     from impyard.runs.pipeline import Run
 
 log = logging.getLogger(__name__)
@@ -46,9 +33,28 @@ class BoxControl:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.landed = LandedCache()
+        self._landed: LandedCache | None = None
+
+    @property
+    def landed(self) -> LandedCache:
+        from impyard.runs.landing import LandedCache
+
+        if self._landed is None:
+            self._landed = LandedCache()
+        return self._landed
 
     def check(self) -> dict[str, Any]:
+        # The snapshot and lane machinery load on a box's first request (and beside the
+        # box's start, see ``pipeline.warm_endings``), never before a box starts.
+        from impyard.knowledge.imps import open_repo
+        from impyard.knowledge.increments import split
+        from impyard.knowledge.lane import recheck
+        from impyard.knowledge.records import ORGANIZATION, RECORDS
+        from impyard.knowledge.snapshot import CheckTooLarge, snapshot
+        from impyard.knowledge.validate import validate
+        from impyard.knowledge.violations import digest
+        from impyard.runs.landing import run_receipts
+
         run = self.run
         if not run.checkpoint_lock.acquire(timeout=CHECK_WAIT_SECONDS):
             raise ControlRefused(409, "a checkpoint of this run is still in progress")
@@ -97,6 +103,11 @@ class BoxControl:
             run.checkpoint_lock.release()
 
     def _checkpoint(self) -> dict[str, Any]:
+        from impyard.knowledge.imps import open_repo
+        from impyard.knowledge.snapshot import snapshot
+        from impyard.knowledge.violations import digest
+        from impyard.runs.landing import integrate_run, landed_paths, record_landed
+
         run = self.run
         m = self._running()
         assert m.checkout is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,18 +45,22 @@ from impyard.gateway import Gateway, write_ready
 from impyard.gateway.ca import ca_certificate
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.knowledge import runspace
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits
 from impyard.knowledge.checkout import mount_options, prepare_checkout
+from impyard.knowledge.runspace import RunSpace
 from impyard.policy.models import EffectivePolicy
 from impyard.queue import leases
 from impyard.queue.db import opened
-from impyard.runs import endings
 from impyard.runs import manifest as manifests
 from impyard.runs.beside import Beside
 from impyard.runs.boxspec import box_command, box_spec, write_task_file
 from impyard.runs.control import BoxControl
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.warm import warm_imports
 from impyard.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -93,6 +98,8 @@ class Run:
         #: The image id the box runs (resolved while the run prepares).
         self.image_id: str | None = None
         self.teardown: Beside[None] | None = None
+        #: The next run's spare space, formatted while this box runs.
+        self.spare: Beside[None] | None = None
         #: One checkpoint at a time: the box's mid-run ones (on gateway threads) and the
         #: exit checkpoint or quarantine, which waits for one in progress.
         self.checkpoint_lock = threading.Lock()
@@ -186,7 +193,12 @@ class Run:
         self.save()
         with self.phase("start"):
             try:
-                started = start_box(spec, self.home.box_log(spec.run_id), self.image_id)
+                started = start_box(
+                    spec,
+                    self.home.box_log(spec.run_id),
+                    self.image_id,
+                    before_start=self.beside_box_start,
+                )
             except EngineCallError as exc:
                 if not self.overlay_mount_failed(exc):
                     raise
@@ -202,6 +214,14 @@ class Run:
         pid = box_pid(started.container_id)
         self.attach_gateway(pid)
         self.tmp_watch.start(pid)
+
+    def beside_box_start(self) -> None:
+        """Begin what overlaps the engine starting the box (the main thread waits on it):
+        load what only the box's exit needs, and format the next run's spare space."""
+        warm_imports(ENDING_MODULES)
+        space = self.manifest.space
+        if space is not None and space.kind == "loop" and self.spare is None:
+            self.spare = Beside("run-spare", functools.partial(_make_spare, self.home, space))
 
     def overlay_mount_failed(self, exc: EngineCallError) -> bool:
         """The engine could not mount the run's overlay volume (the box never started)."""
@@ -285,6 +305,8 @@ class Run:
         reason = None
         if not clean:
             memory = self.policy.box.memory_bytes
+            from impyard.runs import endings
+
             reason = interrupted or endings.exit_reason(box_exit, memory, usage)
             reason += endings.space_full_note(self.manifest)
         self.event(
@@ -302,9 +324,13 @@ class Run:
             remove_volume(self.manifest.volume)
 
     def checkpoint(self) -> None:
+        from impyard.runs import endings
+
         endings.checkpoint(self)
 
     def quarantine(self) -> None:
+        from impyard.runs import endings
+
         endings.quarantine_run(self)
 
     def finish(self, checkpoint: Checkpoint, **outcome: Any) -> None:
@@ -313,10 +339,16 @@ class Run:
         self.save()
         self.release_lease()
         self.wait_teardown()
+        from impyard.runs import endings
+
         endings.release_run_space(self.home, self.manifest)
 
     def wait_teardown(self) -> None:
-        """The box and its volume are gone (their removal ran beside the ending)."""
+        """The box and its volume are gone (their removal ran beside the ending), and the
+        spare space is made."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.result()
         teardown, self.teardown = self.teardown, None
         if teardown is not None:
             teardown.result()
@@ -330,6 +362,18 @@ class Run:
             self.event("lease.released")
 
 
+def _make_spare(home: Home, space: RunSpace) -> None:
+    """Only a speed-up: a spare that cannot be made is formatted by the run that needs it."""
+    try:
+        runspace.make_spare(home, space.size_bytes)
+    except Exception as exc:  # a full disk, a missing tool: the next run formats its own
+        log.warning("could not format a spare run space: %s", exc)
+
+
+#: Loaded beside a box's start: the exit checkpoint, the lane and what they use.
+ENDING_MODULES = ("impyard.runs.endings",)
+
+
 def drive(run: Run, request: RunRequest) -> RunOutcome:
     """From a recorded manifest to a terminal one. A host interrupt kills the box and
     quarantines the run: a half-done box is never integrated."""
@@ -339,6 +383,8 @@ def drive(run: Run, request: RunRequest) -> RunOutcome:
             run.start_box(request)
         except (Exception, KeyboardInterrupt) as exc:
             reason = "host interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            from impyard.runs import endings
+
             endings.quarantine_without_box(run, reason)
             if isinstance(exc, ImpyardError | KeyboardInterrupt):
                 return RunOutcome(run.manifest)
@@ -355,6 +401,8 @@ def drive(run: Run, request: RunRequest) -> RunOutcome:
         run.close_gateway()
     if run.ctx.on_box_exited is not None:
         run.ctx.on_box_exited(run.manifest)
+    from impyard.runs import endings
+
     try:
         endings.finish_after_exit(run, box_exit, interrupted)
     except BaseException:

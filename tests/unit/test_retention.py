@@ -24,6 +24,7 @@ from impyard.errors import NotFoundError
 from impyard.gateway.archive import Archive
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.knowledge import runspace
 from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.lane import candidate_ref
 from impyard.knowledge.quarantine import quarantine_ref
@@ -415,6 +416,23 @@ def test_the_archive_is_pruned_by_its_own_retention(yard: Yard) -> None:
     assert not archive.object_path(digests["old"]).exists()
     assert archive.object_path(digests["fresh"]).exists()
     assert archive.total_bytes() == len(b"fresh")
+
+
+def test_spare_spaces_no_run_took_for_a_day_go(yard: Yard) -> None:
+    """A spare of a size no run asks for any more, and a crash's half-formatted one,
+    go after a day; a fresh spare waits for its run."""
+    directory = runspace.spares_dir(yard.home)
+    directory.mkdir()
+    ages = {"1048576.1-1.img": 2, "2097152.1-2.img.tmp": 3, "1048576.1-3.img": 0.5}
+    for name, days in ages.items():
+        (directory / name).write_bytes(b"image")
+        os.utime(directory / name, (NOW - days * DAY, NOW - days * DAY))
+    result = run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+    assert removed(result) == {
+        ("spare_space", "1048576.1-1.img"),
+        ("spare_space", "2097152.1-2.img.tmp"),
+    }
+    assert sorted(p.name for p in directory.iterdir()) == ["1048576.1-3.img"]
 
 
 # -- the CLI ----------------------------------------------------------------------------

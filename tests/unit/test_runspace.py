@@ -60,3 +60,48 @@ def test_a_reservation_left_by_a_dead_process_stops_counting(tmp_path: Path) -> 
     os.utime(stale, (old, old))
     assert runspace.reserved_bytes(home) == 0
     runspace.admit(home, 1, 0)
+
+
+needs_loop = pytest.mark.skipif(
+    runspace.loop_supported() is not None, reason=f"{runspace.loop_supported()}"
+)
+
+
+@needs_loop
+def test_a_run_takes_a_spare_of_its_size_and_formats_its_own_without_one(
+    tmp_path: Path,
+) -> None:
+    """The spare formatted beside one run is renamed into the next run of the same size
+    (nothing is formatted on its path); a run of another size formats its own."""
+    home = Home(tmp_path / "home")
+    init_home(home)
+    size = runspace.space_size(1 << 20)
+    spare = runspace.make_spare(home, size)
+    assert spare is not None and spare.is_file()
+    assert runspace.make_spare(home, size) is None, "one spare per size is enough"
+    space = runspace.create(home, "run-20260711T120000Z-0123456789", size, loop=True)
+    try:
+        assert not spare.exists(), "the spare became the run's image"
+        assert space.image is not None and space.image.is_file()
+        (space.mount / "written").write_text("a box's file")
+        assert list(runspace.spares_dir(home).iterdir()) == []
+        other = runspace.create(home, "run-20260711T120001Z-0123456789", size + 2**20, loop=True)
+        try:
+            assert (other.mount / "lost+found").is_dir(), "formatted on the spot"
+        finally:
+            runspace.release(other)
+    finally:
+        runspace.release(space)
+
+
+def test_a_half_made_spare_is_never_taken(tmp_path: Path) -> None:
+    """A crash mid-format leaves ``.tmp``: no run mounts it, and it does not count as the
+    spare of its size."""
+    home = Home(tmp_path / "home")
+    init_home(home)
+    directory = runspace.spares_dir(home)
+    directory.mkdir()
+    (directory / "1048576.1-2.img.tmp").write_bytes(b"half")
+    target = tmp_path / "image"
+    assert not runspace._take_spare(home, 1048576, target)
+    assert not target.exists()
