@@ -35,7 +35,6 @@ from impyard.knowledge.increments import Landed, landed_by, split
 from impyard.knowledge.lane import (
     LaneCheckpoint,
     checkpoint_number,
-    integrate,
     keep_candidate,
     run_commits,
 )
@@ -46,7 +45,7 @@ from impyard.queue.db import opened
 from impyard.repair import kept, records
 from impyard.repair.preserved import Kind, base_of, ref_of, tree_change
 from impyard.runs import manifest as manifests
-from impyard.runs.landing import run_receipts, trailers
+from impyard.runs.landing import integrate_run, trailers
 from impyard.runs.model import EXIT_CODES, Manifest, RepairRecord
 from impyard.settings import Settings
 
@@ -125,18 +124,15 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
 
         exit_trailers = trailers(m, number, at_exit=True)
         with _lease(home, m, settings.lease_ttl_seconds):
-            lane = integrate(
+            lane = integrate_run(
                 home,
-                m.imp,
+                m,
                 change,
-                base=m.base_commit,
-                namespace=m.namespace,
-                mode=m.mode,
-                limits=limits,
-                trailers=exit_trailers,
+                limits,
+                number=number,
+                at_exit=True,
                 landed=landed,
-                keep_refused=False,  # a refused retry leaves every ref as it was
-                receipts=run_receipts(home, run_id),
+                keep_refused=False,
             )
         outcome = lane.checkpoint
         if outcome == "empty" and lane.violations:

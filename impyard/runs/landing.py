@@ -54,10 +54,12 @@ def integrate_run(
     number: int,
     at_exit: bool,
     landed: Landed,
+    keep_refused: bool | None = None,
 ) -> LaneResult:
     """Checkpoint ``number`` of run ``m`` through its imp's lane: the run's base, namespace,
-    mode and receipts, what its earlier checkpoints landed, and its trailers. A mid-run
-    checkpoint keeps no candidate of what main refuses: the box can still fix it."""
+    mode and receipts, what its earlier checkpoints landed, and its trailers. What main
+    refuses is kept as a candidate only at exit (default): mid-run, the box can still fix
+    it, and an owner's retry leaves every ref as it was."""
     return integrate(
         home,
         m.imp,
@@ -68,7 +70,7 @@ def integrate_run(
         limits=limits,
         trailers=trailers(m, number, at_exit=at_exit),
         landed=landed,
-        keep_refused=at_exit,
+        keep_refused=at_exit if keep_refused is None else keep_refused,
         receipts=run_receipts(home, m.run_id),
     )
 
