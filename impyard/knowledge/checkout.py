@@ -18,7 +18,6 @@ from pathlib import Path
 from impyard.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
 from impyard.home import Home
 from impyard.knowledge.checkout_record import Checkout, CheckoutKind
-from impyard.knowledge.gitobj import commit_at
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.layers import (
     MOUNT_DATA_LIMIT,
@@ -115,6 +114,8 @@ def prepare_checkout(
         return checkout
     if kind != "copy":
         raise CheckoutError(f"unknown checkout kind {kind!r}")
+    from impyard.knowledge.gitobj import commit_at
+
     checkout = Checkout(kind="copy", base=base, root=root)
     repo = open_repo(home, imp)
     tree = commit_at(repo, base, CheckoutError).tree

@@ -10,19 +10,20 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
-
-import pygit2
+from typing import TYPE_CHECKING, Any, cast
 
 from impyard.errors import KnowledgeError, NotFoundError, UsageError
 from impyard.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
 from impyard.knowledge.change import FileState
-from impyard.knowledge.gitcalls import Repository
-from impyard.knowledge.repo import MAIN, configure_libgit2, host_signature
-from impyard.knowledge.sizes import tree_bytes_full, write_size_cache_entry
-from impyard.knowledge.trees import build_tree
 from impyard.names import check_imp_name
+
+if TYPE_CHECKING:
+    import pygit2
+
+# pygit2 loads where a repository is opened or made, not with this module: a run reads
+# its imp's settings and main before its box starts, and pygit2's import (libgit2 and
+# every CA certificate) then loads beside the box's start instead.
 
 README = """\
 # Knowledge of {imp}
@@ -110,7 +111,12 @@ def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Pat
     Everything is built in a hidden sibling directory and renamed into place, so a
     crash leaves either no imp or a complete one (never a repo without main).
     """
+    import pygit2
+
     from impyard.knowledge.origin import sync_origin  # origin imports this module
+    from impyard.knowledge.repo import MAIN, configure_libgit2, host_signature
+    from impyard.knowledge.sizes import tree_bytes_full, write_size_cache_entry
+    from impyard.knowledge.trees import build_tree
 
     check_imp_name(imp)
     if not home.knowledge_dir.is_dir():
@@ -210,6 +216,11 @@ def read_imp_settings(home: Home, imp: str) -> ImpSettings:
 
 
 def open_repo(home: Home, imp: str) -> pygit2.Repository:
+    import pygit2
+
+    from impyard.knowledge.gitcalls import Repository
+    from impyard.knowledge.repo import configure_libgit2
+
     path = require_imp(home, imp)
     try:
         configure_libgit2()

@@ -32,16 +32,12 @@ import uuid
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-import pygit2
+from typing import TYPE_CHECKING, Literal
 
 from impyard.errors import KnowledgeError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
-from impyard.knowledge.gitobj import changed_paths, commit_at
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.treefs import (
     CheckoutError,
     Owner,
@@ -51,6 +47,12 @@ from impyard.knowledge.treefs import (
     write_delta,
     write_tree,
 )
+
+if TYPE_CHECKING:
+    import pygit2
+
+# Git objects (pygit2) are read only where a layer is built or main's line is walked: a
+# run whose base layer is ready reads layer records alone before its box starts.
 
 # mount(2) copies its data argument into one page; Docker's local driver passes the
 # whole ``o=`` string through.
@@ -259,6 +261,9 @@ def _unneeded_locked(
 
 def _nearest_layered_commit(home: Home, imp: str, layered: set[str]) -> list[str]:
     """``main`` or its closest first-parent ancestor that has a layer (empty if none)."""
+    from impyard.knowledge.gitobj import commit_at
+    from impyard.knowledge.repo import main_commit
+
     repo = open_repo(home, imp)
     try:
         main = commit_at(repo, main_commit(repo))
@@ -298,6 +303,8 @@ def _layers_used_by_runs(home: Home, imp: str, ignore_runs: Collection[str]) -> 
 
 
 def _build(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
+    from impyard.knowledge.gitobj import commit_at
+
     repo = open_repo(home, imp)
     target = commit_at(repo, commit, CheckoutError)
     root = home.layers(imp)
@@ -371,6 +378,8 @@ def _delta_base(
         return None
     if parent.depth + 1 < chain_limit(home, imp):
         return parent
+    from impyard.knowledge.gitobj import changed_paths, commit_at
+
     full = layer_chain(home, imp, parent)[-1]
     changed = changed_paths(commit_at(repo, full.commit, CheckoutError).tree, target.tree)
     if sum(1 for _ in itertools.islice(changed, SQUASH_LIMIT + 1)) > SQUASH_LIMIT:

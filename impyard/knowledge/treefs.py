@@ -12,13 +12,16 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from typing import NamedTuple
-
-import pygit2
+from typing import TYPE_CHECKING, NamedTuple
 
 from impyard.contract import parse_user
 from impyard.errors import KnowledgeError
-from impyard.knowledge.gitobj import lookup_entry
+
+if TYPE_CHECKING:
+    import pygit2
+
+# pygit2 is imported by the functions that read objects: owners, errors and directory
+# helpers serve a run's checkout before its box starts, when pygit2 is not loaded yet.
 
 Owner = tuple[int, int]
 
@@ -116,6 +119,8 @@ def write_blob(
     repo: pygit2.Repository, oid: pygit2.Oid, dir_fd: int, name: str, owner: Owner
 ) -> os.stat_result:
     """Write blob ``oid`` as file ``name`` (0644, owned by ``owner``); return its final fstat."""
+    import pygit2
+
     blob = repo[oid]
     if not isinstance(blob, pygit2.Blob):
         raise CheckoutError(f"object {oid} is not a blob")
@@ -156,6 +161,10 @@ def write_tree(
     written (a compaction costs one link() per unchanged file, no bytes).
     ``identities`` collects each written file's lstat identity (copy fallback).
     """
+    import pygit2
+
+    from impyard.knowledge.gitobj import lookup_entry
+
     src_fd, src_tree = link_from if link_from is not None else (-1, None)
     for name, entry in entries(tree):
         where = prefix + name
@@ -214,6 +223,8 @@ def write_delta(
 
     Equal subtrees are skipped by id, so the cost follows the change, not the tree.
     """
+    import pygit2
+
     old_entries = dict(entries(old))
     new_names = set()
     for name, entry in entries(new):
@@ -257,6 +268,8 @@ def entries(tree: pygit2.Tree) -> Iterator[tuple[str, pygit2.Object]]:
 
 
 def as_tree(entry: pygit2.Object) -> pygit2.Tree:
+    import pygit2
+
     if not isinstance(entry, pygit2.Tree):
         raise CheckoutError(f"object {entry.id} is not a tree")
     return entry

@@ -15,8 +15,8 @@ from impyard.errors import ConfigError, UsageError
 from impyard.fsutil import locked, remove_tree
 from impyard.knowledge import runspace
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.imps import open_repo
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.imps import require_imp
+from impyard.knowledge.mainref import read_main
 from impyard.knowledge.runspace import RunSpace
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import EffectivePolicy
@@ -36,10 +36,10 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     # Everything that becomes a commit trailer is checked before a box runs.
     names.check_channel(request.channel)
     policy, warnings = policy_for_run(home, request.imp, strict=ctx.settings.strict_policy)
-    repo = open_repo(home, request.imp)
+    base = read_main(require_imp(home, request.imp))
     if request.reorganize and not policy.knowledge.enabled:
         raise UsageError(f"imp {request.imp!r}: knowledge is disabled by policy")
-    manifest = new_manifest(ctx, request, policy, main_commit(repo))
+    manifest = new_manifest(ctx, request, policy, base)
     manifest.warnings = list(warnings)
     if manifest.mode == "reorganize":
         # Fail fast, before anything is written: a refused lease leaves no run behind.
