@@ -25,6 +25,8 @@ milliseconds under load, run concurrently.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
 import subprocess
@@ -36,6 +38,7 @@ from typing import Any, Literal
 from impyard.errors import ImpyardError
 from impyard.fsutil import remove_tree
 from impyard.home import Home
+from impyard.libc import libc
 
 SpaceKind = Literal["loop", "plain"]
 
@@ -296,16 +299,37 @@ def is_full(space: RunSpace) -> bool:
 
 
 def unmount(space: RunSpace) -> None:
-    """Unmount a loop space (the image stays); retried while the engine lets go of it."""
+    """Unmount a loop space (the image stays); retried while the engine lets go of it.
+
+    umount(2) directly, not the ``umount`` tool (a fork and exec, ~5-8 ms of every run's
+    ending): the loop device ``mount -o loop`` set up is marked autoclear, so the
+    kernel detaches it when the filesystem goes."""
     if space.kind != "loop" or not _is_mounted(space.mount):
         return
     for attempt in range(20):
-        result = subprocess.run(["umount", str(space.mount)], capture_output=True, text=True)
-        if result.returncode == 0 or not _is_mounted(space.mount):
-            return
+        error = _umount(space.mount, 0)
+        if error in (0, errno.EINVAL) or not _is_mounted(space.mount):
+            return  # EINVAL: not a mount point (any more)
+        if error != errno.EBUSY:
+            raise ImpyardError(f"cannot unmount the run space {space.mount}: {os.strerror(error)}")
         time.sleep(0.05 * (attempt + 1))
     # Still busy: detach it now; the kernel finishes when the last user lets go.
-    _run(["umount", "-l", str(space.mount)], "unmount the run space")
+    error = _umount(space.mount, _MNT_DETACH)
+    if error not in (0, errno.EINVAL):
+        raise ImpyardError(f"cannot unmount the run space {space.mount}: {os.strerror(error)}")
+
+
+_MNT_DETACH = 2
+
+
+def _umount(path: Path, flags: int) -> int:
+    """umount2(2): 0, or the errno it failed with."""
+    umount2 = libc().umount2
+    umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
+    umount2.restype = ctypes.c_int
+    if umount2(os.fsencode(path), flags) == 0:
+        return 0
+    return ctypes.get_errno()
 
 
 def release(space: RunSpace) -> None:
