@@ -21,32 +21,37 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new file.
 
     The temporary name is per process and per thread: two threads writing the same file
-    (serve's runs sharing a cache) must not rename each other's half-written file away."""
+    (serve's runs sharing a cache) must not rename each other's half-written file away.
+    ``durable=False`` (a cache that is rebuilt when missing or torn) skips both fsyncs:
+    readers never see a half-written file, but a host crash may lose or tear it."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+def atomic_write_json(path: Path, value: Any, *, durable: bool = True) -> None:
+    data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+    atomic_write_bytes(path, data, durable=durable)
 
 
 @contextlib.contextmanager

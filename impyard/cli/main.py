@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import platform
 import sys
-import traceback
 from pathlib import Path
 
 import typer
@@ -97,6 +95,9 @@ _error_log_home: list[Home | None] = [None]
 
 def _log_unexpected(exc: BaseException) -> Path | None:
     """Write the traceback with versions where an owner can find it; return that path."""
+    import platform
+    import traceback
+
     candidates: list[Path] = []
     home = _error_log_home[0]
     if home is None:

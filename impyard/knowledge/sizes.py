@@ -13,7 +13,7 @@ from typing import cast
 
 import pygit2
 
-from impyard.fsutil import atomic_write_json, locked
+from impyard.fsutil import atomic_write_bytes, locked
 from impyard.knowledge.change import FileState
 from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.repo import TREE_MODE
@@ -89,7 +89,9 @@ def write_size_cache_entry(repo: pygit2.Repository, commit: str, total: int) -> 
         cache[commit] = total  # dicts keep insertion order: newest last
         while len(cache) > SIZE_CACHE_ENTRIES:
             cache.pop(next(iter(cache)))
-        atomic_write_json(path, cache)
+        # In insertion order (not sorted: the oldest entry goes first), and not synced: a
+        # crash that loses or tears the cache costs one tree walk, never a wrong size.
+        atomic_write_bytes(path, json.dumps(cache).encode(), durable=False)
 
 
 def tree_bytes(repo: pygit2.Repository, commit: str) -> int:

@@ -236,3 +236,17 @@ def test_an_origin_many_commits_behind_catches_up(
     monkeypatch.undo()
     publish_origin(home, "yuko")
     assert_published(home, files)
+
+
+def test_the_size_cache_forgets_its_oldest_entries_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries are facts about immutable commits, kept newest last: past the limit the
+    oldest go, whatever their ids sort as."""
+    from impyard.knowledge import sizes
+
+    repo = pygit2.init_repository(str(tmp_path / "repo.git"), bare=True)
+    monkeypatch.setattr(sizes, "SIZE_CACHE_ENTRIES", 3)
+    for sha in ("f" * 40, "e" * 40, "0" * 40, "1" * 40):
+        sizes.write_size_cache_entry(repo, sha, 7)
+    assert list(sizes._read_size_cache(repo)) == ["e" * 40, "0" * 40, "1" * 40]
