@@ -113,9 +113,9 @@ class _DirectoryForms:
                 self._names -= self._sizes.pop(dropped)
 
 
-#: 65,536 names: the directories runs write into (a few versions of each busy topic), a
-#: few MiB, not every version of every directory the lane ever made.
-_FORMS = _DirectoryForms(max_names=1 << 16)
+#: 32,768 names: the directories runs write into (a few versions of each busy topic),
+#: a few MiB, not every version of every directory the lane ever made.
+_FORMS = _DirectoryForms(max_names=1 << 15)
 
 
 def carry_name_forms(old: bytes, new: pygit2.Tree, changed: Iterable[str]) -> None:

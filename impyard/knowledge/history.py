@@ -30,15 +30,16 @@ from impyard.knowledge.gitobj import changed_paths, lookup_entry
 
 #: How many commits' facts, and how many changed paths in all, the process remembers:
 #: serve's working window, not all of history. The lane asks about the commits between a
-#: run's base and main, and a base is rarely thousands of lane commits behind (a burst
-#: of 500 runs of one imp from one base needs 500); an older fact is read again on a miss
-#: (one commit read and diff). At about 1 KiB a commit this holds the facts to a few MiB,
-#: so a serve running for months levels off instead of growing by every run it lands.
-MAX_COMMITS = 4096
-MAX_PATHS = 1 << 16
+#: run's base and main; one group pass holds at most ``lane.MAX_CHAIN_COMMITS`` (1,024)
+#: runs, and a burst of 500 runs of one imp from one base needs 500. A fact further back
+#: is read again on a miss (one commit read and one diff of what it changed). Facts take
+#: ~2.5 KiB a commit (measured under serve), so they level off at a few MiB within the
+#: first thousand runs instead of growing with every run a serve of months lands.
+MAX_COMMITS = 1024
+MAX_PATHS = 1 << 14
 #: How many lane commits' added objects it remembers (the origin refresh after a pass
-#: reads them back): two passes of the longest chain.
-MAX_ADDED = 2048
+#: reads them back): one pass of the longest chain.
+MAX_ADDED = 1024
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
 )
