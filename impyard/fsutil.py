@@ -45,8 +45,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: b
         fsync_dir(path.parent)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode(), durable=durable)
 
 
 def atomic_write_json(path: Path, value: Any, *, durable: bool = True) -> None:
