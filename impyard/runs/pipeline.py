@@ -207,12 +207,16 @@ class Run:
                 started = start_box(spec, self.home.box_log(spec.run_id), self.image_id)
             self.log_follower = started.follower
         self.manifest.running(started.container_id, started.image_id, names.utc_now())
+        # The box waits in box-init for its gateway: attach that first, and record the
+        # start after. A host that dies between the two leaves a manifest saying
+        # `starting` with the box's name, which recovery handles as it does a crash
+        # between create and start.
+        pid = box_pid(started.container_id)
+        self.attach_gateway(pid)
         self.save()
         self.event("box.started", container=started.container_id, image=spec.image)
         if self.ctx.on_box_started is not None:
             self.ctx.on_box_started(self.manifest)
-        pid = box_pid(started.container_id)
-        self.attach_gateway(pid)
         self.tmp_watch.start(pid)
 
     def beside_box_start(self) -> None:
