@@ -216,14 +216,18 @@ def read_imp_settings(home: Home, imp: str) -> ImpSettings:
 
 
 def open_repo(home: Home, imp: str) -> pygit2.Repository:
+    return open_repo_at(require_imp(home, imp), f"imp {imp!r}: ")
+
+
+def open_repo_at(path: Path, context: str = "") -> pygit2.Repository:
+    """The repository at ``path``, with libgit2 configured as every Impyard writer needs."""
     import pygit2
 
     from impyard.knowledge.gitcalls import Repository
     from impyard.knowledge.repo import configure_libgit2
 
-    path = require_imp(home, imp)
     try:
         configure_libgit2()
         return Repository(str(path))
     except pygit2.GitError as exc:
-        raise KnowledgeError(f"imp {imp!r}: cannot open {path}: {exc}") from exc
+        raise KnowledgeError(f"{context}cannot open {path}: {exc}") from exc

@@ -46,8 +46,7 @@ def _read(path: Path) -> str | None:
 
 
 def _with_pygit2(repo_path: Path) -> str:
-    from impyard.knowledge.gitcalls import Repository
-    from impyard.knowledge.repo import configure_libgit2, main_commit
+    from impyard.knowledge.imps import open_repo_at
+    from impyard.knowledge.repo import main_commit
 
-    configure_libgit2()
-    return main_commit(Repository(str(repo_path)))
+    return main_commit(open_repo_at(repo_path))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pygit2
 
 from impyard.errors import KnowledgeError
+from impyard.knowledge.mainref import MAIN as MAIN  # one definition, beside its pygit2-free reader
 
-MAIN = "refs/heads/main"
 HOST_NAME = "impyard"
 HOST_EMAIL = "impyard@localhost"
 FILE_MODE = pygit2.enums.FileMode.BLOB

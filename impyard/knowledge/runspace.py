@@ -232,19 +232,6 @@ def make_spare(home: Home, size_bytes: int) -> Path | None:
     return spare
 
 
-def remove_spares(home: Home, *, older_than: float | None = None) -> list[Path]:
-    """Delete spare images (and leftover ``.tmp`` ones); with ``older_than`` (a time),
-    only those last changed before it. Returns what was deleted."""
-    removed = []
-    directory = spares_dir(home)
-    for path in sorted(directory.glob("*.img*")) if directory.is_dir() else []:
-        with contextlib.suppress(FileNotFoundError):
-            if older_than is None or path.lstat().st_mtime < older_than:
-                path.unlink()
-                removed.append(path)
-    return removed
-
-
 def _take_spare(home: Home, size_bytes: int, image: Path) -> bool:
     """Rename a waiting spare of this size to ``image``; False when there is none. Two
     runs racing for one spare: the rename succeeds for one, the other formats."""

@@ -45,7 +45,7 @@ class BoxControl:
 
     def check(self) -> dict[str, Any]:
         # The snapshot and lane machinery load on a box's first request (and beside the
-        # box's start, see ``pipeline.warm_endings``), never before a box starts.
+        # box's start, see ``Run.beside_box_start``), never before a box starts.
         from impyard.knowledge.imps import open_repo
         from impyard.knowledge.increments import split
         from impyard.knowledge.lane import recheck
