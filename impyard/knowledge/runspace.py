@@ -38,6 +38,7 @@ from typing import Any, Literal
 from impyard.errors import ImpyardError
 from impyard.fsutil import remove_tree
 from impyard.home import Home
+from impyard.knowledge import loopmount
 from impyard.libc import libc
 
 SpaceKind = Literal["loop", "plain"]
@@ -55,6 +56,8 @@ _MKFS = (
 RESERVATION_SECONDS = 120.0
 _MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
 _READ_ONLY_OPTIONS = "loop,ro,nosuid,nodev,noexec,noatime"
+_MOUNT_FLAGS = loopmount.MS_NOSUID | loopmount.MS_NODEV | loopmount.MS_NOATIME
+_READ_ONLY_FLAGS = _MOUNT_FLAGS | loopmount.MS_RDONLY | loopmount.MS_NOEXEC
 
 
 class DiskSpaceError(ImpyardError):
@@ -201,7 +204,7 @@ def create(home: Home, run_id: str, size_bytes: int, *, loop: bool) -> RunSpace:
     if not _is_mounted(mount):
         if not _take_spare(home, size_bytes, image):
             _format(image, size_bytes)
-        _run(["mount", "-o", _MOUNT_OPTIONS, str(image), str(mount)], "mount the run space")
+        _mount(image, mount, read_only=False, what="mount the run space")
     return RunSpace("loop", mount, image, size_bytes)
 
 
@@ -256,10 +259,7 @@ def ensure_mounted(space: RunSpace) -> None:
     if space.kind == "loop" and space.image is not None and not _is_mounted(space.mount):
         if not space.image.exists():
             raise ImpyardError(f"run space image {space.image} is missing")
-        _run(
-            ["mount", "-o", _MOUNT_OPTIONS, str(space.image), str(space.mount)],
-            "mount the run space",
-        )
+        _mount(space.image, space.mount, read_only=False, what="mount the run space")
 
 
 def mount_read_only(space: RunSpace) -> bool:
@@ -270,10 +270,7 @@ def mount_read_only(space: RunSpace) -> bool:
     if not space.image.is_file():
         raise ImpyardError(f"run space image {space.image} is missing")
     space.mount.mkdir(exist_ok=True)
-    _run(
-        ["mount", "-o", _READ_ONLY_OPTIONS, str(space.image), str(space.mount)],
-        "mount the kept run space read-only",
-    )
+    _mount(space.image, space.mount, read_only=True, what="mount the kept run space read-only")
     return True
 
 
@@ -325,6 +322,19 @@ def release(space: RunSpace) -> None:
     if space.image is not None:
         space.image.unlink(missing_ok=True)
     remove_tree(space.mount)
+
+
+def _mount(image: Path, mount: Path, *, read_only: bool, what: str) -> None:
+    """Loop-mount ``image`` on ``mount`` with mount(2) (``loopmount``), or with the
+    ``mount`` tool where that route fails: the tool's error is the one reported."""
+    flags = _READ_ONLY_FLAGS if read_only else _MOUNT_FLAGS
+    try:
+        loopmount.mount_image(image, mount, "ext4", flags)
+        return
+    except OSError:
+        pass
+    options = _READ_ONLY_OPTIONS if read_only else _MOUNT_OPTIONS
+    _run(["mount", "-o", options, str(image), str(mount)], what)
 
 
 def _run(argv: list[str], what: str) -> None:

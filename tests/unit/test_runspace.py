@@ -105,3 +105,58 @@ def test_a_half_made_spare_is_never_taken(tmp_path: Path) -> None:
     target = tmp_path / "image"
     assert not runspace._take_spare(home, 1048576, target)
     assert not target.exists()
+
+
+def _mount_options(point: Path) -> set[str]:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == str(point):
+            return set(fields[5].split(","))
+    raise AssertionError(f"{point} is not mounted")
+
+
+def _loop_devices_backing(image: Path) -> list[str]:
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        if backing.read_text().strip().removesuffix(" (deleted)") == str(image):
+            found.append(backing.parent.parent.name)
+    return found
+
+
+@needs_loop
+@pytest.mark.parametrize("route", ["ioctl", "tool"])
+def test_a_space_mounts_nosuid_nodev_and_its_loop_device_goes_with_the_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    """Mounted directly (ioctl + mount(2)) or, where that route is missing, with the
+    ``mount`` tool: the same options, one loop device, detached when unmounted."""
+    from impyard.knowledge import loopmount
+
+    if route == "tool":
+        monkeypatch.setattr(loopmount, "LOOP_CONTROL", tmp_path / "no-loop-control")
+    else:
+        tool = runspace._run
+
+        def no_mount_tool(argv: list[str], what: str) -> None:
+            assert argv[0] != "mount", "the direct route fell back to the tool"
+            tool(argv, what)
+
+        monkeypatch.setattr(runspace, "_run", no_mount_tool)
+    home = Home(tmp_path / "home")
+    init_home(home)
+    space = runspace.create(home, "run-20260711T120000Z-0123456789", 8 << 20, loop=True)
+    try:
+        assert space.image is not None
+        assert {"rw", "nosuid", "nodev", "noatime"} <= _mount_options(space.mount)
+        assert len(_loop_devices_backing(space.image)) == 1
+        (space.mount / "written").write_text("a box's file")
+        runspace.unmount(space)
+        assert _loop_devices_backing(space.image) == []
+        assert runspace.mount_read_only(space)
+        assert {"ro", "nosuid", "nodev", "noexec"} <= _mount_options(space.mount)
+        assert (space.mount / "written").read_text() == "a box's file"
+        with pytest.raises(OSError):
+            (space.mount / "more").write_text("refused")
+    finally:
+        runspace.release(space)
+    assert _loop_devices_backing(space.image) == []
