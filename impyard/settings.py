@@ -3,16 +3,26 @@
 Policy (what an imp may do) lives in ``impyard.policy``; settings are about how
 this host runs: where the data root is, how many boxes at once, how to reach
 the engine.
+
+The environment is read here, by name, into a plain pydantic model, which parses each
+value as pydantic-settings would (``"true"``, ``"1"`` and ``"yes"`` are true; numbers
+from text). pydantic-settings itself is not used: importing it (with the asyncio,
+dotenv and argparse machinery of sources Impyard never reads) cost 25-95 ms of every
+command that loads settings, a foreground run among them.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from impyard.errors import ConfigError
+
+ENV_PREFIX = "IMPYARD_"
 
 CheckoutChoice = Literal["auto", "overlay", "copy"]
 
@@ -21,8 +31,8 @@ def _default_concurrency() -> int:
     return 2 * (os.cpu_count() or 1)
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="IMPYARD_", extra="ignore")
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore")
 
     home: Path = Field(
         default=Path(".impyard"),
@@ -69,9 +79,31 @@ class Settings(BaseSettings):
     )
 
 
-def load_settings(home: Path | None = None) -> Settings:
-    """Settings from the environment, with an explicit ``--home`` taking precedence."""
-    settings = Settings()
+def environment_values(environ: Mapping[str, str]) -> dict[str, str]:
+    """Each setting's ``IMPYARD_<NAME>`` variable in ``environ``, by setting name. Names
+    match in any case, as environment variables were always read here."""
+    fields = {name.upper(): name for name in Settings.model_fields}
+    found = {}
+    for key, value in environ.items():
+        upper = key.upper()
+        if upper.startswith(ENV_PREFIX) and upper[len(ENV_PREFIX) :] in fields:
+            found[fields[upper[len(ENV_PREFIX) :]]] = value
+    return found
+
+
+def load_settings(home: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the environment, with an explicit ``--home`` taking precedence.
+
+    A variable that does not parse is a ConfigError naming every one that does not."""
+    values = environment_values(os.environ if environ is None else environ)
+    try:
+        settings = Settings.model_validate(values)
+    except ValidationError as exc:
+        problems = [
+            f"{ENV_PREFIX}{str(error['loc'][0]).upper()}={error['input']!r}: {error['msg']}"
+            for error in exc.errors()
+        ]
+        raise ConfigError("bad setting in the environment: " + "; ".join(problems)) from None
     if home is not None:
         settings = settings.model_copy(update={"home": home})
     return settings.model_copy(update={"home": settings.home.absolute()})

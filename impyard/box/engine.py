@@ -131,9 +131,9 @@ def _timeout() -> float:
     global _default_timeout
     if _default_timeout is None:
         # Read once: building Settings parses the environment, too slow per call.
-        from impyard.settings import Settings
+        from impyard.settings import load_settings
 
-        _default_timeout = Settings().docker_timeout_seconds
+        _default_timeout = load_settings().docker_timeout_seconds
     return _default_timeout
 
 
