@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import os
 import sys
 from pathlib import Path
 
@@ -123,10 +125,40 @@ def _log_unexpected(exc: BaseException) -> Path | None:
     return None
 
 
+def _invoked(argv: list[str]) -> str | None:
+    """The top-level command ``argv`` names: its first word after the global ``--home``.
+    None when a global option comes first (``--help``, ``--version``, completion)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("--home="):
+            return None if word.startswith("-") else word
+    return None
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """``app`` holding only the command ``argv`` invokes: before it parses anything, typer
+    builds a click command for every function in the tree it is given, inspecting each
+    signature (10-15 ms for the ~110 commands here). The whole tree serves the top-level
+    help, shell completion and a word that names no command (its usage error)."""
+    name = _invoked(argv)
+    if name is None or f"_{app.info.name}_COMPLETE".upper() in os.environ:
+        return app
+    commands = [info for info in app.registered_commands if info.name == name]
+    groups = [info for info in app.registered_groups if info.name == name]
+    if not commands and not groups:
+        return app
+    only = copy.copy(app)
+    only.registered_commands, only.registered_groups = commands, groups
+    return only
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Typer handles usage errors (exit 2); Impyard errors print one line."""
+    args = sys.argv[1:] if argv is None else argv
     try:
-        app(args=argv)
+        app_for(args)(args=args, prog_name=app.info.name)
     except ImpyardError as exc:
         typer.echo(f"impyard: error: {exc.message}", err=True)
         sys.exit(exc.exit_code)

@@ -74,3 +74,36 @@ def test_init_on_an_unusable_home_is_one_line(cli: Cli, kind: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("impyard: error: "), result.stderr
     assert str(home) in lines[0] and "Traceback" not in result.stderr
+
+
+def test_a_command_is_parsed_in_a_tree_holding_only_that_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """typer builds every command it holds before parsing: an invocation gets the part it
+    names; help, completion and unknown words get the whole tree."""
+    from impyard.cli.main import app, app_for
+
+    monkeypatch.delenv("_IMPYARD_COMPLETE", raising=False)
+    only_run = app_for(["--home", "/x", "run", "bench", "--prompt", "p"])
+    assert [c.name for c in only_run.registered_commands] == ["run"]
+    assert only_run.registered_groups == []
+    only_runs = app_for(["--home=/x", "runs", "list"])
+    assert only_runs.registered_commands == []
+    assert [g.name for g in only_runs.registered_groups] == ["runs"]
+    assert app_for(["--help"]) is app
+    assert app_for(["--home", "/x"]) is app
+    assert app_for(["no-such-command"]) is app
+    monkeypatch.setenv("_IMPYARD_COMPLETE", "bash_complete")
+    assert app_for(["run"]) is app
+
+
+def test_top_level_help_lists_every_command_and_a_command_help_names_its_own(
+    both_cli: Cli,
+) -> None:
+    top = both_cli("--help")
+    assert top.code == 0, top.stderr
+    for name in ("init", "run", "runs", "serve", "status", "memory", "backup", "quarantine"):
+        assert f" {name} " in top.stdout, name
+    own = both_cli("run", "--help")
+    assert own.code == 0, own.stderr
+    assert "impyard run" in own.stdout and "--prompt" in own.stdout
