@@ -1,10 +1,13 @@
-"""The console entry point: tunes the cyclic GC for a short-lived command, then runs the CLI.
+"""The console entry point: keeps the cyclic GC off while a command starts, then runs the CLI.
 
-Why: a command's start-up imports typer, pydantic and pygit2, which
-allocate hundreds of thousands of long-lived objects. With the default thresholds the
-collector rescans them many times while they load (measured on the CI machine kind:
-tens of milliseconds of a ~0.4 s command); the higher first threshold leaves
-long-running commands (serve) with a working collector.
+Why: a command's start-up imports typer, pydantic and pygit2, which allocate tens of
+thousands of long-lived objects, and the collector traverses every one of them at least
+once while they load: 7 collections and 15-70 ms of a one-note ``impyard run`` even with
+a first threshold of 10,000 (the total hardly depends on the threshold). Those objects
+live as long as the process, so the collector is off at first. A command still running
+``COLLECTOR_AFTER_SECONDS`` later (a long run, ``serve``) gets it back, with everything
+allocated so far frozen (``gc.freeze``: never traversed again), and a higher first
+threshold; a command ending sooner never collects, and its memory goes with it.
 
 The process then ends with ``os._exit`` once its output is flushed, its non-daemon
 threads are joined and every ``atexit`` hook has run (the backup drain, the engine
@@ -24,6 +27,7 @@ import sys
 import threading
 
 _GEN0_THRESHOLD = 10_000
+COLLECTOR_AFTER_SECONDS = 2.0
 
 
 def main() -> None:
@@ -37,7 +41,7 @@ def main() -> None:
     # and a scan of every installed distribution, ~20 ms) finds nothing to apply to
     # them. An owner's explicit setting still wins.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    gc.set_threshold(_GEN0_THRESHOLD, 20, 100)
+    defer_collector(COLLECTOR_AFTER_SECONDS)
     from impyard.cli.main import main as run_cli
 
     try:
@@ -46,6 +50,22 @@ def main() -> None:
     except SystemExit as exc:
         code = exit_status(exc.code)
     end_process(code)
+
+
+def defer_collector(seconds: float) -> threading.Timer:
+    """Turn the cyclic GC off now and back on after ``seconds``, with what was allocated
+    until then frozen. The timer is a daemon: a command that ends sooner does not wait."""
+    gc.disable()
+    gc.set_threshold(_GEN0_THRESHOLD, 20, 100)
+    timer = threading.Timer(seconds, _collector_on)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _collector_on() -> None:
+    gc.freeze()
+    gc.enable()
 
 
 def exit_status(code: object) -> int:
