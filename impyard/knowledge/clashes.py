@@ -85,7 +85,11 @@ class _DirectoryForms:
 
     def carry(self, old: bytes, new: pygit2.Tree, changed: Iterable[str]) -> None:
         """Index ``new`` from the index of ``old`` (if there is one), a version of the same
-        directory whose entries differ from it only by the names ``changed``."""
+        directory whose entries differ from it only by the names ``changed``, and forget
+        ``old``: main has moved past it, so only runs that started before are based on it
+        (they index it again once). Otherwise every version the lane made of a directory
+        stayed, each a copy of its whole index: a topic growing by one name a run held
+        the sum of its sizes, until the bound."""
         with self._lock:
             known = self._known.get(old)
             if known is None or new.id.raw in self._known:
@@ -102,6 +106,9 @@ class _DirectoryForms:
                 if not grouped[form]:
                     del grouped[form]
         self._store(new.id.raw, grouped, len(new))
+        with self._lock:
+            if self._known.pop(old, None) is not None:
+                self._names -= self._sizes.pop(old)
 
     def _store(self, key: bytes, forms: dict[str, tuple[str, ...]], names: int) -> None:
         with self._lock:
@@ -113,9 +120,9 @@ class _DirectoryForms:
                 self._names -= self._sizes.pop(dropped)
 
 
-#: 262,144 names (~26 MiB at most): some 260 versions of a 1,000-record topic. A smaller
-#: bound (32,768) measured slower in a burst of 500 runs at 100,000 records.
-_FORMS = _DirectoryForms(max_names=1 << 18)
+#: 32,768 names (~3 MiB at most): the bases of the runs in flight, each directory's latest
+#: version, and a topic of 1,000 records many times over.
+_FORMS = _DirectoryForms(max_names=1 << 15)
 
 
 def carry_name_forms(old: bytes, new: pygit2.Tree, changed: Iterable[str]) -> None:

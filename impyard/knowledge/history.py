@@ -30,16 +30,17 @@ from impyard.knowledge.gitobj import changed_paths, lookup_entry
 
 #: How many commits' facts, and how many changed paths in all, the process remembers:
 #: serve's working window, not all of history. The lane asks about the commits between a
-#: run's base and main; one group pass holds at most ``lane.MAX_CHAIN_COMMITS`` (1,024)
-#: runs, and a burst of 500 runs of one imp from one base needs 500. A fact further back
-#: is read again on a miss (one commit read and one diff of what it changed). Facts take
-#: ~2.5 KiB a commit (measured under serve), so they level off at a few MiB within the
-#: first thousand runs instead of growing with every run a serve of months lands.
-MAX_COMMITS = 1024
-MAX_PATHS = 1 << 14
-#: How many lane commits' added objects it remembers (the origin refresh after a pass
-#: reads them back): one pass of the longest chain.
-MAX_ADDED = 1024
+#: run's base and main, and a run's base is main when it started: a few commits back per
+#: run in flight. A pass reads them once per base and then extends what it read with each
+#: commit it makes, so even a burst of 500 runs from one base does not need them all here.
+#: A fact further back is read again on a miss (one commit read and one diff of what it
+#: changed). Facts take ~2.5 KiB a commit (measured under serve): at 256 they level off
+#: under 1 MiB within the first few hundred runs, where serve's memory must stop growing.
+MAX_COMMITS = 256
+MAX_PATHS = 1 << 12
+#: How many lane commits' added objects it remembers: the origin refresh after a pass
+#: reads back those of the commits the pass made, and reads a tree diff on a miss.
+MAX_ADDED = 256
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
 )

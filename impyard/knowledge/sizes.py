@@ -19,7 +19,9 @@ from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.repo import TREE_MODE
 
 # How many commits' tree sizes the cache remembers; bases of live runs are recent commits.
-SIZE_CACHE_ENTRIES = 2048
+# Each imp's file is parsed again after every change to it, so its length is also what
+# serve holds and re-allocates per imp.
+SIZE_CACHE_ENTRIES = 256
 
 
 def size_cache_path(repo: pygit2.Repository) -> Path:
@@ -57,7 +59,7 @@ def _read_size_cache(repo: pygit2.Repository) -> dict[str, int]:
 
 
 # Each cache file as last parsed, by the file's identity (inode, size, mtime): every
-# validation asks for its base's total, and parsing 2,048 entries each time cost ~1 ms.
+# validation asks for its base's total, and parsing the file each time cost up to ~1 ms.
 # A stale parse can only lack entries (every entry is a fact about an immutable commit).
 _parsed: dict[Path, tuple[tuple[int, int, int], dict[str, int]]] = {}
 _parsed_lock = threading.Lock()

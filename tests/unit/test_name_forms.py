@@ -76,6 +76,8 @@ def test_validation_against_a_main_the_lane_made_sees_names_it_landed(tmp_path: 
     head = main_commit(open_repo(home, "yuko"))
     organization = open_repo(home, "yuko")[head].peel(pygit2.Tree)["organization"]
     assert organization.id.raw in clashes._FORMS._known  # carried by the lane, not listed
+    before = open_repo(home, "yuko")[base].peel(pygit2.Tree)["organization"]
+    assert before.id.raw not in clashes._FORMS._known, "the version main left is forgotten"
     found = validate(
         open_repo(home, "yuko"),
         head,
