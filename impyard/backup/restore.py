@@ -33,6 +33,7 @@ from impyard.errors import BackupError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.knowledge.gitcalls import Repository
 from impyard.knowledge.imps import ImpSettings, list_imps, strip_templates
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.repo import MAIN
@@ -183,7 +184,7 @@ def _create(home: Home, item: _Fetched) -> Restored:
     except OSError as exc:  # created meanwhile: restore again to bring it up to the backup
         raise BackupError(f"imp {item.imp!r} appeared at {final} while restoring") from exc
     fsync_dir(home.knowledge_dir)
-    installed = pygit2.Repository(str(home.repo(item.imp)))
+    installed = Repository(str(home.repo(item.imp)))
     return Restored(
         imp=item.imp,
         main=str(installed.references[MAIN].target),

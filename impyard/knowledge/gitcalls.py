@@ -19,11 +19,16 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import pygit2
+from pygit2.branches import Branches
+from pygit2.references import References
+from pygit2.remotes import RemoteCollection
+from pygit2.submodules import SubmoduleCollection
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 _decref = ctypes.pythonapi.Py_DecRef
 _decref.argtypes = (ctypes.py_object,)
@@ -92,9 +97,37 @@ def builder_remove(builder: pygit2.TreeBuilder, name: str) -> None:
     _call(builder.remove, name)
 
 
+class _MadeWhenRead(Generic[C]):
+    """A collection pygit2 stores on each repository at open (``repo.branches``, ...):
+    discarded when pygit2 sets it, made afresh, holding the repository, when read."""
+
+    def __init__(self, make: Callable[[pygit2.Repository], C]) -> None:
+        self._make = make
+
+    def __get__(self, repo: pygit2.Repository, owner: type | None = None) -> C:
+        return self._make(repo)
+
+    def __set__(self, repo: pygit2.Repository, value: object) -> None:
+        pass
+
+
 class Repository(pygit2.Repository):
     """A ``pygit2.Repository`` whose reference lookups (``repo.references.get``,
-    ``repo.references[name]``, ``name in repo.references``) leave no reference behind."""
+    ``repo.references[name]``, ``name in repo.references``) leave no reference behind,
+    and that is freed when its last reference goes.
+
+    pygit2 stores four collections on every repository it opens, each pointing back at
+    it, so every repository was in a reference cycle that only the cyclic collector
+    frees: until a collection of its generation, it kept its libgit2 state (config,
+    object caches, open packs and their descriptors). Under serve some 90 repositories
+    at a time were waiting, and the ones that had reached an older generation waited
+    much longer. Here a collection is made when it is read (it holds the repository;
+    the repository does not hold it)."""
+
+    branches = _MadeWhenRead(Branches)
+    references = _MadeWhenRead(References)
+    remotes = _MadeWhenRead(RemoteCollection)
+    submodules = _MadeWhenRead(SubmoduleCollection)
 
     def lookup_reference(self, name: str) -> pygit2.Reference:
         found = _call(super().lookup_reference, name)

@@ -31,6 +31,7 @@ import pygit2
 
 from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
+from impyard.knowledge.gitcalls import Repository
 from impyard.knowledge.history import added_by
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
@@ -75,7 +76,7 @@ def _published(origin: pygit2.Repository) -> pygit2.Oid | None:
 def _open_or_create(path: Path) -> pygit2.Repository:
     configure_libgit2()
     if path.is_dir():
-        return pygit2.Repository(str(path))
+        return Repository(str(path))
     # Build beside it and rename, so a box never sees a half-made mirror.
     staging = path.with_name(f".{path.name}-{uuid.uuid4().hex[:8]}")
     try:
@@ -89,7 +90,7 @@ def _open_or_create(path: Path) -> pygit2.Repository:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return pygit2.Repository(str(path))
+    return Repository(str(path))
 
 
 def _publish_objects(

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 import pygit2
 
+from impyard.knowledge.gitcalls import Repository
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, PackWriter, delta, pack_dir
 
 # Ahead of libgit2's own backends (loose 1, packed 2), so writes land here.
@@ -132,7 +133,7 @@ class MemoryObjects(pygit2.OdbBackend):
 @contextmanager
 def staged(path: str) -> Iterator[tuple[pygit2.Repository, MemoryObjects]]:
     """A repository of the canonical repo at ``path`` whose new objects stay in memory."""
-    repo = pygit2.Repository(path)
+    repo = Repository(path)
     memory = MemoryObjects()
     repo.odb.add_backend(memory, _PRIORITY)
     try:

@@ -94,3 +94,26 @@ def test_many_lookups_leave_the_heap_as_it_was(repo: Repository) -> None:
         lookup_entry(tree, f"records/absent-{n}.md")
         repo.references.get(f"refs/quarantine/run-{n}")
     assert sys.getallocatedblocks() - blocks < 500  # was 10,000: every string kept
+
+
+def test_a_repository_is_freed_with_its_last_reference_not_by_the_collector(
+    tmp_path: Path,
+) -> None:
+    """pygit2 stores collections on a repository that point back at it; Impyard's
+    repositories are in no such cycle, so their libgit2 state goes when they do."""
+    import gc
+    import weakref
+
+    pygit2.init_repository(str(tmp_path / "r.git"), bare=True, initial_head="main")
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        repo = Repository(str(tmp_path / "r.git"))
+        assert list(repo.references) == [] and list(repo.branches.local) == []
+        assert list(repo.remotes.names()) == []
+        gone = weakref.ref(repo)
+        del repo
+        assert gone() is None
+    finally:
+        if was_enabled:
+            gc.enable()
