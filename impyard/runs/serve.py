@@ -103,6 +103,7 @@ class Server:
         #: Set when a box exits or a run ends: the loop has a slot to fill or an ending to
         #: record.
         self._wake = threading.Event()
+        self._cycles = heap.CycleCollector()
         if type(ctx.journal) is Journal:
             # Runs of every imp journal at once here: let records made together share their
             # write and fsync instead of queueing for the journal's lock one by one.
@@ -178,6 +179,8 @@ class Server:
             while True:
                 self._enforce_deadline()
                 endings = self._collect(running)
+                if endings:
+                    self._cycles.after_runs_ended()
                 disk_ok = time.monotonic() >= self._disk_wait_until
                 slots = self._free_slots(running)
                 wanted = not self._stop.is_set() and disk_ok and slots > 0
