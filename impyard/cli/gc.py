@@ -21,8 +21,8 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
-        """Remove old quarantines, candidates and finished runs, unneeded checkout layers
-        and volumes, expired archived bodies; rotate a large journal."""
+        """Remove old quarantines, candidates, finished runs and tasks, unneeded checkout
+        layers, volumes and trust bundles, expired archived bodies; rotate a large journal."""
         from impyard.retention.apply import run_gc
 
         result = run_gc(initialized_home(ctx), dry_run=dry_run)
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
 def _label(item: GcItem) -> str:
     if item.kind == "layer":
         return f"{item.imp}/{item.id}"
-    if item.kind in ("volume", "archive_object"):
+    if item.kind in ("volume", "archive_object", "task"):
         return item.id
     return item.path
 

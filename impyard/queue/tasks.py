@@ -13,6 +13,8 @@ from impyard.queue.db import transaction
 
 TaskState = Literal["queued", "running", "done", "cancelled"]
 TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "cancelled")
+#: The states a task never leaves; gc removes one once it is old enough.
+FINISHED_STATES: tuple[str, ...] = ("done", "cancelled")
 #: Queued tasks a claim reads at a time.
 CLAIM_PAGE = 64
 
@@ -219,3 +221,25 @@ def requeue(conn: sqlite3.Connection, task_id: str) -> None:
         "UPDATE tasks SET state = 'queued', started_at = NULL, run_id = NULL WHERE id = ?",
         (task_id,),
     )
+
+
+def finished_before(conn: sqlite3.Connection, cutoff: str) -> list[Task]:
+    """Done or cancelled tasks whose ``finished_at`` is before ``cutoff``, oldest first.
+
+    ``cutoff`` is a stamp as ``names.utc_now`` writes every ``finished_at``: fixed width
+    and UTC, so text order is time order."""
+    marks = ", ".join("?" for _ in FINISHED_STATES)
+    rows = conn.execute(
+        f"SELECT * FROM tasks WHERE state IN ({marks}) AND finished_at < ? ORDER BY finished_at",
+        (*FINISHED_STATES, cutoff),
+    ).fetchall()
+    return [Task.from_row(row) for row in rows]
+
+
+def delete_finished(conn: sqlite3.Connection, task_id: str) -> bool:
+    """Delete a task only while it is done or cancelled; False when it is not (any more)."""
+    marks = ", ".join("?" for _ in FINISHED_STATES)
+    cursor = conn.execute(
+        f"DELETE FROM tasks WHERE id = ? AND state IN ({marks})", (task_id, *FINISHED_STATES)
+    )
+    return cursor.rowcount == 1

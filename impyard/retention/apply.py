@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sqlite3
+import stat
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -23,6 +25,8 @@ from impyard.gateway.archive import Archive
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.layers import collect_layers
+from impyard.queue import tasks
+from impyard.queue.db import opened, transaction
 from impyard.retention.model import (
     GcBusyError,
     GcItem,
@@ -95,6 +99,10 @@ def apply_gc(home: Home, plan: GcPlan, volumes: VolumeStore, journal: Journal) -
         done([remove_planned_volume(home, volumes, item)])
     done(_prune_archive(home, plan))
     done([_remove_spare(item) for item in plan.of_kind("spare_space")])
+    done(_delete_tasks(home, plan.of_kind("task")))
+    # After the run records: a bundle planned because its last runs' records go is
+    # unlinked only once they are gone.
+    done([_remove_bundle(item) for item in plan.of_kind("box_bundle")])
     notes = []
     for item in plan.of_kind("journal"):
         outcome = _rotate(home, plan, item)
@@ -174,6 +182,45 @@ def _remove_spare(item: GcItem) -> GcOutcome:
         os.unlink(item.path)
     except FileNotFoundError:
         return GcOutcome(item, "skipped", "a run took it")
+    except OSError as exc:
+        return GcOutcome(item, "failed", str(exc))
+    return GcOutcome(item, "removed")
+
+
+def _delete_tasks(home: Home, items: list[GcItem]) -> list[GcOutcome]:
+    """Delete the planned tasks in one transaction, each only while it is still done or
+    cancelled: a task that changed meanwhile is left alone."""
+    if not items:
+        return []
+    try:
+        with opened(home.db) as conn, transaction(conn):
+            gone = {item.id for item in items if tasks.delete_finished(conn, item.id)}
+    except sqlite3.Error as exc:
+        return [GcOutcome(item, "failed", str(exc)) for item in items]
+    return [
+        GcOutcome(item, "removed")
+        if item.id in gone
+        else GcOutcome(item, "skipped", "gone already, or no longer finished")
+        for item in items
+    ]
+
+
+def _remove_bundle(item: GcItem) -> GcOutcome:
+    """Delete a planned trust bundle unless a run links to it again (checked right before).
+
+    A run racing with gc keeps its bundle: one that links to it between the check and the
+    unlink holds its own link to the same file, and one that finds the name gone as it
+    links writes a copy of its own (``write_box_bundle`` falls back when ``os.link``
+    fails)."""
+    try:
+        found = os.lstat(item.path)
+        if not stat.S_ISREG(found.st_mode):
+            return GcOutcome(item, "skipped", "no longer a regular file")
+        if found.st_nlink != 1:
+            return GcOutcome(item, "skipped", "a run links to it again")
+        os.unlink(item.path)
+    except FileNotFoundError:
+        return GcOutcome(item, "skipped", "gone already")
     except OSError as exc:
         return GcOutcome(item, "failed", str(exc))
     return GcOutcome(item, "removed")

@@ -13,6 +13,9 @@ DAY_SECONDS = 86400.0
 #: A spare run space waits for the next run of its size; one no run took in a day is
 #: of a size no longer asked for (or a crash's half-formatted ``.tmp``).
 SPARE_DAYS = 1.0
+#: A shared trust bundle no run links to is kept a day: a run that just wrote one links
+#: to it a moment later, and the next run of its image and CA may want it again.
+BUNDLE_DAYS = 1.0
 
 GcKind = Literal[
     "quarantine_ref",  # refs/quarantine/<run> in the imp's repo
@@ -23,6 +26,8 @@ GcKind = Literal[
     "volume",  # an engine volume no unfinished run uses
     "archive_object",  # a source-archive body not fetched for retention_days
     "spare_space",  # a formatted run space image no run took within SPARE_DAYS
+    "task",  # a done or cancelled queue task older than finished_run_days
+    "box_bundle",  # a shared trust bundle no run links to, older than BUNDLE_DAYS
     "journal",  # journal.jsonl, rotated (no line is lost)
 ]
 Status = Literal["removed", "rotated", "skipped", "failed"]

@@ -2,11 +2,17 @@
 
 Reads only. Each kind has its own planner; the plan lists runs first (refs, kept
 checkouts, records), then what they leave unneeded (checkout layers, with the chains
-of records the plan drops no longer counted), engine volumes, archived bodies, and
-the journal when it is due for rotation.
+of records the plan drops no longer counted), engine volumes, archived bodies, spare
+run spaces, finished queue tasks, trust bundles no run record links to (links from
+records the plan drops not counted), and the journal when it is due for rotation.
 """
 
 from __future__ import annotations
+
+import sqlite3
+import stat
+from collections import Counter
+from datetime import UTC, datetime
 
 from impyard.errors import ImpyardError
 from impyard.gateway.archive import Archive
@@ -14,8 +20,19 @@ from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.knowledge.layers import unneeded_layers
 from impyard.knowledge.runspace import spares_dir
+from impyard.names import utc_epoch
 from impyard.policy.compile import deployed_org_policy
-from impyard.retention.model import SPARE_DAYS, GcItem, GcPlan, Limits, age_days
+from impyard.queue import tasks
+from impyard.queue.db import opened
+from impyard.retention.model import (
+    BUNDLE_DAYS,
+    DAY_SECONDS,
+    SPARE_DAYS,
+    GcItem,
+    GcPlan,
+    Limits,
+    age_days,
+)
 from impyard.retention.rotation import rotation_item
 from impyard.retention.runs import plan_runs
 from impyard.retention.volumes import VolumeStore, plan_volumes
@@ -33,6 +50,9 @@ def plan_gc(
     items.extend(plan_volumes(home, volumes, now, notes))
     items.extend(plan_archive(home, limits, now))
     items.extend(plan_spares(home, now))
+    items.extend(plan_tasks(home, limits, now, notes))
+    records = {item.id for item in items if item.kind == "run_dir"}
+    items.extend(plan_bundles(home, records, now))
     rotation = rotation_item(home.journal, limits.journal_max_bytes)
     if rotation is not None:
         items.append(rotation)
@@ -106,4 +126,77 @@ def plan_spares(home: Home, now: float) -> list[GcItem]:
                     bytes=stat.st_blocks * 512,
                 )
             )
+    return items
+
+
+def plan_tasks(home: Home, limits: Limits, now: float, notes: list[str]) -> list[GcItem]:
+    """Done and cancelled tasks that finished ``finished_run_days`` ago, like run records.
+    The ``namespaces`` table is never looked at: it keeps every run's namespace unique."""
+    if not home.db.exists():
+        return []
+    days = limits.finished_run_days
+    # As names.utc_now writes finished_at, so the queue compares them as text.
+    cutoff = datetime.fromtimestamp(now - days * DAY_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        with opened(home.db) as conn:
+            finished = tasks.finished_before(conn, cutoff)
+    except sqlite3.Error as exc:
+        notes.append(f"finished tasks were not checked: {exc}")
+        return []
+    items = []
+    for task in finished:
+        age = age_days(now, utc_epoch(task.finished_at or ""))
+        when = f"{age:.1f} days ago" if age is not None else f"at {task.finished_at}"
+        items.append(
+            GcItem(
+                kind="task",
+                id=task.id,
+                path=str(home.db),
+                reason=f"finished ({task.state}) {when}; retention.finished_run_days = {days:g}",
+                age_days=age,
+                imp=task.imp,
+                run=task.run_id,
+            )
+        )
+    return items
+
+
+def plan_bundles(home: Home, dropped_records: set[str], now: float) -> list[GcItem]:
+    """Shared trust bundles no run record links to (each run's ``ca-bundle.pem`` is a hard
+    link to one, so a bundle's own name is its last link), written over BUNDLE_DAYS ago.
+    Links from the records in ``dropped_records`` are not counted: they go first."""
+    directory = home.box_bundles_dir
+    if not directory.is_dir():
+        return []
+    dropping: Counter[tuple[int, int]] = Counter()
+    for run in dropped_records:
+        try:
+            link = home.run_ca_bundle(run).lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(link.st_mode):
+            dropping[(link.st_dev, link.st_ino)] += 1
+    items = []
+    for path in sorted(directory.glob("*.pem")):
+        try:
+            found = path.lstat()  # a symlink is never followed, nor taken for a bundle
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(found.st_mode):
+            continue
+        leaving = dropping[(found.st_dev, found.st_ino)]
+        age = age_days(now, found.st_mtime)
+        if found.st_nlink - leaving != 1 or age is None or age <= BUNDLE_DAYS:
+            continue
+        whose = "only run records this gc removes link" if leaving else "no run record links"
+        items.append(
+            GcItem(
+                kind="box_bundle",
+                id=path.name,
+                path=str(path),
+                reason=f"{whose} to it; written {age:.1f} days ago",
+                age_days=age,
+                bytes=found.st_blocks * 512,
+            )
+        )
     return items

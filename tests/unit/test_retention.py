@@ -32,6 +32,8 @@ from impyard.knowledge.repo import main_commit
 from impyard.knowledge.runspace import RunSpace
 from impyard.names import utc_epoch
 from impyard.policy.compile import deploy
+from impyard.queue import namespaces, tasks
+from impyard.queue.db import opened
 from impyard.retention.apply import gc_lock, run_gc
 from impyard.retention.model import GcBusyError, GcResult
 from impyard.retention.periodic import PeriodicGc
@@ -433,6 +435,145 @@ def test_spare_spaces_no_run_took_for_a_day_go(yard: Yard) -> None:
         ("spare_space", "2097152.1-2.img.tmp"),
     }
     assert sorted(p.name for p in directory.iterdir()) == ["1048576.1-3.img"]
+
+
+# -- finished tasks -------------------------------------------------------------------
+
+
+def add_task(home: Home, state: str, finished: float | None) -> str:
+    """A task of yuko's in ``state``, finished ``finished`` days before NOW (None: never)."""
+    with opened(home.db) as conn:
+        task = tasks.add(conn, "yuko", "tidy the records")
+        conn.execute(
+            "UPDATE tasks SET state = ?, finished_at = ? WHERE id = ?",
+            (state, None if finished is None else stamp(finished), task.id),
+        )
+    return task.id
+
+
+def task_ids(home: Home) -> set[str]:
+    with opened(home.db) as conn:
+        return {task.id for task in tasks.list_tasks(conn)}
+
+
+def test_finished_tasks_go_after_finished_run_days(yard: Yard) -> None:
+    """Done and cancelled tasks go with the run records' limit; a younger one, and a queued
+    or running one however old its stamp, stay; the namespaces registry is never touched."""
+    home = yard.home
+    set_retention(home, finished_run_days=30)
+    with opened(home.db) as conn:
+        namespaces.issue(conn, "yuko")
+    old_done, old_cancelled = add_task(home, "done", 31), add_task(home, "cancelled", 40)
+    young = add_task(home, "done", 29)
+    queued, running = add_task(home, "queued", 100), add_task(home, "running", 100)
+    waiting = add_task(home, "queued", None)
+    expected = {("task", old_done), ("task", old_cancelled)}
+
+    before = snapshot(home)
+    dry = run_gc(home, now=NOW, dry_run=True, volumes=FakeVolumes())
+    assert planned(dry) == expected
+    assert snapshot(home) == before
+    item = next(i for i in dry.plan.items if i.id == old_done)
+    assert item.age_days == pytest.approx(31, abs=0.01) and item.imp == "yuko"
+    assert item.reason == "finished (done) 31.0 days ago; retention.finished_run_days = 30"
+
+    result = run_gc(home, now=NOW, volumes=FakeVolumes())
+    assert removed(result) == expected and not result.failed
+    assert task_ids(home) == {young, queued, running, waiting}
+    lines = Journal(home.journal).read(event="gc.removed")
+    assert {(e["kind"], e["id"]) for e in lines} == expected
+    with opened(home.db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM namespaces").fetchone()[0] == 1
+    assert run_gc(home, now=NOW, volumes=FakeVolumes()).plan.items == []
+
+
+def test_a_task_no_longer_finished_after_the_plan_is_left_alone(yard: Yard) -> None:
+    from impyard.retention.apply import apply_gc
+    from impyard.retention.plan import plan_gc
+
+    home = yard.home
+    changed, done = add_task(home, "cancelled", 100), add_task(home, "done", 100)
+    plan = plan_gc(home, now=NOW, volumes=FakeVolumes())
+    assert planned(GcResult(plan, dry_run=True)) == {("task", changed), ("task", done)}
+    with opened(home.db) as conn:
+        conn.execute("UPDATE tasks SET state = 'queued' WHERE id = ?", (changed,))
+    result = apply_gc(home, plan, FakeVolumes(), Journal(home.journal))
+    assert removed(result) == {("task", done)}
+    assert [o.item.id for o in result.with_status("skipped")] == [changed]
+    assert task_ids(home) == {changed}
+
+
+# -- shared trust bundles ---------------------------------------------------------------
+
+
+def bundle(home: Home, name: str, *, days: float, links: tuple[str, ...] = ()) -> Path:
+    """A shared bundle ``days`` old, hard-linked as each of ``links`` runs' bundle."""
+    path = home.box_bundles_dir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"-----BEGIN CERTIFICATE-----\n{name}\n")
+    for run in links:
+        os.link(path, home.run_ca_bundle(run))
+    os.utime(path, (NOW - days * DAY, NOW - days * DAY))
+    return path
+
+
+def test_trust_bundles_no_run_links_to_go_after_a_day(yard: Yard, tmp_path: Path) -> None:
+    home = yard.home
+    set_retention(home, finished_run_days=30)
+    live, dropped = yard.run(ended=1), yard.run(ended=31)
+    unlinked = bundle(home, "a" * 64 + ".pem", days=2)
+    linked = bundle(home, "b" * 64 + ".pem", days=5, links=(live,))
+    young = bundle(home, "c" * 64 + ".pem", days=0.5)
+    last_linked = bundle(home, "d" * 64 + ".pem", days=5, links=(dropped,))
+    # A symlink (old itself, to an old file no run links) is neither followed nor removed.
+    outside = tmp_path / "outside.pem"
+    outside.write_text("not a bundle\n")
+    os.utime(outside, (NOW - 9 * DAY, NOW - 9 * DAY))
+    symlink = home.box_bundles_dir / ("e" * 64 + ".pem")
+    symlink.symlink_to(outside)
+    os.utime(symlink, (NOW - 9 * DAY, NOW - 9 * DAY), follow_symlinks=False)
+    expected = {("box_bundle", unlinked.name), ("box_bundle", last_linked.name)}
+
+    dry = run_gc(home, now=NOW, dry_run=True, volumes=FakeVolumes())
+    assert {(k, i) for k, i in planned(dry) if k == "box_bundle"} == expected
+    assert unlinked.exists() and last_linked.exists()
+    by = {item.id: item for item in dry.plan.items}
+    assert by[unlinked.name].reason == "no run record links to it; written 2.0 days ago"
+    assert "only run records this gc removes" in by[last_linked.name].reason
+
+    result = run_gc(home, now=NOW, volumes=FakeVolumes())
+    assert removed(result) == {*expected, ("run_dir", dropped)} and not result.failed
+    assert sorted(p.name for p in home.box_bundles_dir.iterdir()) == sorted(
+        [linked.name, young.name, symlink.name]
+    )
+    assert symlink.is_symlink() and outside.read_text() == "not a bundle\n"
+    assert home.run_ca_bundle(live).read_text() == linked.read_text()
+
+
+def test_a_bundle_changed_after_the_plan_is_kept(yard: Yard, tmp_path: Path) -> None:
+    """Apply looks again: a bundle a run linked to since, or a name that is no longer a
+    regular file, stays."""
+    from impyard.retention.apply import apply_gc
+    from impyard.retention.plan import plan_gc
+
+    home = yard.home
+    path = bundle(home, "f" * 64 + ".pem", days=3)
+    swapped = bundle(home, "0" * 64 + ".pem", days=3)
+    plan = plan_gc(home, now=NOW, volumes=FakeVolumes())
+    assert planned(GcResult(plan, dry_run=True)) == {
+        ("box_bundle", path.name),
+        ("box_bundle", swapped.name),
+    }
+    run = yard.run(ended=None, state="running", checkpoint="pending")
+    os.link(path, home.run_ca_bundle(run))
+    swapped.unlink()
+    swapped.symlink_to(tmp_path / "elsewhere.pem")
+    result = apply_gc(home, plan, FakeVolumes(), Journal(home.journal))
+    assert {(o.item.id, o.status, o.detail) for o in result.outcomes} == {
+        (path.name, "skipped", "a run links to it again"),
+        (swapped.name, "skipped", "no longer a regular file"),
+    }
+    assert path.exists() and swapped.is_symlink()
 
 
 # -- the CLI ----------------------------------------------------------------------------
