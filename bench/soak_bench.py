@@ -109,26 +109,29 @@ class Sample(NamedTuple):
     rest: int
 
 
-def done_tasks(db: Path) -> int | None:
-    """Tasks done so far, read without writing (serve is the queue's only writer)."""
+def done_tasks(db: Path, total: int) -> int | None:
+    """Tasks done so far: all but those still queued or running (gc removes the rows of
+    finished ones). Read without writing (serve is the queue's only writer)."""
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
         try:
-            row = conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'done'").fetchone()
+            row = conn.execute(
+                "SELECT COUNT(*) FROM tasks WHERE state IN ('queued', 'running')"
+            ).fetchone()
         finally:
             conn.close()
     except sqlite3.Error:
         return None
-    return int(row[0])
+    return total - int(row[0])
 
 
-def sample(home: Path, pid: int, started: float) -> Sample:
+def sample(home: Path, pid: int, started: float, total: int) -> Sample:
     data = Home(home)
     knowledge = disk_bytes(data.knowledge_dir)
     everything = disk_bytes(home)
     return Sample(
         time.monotonic() - started,
-        done_tasks(data.db),
+        done_tasks(data.db, total),
         rss_bytes(pid),
         knowledge,
         everything - knowledge,
@@ -156,15 +159,32 @@ def leaks(home: Path, run_ids: set[str]) -> list[str]:
     return found
 
 
+def task_outcomes(
+    listed: list[dict[str, Any]], journal: list[dict[str, Any]]
+) -> dict[str, tuple[str, str | None]]:
+    """Each task's state and run: from ``task list --json`` while its row is kept, and
+    from the journal once gc removed it (finished tasks go with their run records)."""
+    outcomes = {str(t["id"]): (str(t["state"]), t.get("run_id")) for t in listed}
+    for event in journal:
+        if event.get("event") == "gc.removed" and event.get("kind") == "task":
+            outcomes.setdefault(str(event["id"]), ("done (collected)", event.get("run")))
+    return outcomes
+
+
 def verify(
-    home: Path, remote: Path, imps: list[str], total: int, done: list[dict[str, Any]]
+    home: Path,
+    remote: Path,
+    imps: list[str],
+    total: int,
+    outcomes: dict[str, tuple[str, str | None]],
+    journal: list[dict[str, Any]],
 ) -> list[str]:
-    """``done``: ``task list --json``."""
     problems = []
-    states = [t["state"] for t in done]
-    if states.count("done") != total:
-        problems.append(f"{states.count('done')} of {total} tasks done")
-    landed = sum(1 for t in done if t.get("checkpoint") == "integrated")
+    done = [run for state, run in outcomes.values() if state.startswith("done")]
+    if len(done) != total:
+        problems.append(f"{len(done)} of {total} tasks done")
+    integrated = {e.get("run") for e in journal if e.get("event") == "knowledge.integrated"}
+    landed = sum(1 for run in done if run in integrated)
     if landed != total:
         problems.append(f"{landed} of {total} tasks integrated")
     per_imp = total // len(imps)
@@ -222,13 +242,13 @@ def main() -> None:
     )
     samples: list[Sample] = []
     while serve.poll() is None:
-        samples.append(sample(home, serve.pid, started))
+        samples.append(sample(home, serve.pid, started, args.tasks))
         time.sleep(args.sample_seconds)
     wall = time.monotonic() - started
     _out, err = serve.communicate()
     # One gc after the last run, as a serve that kept running would do.
     impyard(home, "gc")
-    samples.append(sample(home, 0, started)._replace(rss=None))
+    samples.append(sample(home, 0, started, args.tasks)._replace(rss=None))
     mib = 2**20
     print_table(
         f"soak: {args.tasks} one-note runs over {args.imps} imps, concurrency "
@@ -257,8 +277,10 @@ def main() -> None:
             )
     print(f"wall {wall:.0f} s, {args.tasks / wall:.1f} runs/s; serve exit {serve.returncode}")
     listed = json.loads(impyard(home, "task", "list", "--json").stdout)
-    run_ids = {str(t["run_id"]) for t in listed if t.get("run_id")}
-    problems = verify(home, remote, imps, args.tasks, listed) + leaks(home, run_ids)
+    journal = json.loads(impyard(home, "journal", "--json").stdout)
+    outcomes = task_outcomes(listed, journal)
+    run_ids = {str(run) for _state, run in outcomes.values() if run}
+    problems = verify(home, remote, imps, args.tasks, outcomes, journal) + leaks(home, run_ids)
     if err.strip():
         print("serve stderr (last lines):", *err.strip().splitlines()[-5:], sep="\n  ")
     print("problems:", *(problems or ["none"]), sep="\n  ")
