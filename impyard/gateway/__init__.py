@@ -3,6 +3,7 @@
 Modules, one job each:
 
     server     Gateway: listener in the box's netns, accept loop, worker threads, journal
+    boxside    what the box sees: the ready signal, the proxy environment
     handler    one client connection: parse, judge (``rules``), forward, tunnel or refuse
     forward    plain HTTP and credential routes: one upstream request, response relayed
     inspect    CONNECT with inspect_tls: TLS terminated, inner requests judged and forwarded
@@ -36,17 +37,50 @@ fails closed):
 
 from __future__ import annotations
 
-from impyard.gateway.errors import GatewayError
-from impyard.gateway.netns import connect_in_netns, listen_in_netns, run_in_netns
-from impyard.gateway.rules import Decision, decide
-from impyard.gateway.server import (
-    BOX_READY_PATH,
-    BOX_SIGNAL_DIR,
-    READY_FILE,
-    WAIT_FOR_ENV,
-    Gateway,
-    write_ready,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from impyard.gateway.boxside import (
+        BOX_READY_PATH,
+        BOX_SIGNAL_DIR,
+        READY_FILE,
+        WAIT_FOR_ENV,
+        write_ready,
+    )
+    from impyard.gateway.errors import GatewayError
+    from impyard.gateway.netns import connect_in_netns, listen_in_netns, run_in_netns
+    from impyard.gateway.rules import Decision, decide
+    from impyard.gateway.server import Gateway
+
+#: Where each name is defined. Loaded on first use, so that importing one light module
+#: of the package (``boxside``, ``ca``) does not load the server, its HTTP parsing and
+#: TLS: a run builds its box spec before the box exists, and the server's modules load
+#: while the engine starts the box.
+_WHERE = {
+    "BOX_READY_PATH": "boxside",
+    "BOX_SIGNAL_DIR": "boxside",
+    "READY_FILE": "boxside",
+    "WAIT_FOR_ENV": "boxside",
+    "write_ready": "boxside",
+    "GatewayError": "errors",
+    "connect_in_netns": "netns",
+    "listen_in_netns": "netns",
+    "run_in_netns": "netns",
+    "Decision": "rules",
+    "decide": "rules",
+    "Gateway": "server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BOX_READY_PATH",

@@ -15,11 +15,10 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from impyard.fsutil import atomic_write_text
 from impyard.gateway.archive import Archive, RunArchive
+from impyard.gateway.boxside import proxy_env
 from impyard.gateway.budget import DailyCounter, RunBudget
 from impyard.gateway.control import ControlRate, RunControl
 from impyard.gateway.errors import GatewayError
@@ -36,12 +35,6 @@ from impyard.policy.models import GatewayPolicy
 
 log = logging.getLogger(__name__)
 
-# Where the box sees the host's signal dir, and the file box-init waits for.
-BOX_SIGNAL_DIR = "/opt/impyard/signal"
-READY_FILE = "gateway.ready"
-BOX_READY_PATH = f"{BOX_SIGNAL_DIR}/{READY_FILE}"
-WAIT_FOR_ENV = "IMPYARD_WAIT_FOR"
-NO_PROXY = "127.0.0.1,localhost,::1"
 #: How long, and for how many bytes, a closing connection drains what the box still sends.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 64 * 1024 * 1024
@@ -65,16 +58,6 @@ def linger(conn: socket.socket) -> None:
             if not data:
                 break
             drained += len(data)
-
-
-def write_ready(signal_dir: Path) -> Path:
-    """Tell the box its gateway is listening: box-init waits for this file before the imp runs."""
-    path = signal_dir / READY_FILE
-    # A signal to a live box, which waits for it: nothing to keep across a host crash
-    # (its box does not outlive the host's run), so no fsync delays the box's start.
-    atomic_write_text(path, "ready\n", durable=False)
-    path.chmod(0o644)
-    return path
 
 
 class Gateway:
@@ -197,21 +180,7 @@ class Gateway:
 
     def proxy_env(self) -> dict[str, str]:
         """Environment for the box; empty when the gateway is disabled."""
-        if not self.policy.enabled:
-            return {}
-        url = f"http://127.0.0.1:{self.policy.port}"
-        return {
-            "HTTP_PROXY": url,
-            "HTTPS_PROXY": url,
-            "http_proxy": url,
-            "https_proxy": url,
-            # The box's loopback holds nothing but the gateway, so loopback names go direct:
-            # a credential route is a plain request to 127.0.0.1:<port>. Node's undici
-            # (EnvHttpProxyAgent) otherwise tunnels even http:// targets with a CONNECT to
-            # the gateway itself, which is refused. Lowercase is read first by most clients.
-            "NO_PROXY": NO_PROXY,
-            "no_proxy": NO_PROXY,
-        }
+        return proxy_env(self.policy.port) if self.policy.enabled else {}
 
     def close(self) -> None:
         """Stop accepting, cut open connections and tunnels, wait briefly for workers (which

@@ -12,7 +12,7 @@ from pathlib import Path
 from impyard.box.spec import BoxMount, BoxSpec, box_labels
 from impyard.box.trust import BOX_CA_BUNDLE, bundle_env
 from impyard.fsutil import atomic_write_text
-from impyard.gateway import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV, Gateway
+from impyard.gateway.boxside import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV, proxy_env
 from impyard.home import Home
 from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.imps import read_imp_settings
@@ -63,7 +63,6 @@ def box_spec(
     manifest: Manifest,
     policy: EffectivePolicy,
     request: RunRequest,
-    gateway: Gateway | None,
 ) -> BoxSpec:
     m, box = manifest, policy.box
     command, image = box_command(home, m, request, policy)
@@ -94,8 +93,8 @@ def box_spec(
     if bundle.exists():  # written at prepare when the box trusts more than its image
         env |= bundle_env()
         mounts.append(BoxMount(source=str(bundle), target=BOX_CA_BUNDLE, read_only=True))
-    if gateway is not None:
-        env |= gateway.proxy_env() | {WAIT_FOR_ENV: BOX_READY_PATH}
+    if policy.gateway.enabled:  # the run's gateway attaches once the box runs
+        env |= proxy_env(policy.gateway.port) | {WAIT_FOR_ENV: BOX_READY_PATH}
         signal = home.run_signal_dir(m.run_id)
         mounts.append(BoxMount(source=str(signal), target=BOX_SIGNAL_DIR, read_only=True))
         entrypoint = [BOX_INIT]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from impyard import names
 from impyard.box.engine import EngineCallError
@@ -41,7 +41,7 @@ from impyard.box.volumes import (
     select_checkout_kind,
 )
 from impyard.errors import ImpyardError
-from impyard.gateway import Gateway, write_ready
+from impyard.gateway.boxside import write_ready
 from impyard.gateway.ca import ca_certificate
 from impyard.home import Home
 from impyard.journal import Journal
@@ -55,10 +55,12 @@ from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
 from impyard.runs.beside import Beside
 from impyard.runs.boxspec import box_command, box_spec, write_task_file
-from impyard.runs.control import BoxControl
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.warm import warm_imports
 from impyard.settings import Settings
+
+if TYPE_CHECKING:
+    from impyard.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +189,9 @@ class Run:
         )
 
     def start_box(self, request: RunRequest) -> None:
-        self.open_gateway()
-        spec = box_spec(self.home, self.manifest, self.policy, request, self.gateway)
+        if self.policy.gateway.enabled:
+            self.home.run_signal_dir(self.manifest.run_id).mkdir(exist_ok=True)
+        spec = box_spec(self.home, self.manifest, self.policy, request)
         self.manifest.starting(spec.name, spec.image)
         self.save()
         with self.phase("start"):
@@ -203,7 +206,7 @@ class Run:
                 if not self.overlay_mount_failed(exc):
                     raise
                 self.fall_back_to_copy(str(exc))
-                spec = box_spec(self.home, self.manifest, self.policy, request, self.gateway)
+                spec = box_spec(self.home, self.manifest, self.policy, request)
                 started = start_box(spec, self.home.box_log(spec.run_id), self.image_id)
             self.log_follower = started.follower
         self.manifest.running(started.container_id, started.image_id, names.utc_now())
@@ -212,6 +215,7 @@ class Run:
         # `starting` with the box's name, which recovery handles as it does a crash
         # between create and start.
         pid = box_pid(started.container_id)
+        self.open_gateway()
         self.attach_gateway(pid)
         self.save()
         self.event("box.started", container=started.container_id, image=spec.image)
@@ -222,7 +226,7 @@ class Run:
     def beside_box_start(self) -> None:
         """Begin what overlaps the engine starting the box (the main thread waits on it):
         load what only the box's exit needs, and format the next run's spare space."""
-        warm_imports(ENDING_MODULES)
+        warm_imports(GATEWAY_MODULES + ENDING_MODULES)
         space = self.manifest.space
         if space is not None and space.kind == "loop" and self.spare is None:
             self.spare = Beside("run-spare", functools.partial(_make_spare, self.home, space))
@@ -258,6 +262,9 @@ class Run:
         inside its network namespace; if that fails, the command never runs (fail closed)."""
         if not self.policy.gateway.enabled:
             return
+        from impyard.gateway.server import Gateway
+        from impyard.runs.control import BoxControl
+
         self.gateway = Gateway.start(
             self.policy.gateway,
             home=self.home,
@@ -267,7 +274,6 @@ class Run:
             control=BoxControl(self) if self.manifest.checkout is not None else None,
             upstream_ca_file=self.policy.box.extra_ca_file,
         )
-        self.home.run_signal_dir(self.manifest.run_id).mkdir(exist_ok=True)
 
     def attach_gateway(self, pid: int) -> None:
         if self.gateway is None:
@@ -376,6 +382,8 @@ def _make_spare(home: Home, space: RunSpace) -> None:
 
 #: Loaded beside a box's start: the exit checkpoint, the lane and what they use.
 ENDING_MODULES = ("impyard.runs.endings",)
+#: What the run's gateway needs, made once the box runs (first: it is needed first).
+GATEWAY_MODULES = ("impyard.gateway.server", "impyard.runs.control")
 
 
 def drive(run: Run, request: RunRequest) -> RunOutcome:
