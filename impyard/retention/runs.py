@@ -83,7 +83,9 @@ def is_settled(home: Home, manifest: Manifest) -> bool:
 
 
 def plan_runs(home: Home, limits: Limits, now: float, notes: list[str]) -> list[GcItem]:
-    by_run = {m.run_id: m for m in manifests.list_all(home)}
+    """Refs and run records past their limits. Manifests are read one at a time (a ref's
+    when its ref is judged, then every run's in turn): a data root keeps a month of runs
+    by default, and holding all of them at once made each gc's memory grow with them."""
     items: list[GcItem] = []
     kept_refs: Counter[str] = Counter()
     unread: set[str] = set()  # imps whose refs are unknown: none of their runs may go
@@ -95,12 +97,12 @@ def plan_runs(home: Home, limits: Limits, now: float, notes: list[str]) -> list[
             unread.add(imp)
             continue
         for ref in refs:
-            item = _ref_item(home, ref, by_run.get(ref.run), limits, now)
+            item = _ref_item(home, ref, manifests.read_or_none(home, ref.run), limits, now)
             if item is None:
                 kept_refs[ref.run] += 1
             else:
                 items.append(item)
-    for manifest in by_run.values():
+    for manifest in manifests.each(home):
         if not is_settled(home, manifest):
             continue
         age = age_days(now, ended_epoch(home, manifest))

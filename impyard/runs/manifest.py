@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 
 from impyard.errors import NotFoundError
 from impyard.fsutil import atomic_write_json
@@ -24,16 +26,28 @@ def read(home: Home, run_id: str) -> Manifest:
 
 def list_all(home: Home, imp: str | None = None) -> list[Manifest]:
     """Every run with a readable manifest, oldest first (run ids sort by time)."""
+    return list(each(home, imp))
+
+
+def each(home: Home, imp: str | None = None) -> Iterator[Manifest]:
+    """``list_all`` one manifest at a time: what walks every run a data root keeps (a month
+    of them, by default) holds one in memory, not all."""
     if not home.runs_dir.is_dir():
-        return []
-    manifests = []
-    for entry in sorted(home.runs_dir.iterdir()):
-        if not RUN_ID.fullmatch(entry.name):
+        return
+    for name in sorted(entry.name for entry in os.scandir(home.runs_dir)):
+        if not RUN_ID.fullmatch(name):
             continue
         try:
-            manifest = Manifest.from_dict(json.loads((entry / "manifest.json").read_text()))
+            manifest = Manifest.from_dict(json.loads(home.manifest(name).read_text()))
         except (OSError, ValueError, TypeError):
             continue
         if imp is None or manifest.imp == imp:
-            manifests.append(manifest)
-    return manifests
+            yield manifest
+
+
+def read_or_none(home: Home, run_id: str) -> Manifest | None:
+    """The run's manifest, or None when it is missing or unreadable."""
+    try:
+        return read(home, run_id)
+    except (NotFoundError, OSError, ValueError, TypeError):
+        return None
