@@ -5,14 +5,16 @@
 One data root (on ``scratch_dir``), ``--imps`` imps running the demo imp (one note per
 task), ``--tasks`` tasks queued up front, round-robin over the imps, then one
 ``impyard serve --once``. The org policy keeps finished runs for ``--keep-seconds``
-(retention days may be fractional), runs gc every ``--gc-seconds`` and backs every imp
+(retention days may be fractional), runs gc every ``--gc-seconds``, rotates the journal
+past ``--journal-max-bytes`` (rotated files are compressed and kept) and backs every imp
 up to a local bare remote.
 
 Sampled every ``--sample-seconds`` while serve runs: how many tasks are done, serve's
 anonymous RSS (``RssAnon`` in ``/proc/<pid>/status``; file-backed pages are mapped Git
 packs) and the data root's size on disk (st_blocks, never following a link), split into the
-knowledge repositories (which must grow: every run adds a note) and everything else
-(run records, spaces, layers, journal: bounded by retention). The curves are printed
+knowledge repositories (which must grow: every run adds a note), the journal (the live
+file, bounded by rotation, and its rotated files: compressed history, kept) and
+everything else (run records, spaces, layers: bounded by retention). The curves are printed
 as a table; flat means the last third's median is within noise of the second third's.
 
 At the end it checks: every task done and integrated, every imp's main holds one note
@@ -23,6 +25,7 @@ of this data root is left.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
@@ -84,6 +87,7 @@ def setup(args: argparse.Namespace) -> tuple[Path, Path, list[str]]:
     for old, new in (
         ("finished_run_days = 30", f"finished_run_days = {days:.8f}"),
         ("gc_interval_seconds = 3600", f"gc_interval_seconds = {args.gc_seconds}"),
+        ("journal_max_bytes = 67108864", f"journal_max_bytes = {args.journal_max_bytes}"),
         ("remotes = []", f'remotes = ["{remote}"]'),
     ):
         if old not in text:
@@ -106,7 +110,16 @@ class Sample(NamedTuple):
     done: int | None  # tasks done so far (None: unreadable)
     rss: int | None
     knowledge: int
+    journal: int  # the live journal and its rotated, compressed files
     rest: int
+
+
+def journal_bytes(home: Path) -> int:
+    total = 0
+    for path in home.glob("journal*.jsonl*"):
+        with contextlib.suppress(OSError):
+            total += path.lstat().st_blocks * 512
+    return total
 
 
 def done_tasks(db: Path, total: int) -> int | None:
@@ -128,13 +141,15 @@ def done_tasks(db: Path, total: int) -> int | None:
 def sample(home: Path, pid: int, started: float, total: int) -> Sample:
     data = Home(home)
     knowledge = disk_bytes(data.knowledge_dir)
+    journal = journal_bytes(home)
     everything = disk_bytes(home)
     return Sample(
         time.monotonic() - started,
         done_tasks(data.db, total),
         rss_bytes(pid),
         knowledge,
-        everything - knowledge,
+        journal,
+        everything - knowledge - journal,
     )
 
 
@@ -220,6 +235,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--keep-seconds", type=float, default=60.0)
     parser.add_argument("--gc-seconds", type=int, default=20)
+    # Small enough that a soak rotates the journal: what stays is compressed history.
+    parser.add_argument("--journal-max-bytes", type=int, default=1 << 20)
     parser.add_argument("--sample-seconds", type=float, default=10.0)
     args = parser.parse_args(sys.argv[1:])
     home, remote, imps = setup(args)
@@ -253,13 +270,21 @@ def main() -> None:
     print_table(
         f"soak: {args.tasks} one-note runs over {args.imps} imps, concurrency "
         f"{args.concurrency}, runs kept {args.keep_seconds:.0f} s, gc every {args.gc_seconds} s",
-        ["t (s)", "runs done", "serve RssAnon MiB", "knowledge MiB", "rest of data root MiB"],
+        [
+            "t (s)",
+            "runs done",
+            "serve RssAnon MiB",
+            "knowledge MiB",
+            "journal MiB",
+            "rest of data root MiB",
+        ],
         [
             (
                 f"{s.seconds:.0f}",
                 "-" if s.done is None else str(s.done),
                 "-" if s.rss is None else f"{s.rss / mib:.1f}",
                 f"{s.knowledge / mib:.1f}",
+                f"{s.journal / mib:.1f}",
                 f"{s.rest / mib:.1f}",
             )
             for s in samples
