@@ -141,12 +141,7 @@ def _collect_layers(home: Home, imp: str, items: list[GcItem]) -> list[GcOutcome
         removed = set(collect_layers(home, imp, (), only={item.id for item in items}))
     except (ImpyardError, OSError) as exc:
         return [GcOutcome(item, "failed", str(exc)) for item in items]
-    return [
-        GcOutcome(item, "removed")
-        if item.id in removed
-        else GcOutcome(item, "skipped", "a checkout chain needs it again")
-        for item in items
-    ]
+    return _outcomes(items, removed, "a checkout chain needs it again")
 
 
 def _prune_archive(home: Home, plan: GcPlan) -> list[GcOutcome]:
@@ -197,10 +192,15 @@ def _delete_tasks(home: Home, items: list[GcItem]) -> list[GcOutcome]:
             gone = {item.id for item in items if tasks.delete_finished(conn, item.id)}
     except sqlite3.Error as exc:
         return [GcOutcome(item, "failed", str(exc)) for item in items]
+    return _outcomes(items, gone, "gone already, or no longer finished")
+
+
+def _outcomes(items: list[GcItem], removed: set[str], kept_because: str) -> list[GcOutcome]:
+    """Each item removed when its id is in ``removed``, else skipped ``kept_because``."""
     return [
         GcOutcome(item, "removed")
-        if item.id in gone
-        else GcOutcome(item, "skipped", "gone already, or no longer finished")
+        if item.id in removed
+        else GcOutcome(item, "skipped", kept_because)
         for item in items
     ]
 
