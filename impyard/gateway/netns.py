@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from impyard.gateway.errors import GatewayError
-from impyard.libc import libc
+from impyard.libc import syscall
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,8 @@ _T = TypeVar("_T")
 
 
 def _setns(fd: int) -> None:
-    setns = libc().setns
-    setns.argtypes = [ctypes.c_int, ctypes.c_int]
-    setns.restype = ctypes.c_int
-    if setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
+    err = syscall("setns", (ctypes.c_int, ctypes.c_int), fd, CLONE_NEWNET)
+    if err:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 

@@ -20,7 +20,7 @@ import os
 import struct
 from pathlib import Path
 
-from impyard.libc import libc
+from impyard.libc import syscall
 
 LOOP_CONTROL = Path("/dev/loop-control")
 
@@ -104,11 +104,13 @@ def _open(path: Path, flags: int) -> int:
 
 
 def _mount(device: str, target: Path, fstype: str, flags: int) -> None:
-    mount = libc().mount
-    mount.argtypes = (
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p,
+    error = syscall(
+        "mount", _MOUNT_ARGS,
+        os.fsencode(device), os.fsencode(target), fstype.encode(), flags, None,
     )  # fmt: skip
-    mount.restype = ctypes.c_int
-    if mount(os.fsencode(device), os.fsencode(target), fstype.encode(), flags, None) != 0:
-        error = ctypes.get_errno()
+    if error:
         raise OSError(error, f"cannot mount {device} on {target}: {os.strerror(error)}")
+
+
+# mount(2): source, target, filesystem type, flags, data.
+_MOUNT_ARGS = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)

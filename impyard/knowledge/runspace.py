@@ -39,7 +39,7 @@ from impyard.errors import ImpyardError
 from impyard.fsutil import remove_tree
 from impyard.home import Home
 from impyard.knowledge import loopmount
-from impyard.libc import libc
+from impyard.libc import syscall
 
 SpaceKind = Literal["loop", "plain"]
 
@@ -308,12 +308,7 @@ _MNT_DETACH = 2
 
 def _umount(path: Path, flags: int) -> int:
     """umount2(2): 0, or the errno it failed with."""
-    umount2 = libc().umount2
-    umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-    umount2.restype = ctypes.c_int
-    if umount2(os.fsencode(path), flags) == 0:
-        return 0
-    return ctypes.get_errno()
+    return syscall("umount2", (ctypes.c_char_p, ctypes.c_int), os.fsencode(path), flags)
 
 
 def release(space: RunSpace) -> None:
