@@ -60,7 +60,12 @@ def new_namespace() -> str:
 
 
 def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_stamp(datetime.now(UTC).timestamp())
+
+
+def utc_stamp(epoch: float) -> str:
+    """``epoch`` written as ``utc_now`` writes the time: fixed width, so stamps sort as text."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sqlite3
 import stat
 from collections import Counter
-from datetime import UTC, datetime
 
 from impyard.errors import ImpyardError
 from impyard.gateway.archive import Archive
@@ -20,7 +19,7 @@ from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.knowledge.layers import unneeded_layers
 from impyard.knowledge.runspace import spares_dir
-from impyard.names import utc_epoch
+from impyard.names import utc_epoch, utc_stamp
 from impyard.policy.compile import deployed_org_policy
 from impyard.queue import tasks
 from impyard.queue.db import opened
@@ -135,8 +134,7 @@ def plan_tasks(home: Home, limits: Limits, now: float, notes: list[str]) -> list
     if not home.db.exists():
         return []
     days = limits.finished_run_days
-    # As names.utc_now writes finished_at, so the queue compares them as text.
-    cutoff = datetime.fromtimestamp(now - days * DAY_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cutoff = utc_stamp(now - days * DAY_SECONDS)  # as finished_at is written: compared as text
     try:
         with opened(home.db) as conn:
             finished = tasks.finished_before(conn, cutoff)
