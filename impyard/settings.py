@@ -86,8 +86,9 @@ def environment_values(environ: Mapping[str, str]) -> dict[str, str]:
     found = {}
     for key, value in environ.items():
         upper = key.upper()
-        if upper.startswith(ENV_PREFIX) and upper[len(ENV_PREFIX) :] in fields:
-            found[fields[upper[len(ENV_PREFIX) :]]] = value
+        name = fields.get(upper.removeprefix(ENV_PREFIX)) if upper.startswith(ENV_PREFIX) else None
+        if name is not None:
+            found[name] = value
     return found
 
 
