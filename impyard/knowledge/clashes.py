@@ -9,9 +9,10 @@ directories the change writes into, never the whole tree.
 from __future__ import annotations
 
 import threading
+from array import array
+from bisect import bisect_left, bisect_right, insort
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Iterable, Iterator
 
 import pygit2
 
@@ -56,76 +57,96 @@ def _survives(entry: pygit2.Object, path: str, change: Change) -> bool:
 
 
 class _DirectoryForms:
-    """Each directory's names by name form, per tree id: a tree never changes, so neither
-    does its index. Without it every run writing into a topic of 1,000 records listed and
-    normalized all 1,000 names (~1 ms, most of validating a one-note change); runs share
-    their base, so its directories are indexed once. Bounded by names held in all."""
+    """Each directory's name forms, per tree id, as one sorted array of their hashes (one
+    per name): a tree never changes, so neither does its index.
+
+    Without it every run writing into a topic of 1,000 records listed and normalized all
+    1,000 names (~1 ms, most of validating a one-note change); runs share their base, so
+    its directories are indexed once, and the lane carries each index to the directory's
+    next version. Eight bytes a name, and no object the cyclic collector must visit, so
+    the bound holds every topic of a 100,000-record imp in 1 MiB. A hash says only that a
+    name of that form may be there; the names themselves are read from the tree, and only
+    when something other than the change's own names has the form (a rare clash)."""
 
     def __init__(self, max_names: int) -> None:
         self._max = max_names
         self._lock = threading.Lock()
-        self._known: OrderedDict[bytes, dict[str, tuple[str, ...]]] = OrderedDict()
-        self._sizes: dict[bytes, int] = {}
+        self._known: OrderedDict[bytes, array[int]] = OrderedDict()
         self._names = 0
 
-    def of(self, tree: pygit2.Tree) -> dict[str, tuple[str, ...]]:
+    def of(self, tree: pygit2.Tree) -> array[int]:
+        """``tree``'s form hashes, sorted."""
         key = tree.id.raw
         with self._lock:
             known = self._known.get(key)
             if known is not None:
                 self._known.move_to_end(key)
                 return known
-        grouped: dict[str, list[str]] = {}
-        for child in tree:
-            name = str(child.name)
-            grouped.setdefault(normalize_segment(name), []).append(name)
-        forms = {form: tuple(names) for form, names in grouped.items()}
-        self._store(key, forms, len(tree))
-        return forms
+        hashes = array("q", sorted(hash(normalize_segment(name)) for name in _names(tree)))
+        self._store(key, hashes)
+        return hashes
 
-    def carry(self, old: bytes, new: pygit2.Tree, changed: Iterable[str]) -> None:
+    def named(self, tree: pygit2.Tree, form: str, ours: Iterable[str]) -> tuple[str, ...]:
+        """The names in ``tree`` whose form is ``form``. ``ours`` (names of that form the
+        caller writes) are looked up directly: when they account for every name of that
+        form, the directory is not listed."""
+        hashes = self.of(tree)
+        key = hash(form)
+        first = bisect_left(hashes, key)
+        count = bisect_right(hashes, key, first) - first
+        if count == 0:
+            return ()
+        present = tuple(name for name in ours if tree_has(tree, name))
+        if len(present) == count:
+            return present
+        return tuple(name for name in _names(tree) if normalize_segment(name) == form)
+
+    def carry(self, old: pygit2.Tree, new: pygit2.Tree, changed: Iterable[str]) -> None:
         """Index ``new`` from the index of ``old`` (if there is one), a version of the same
         directory whose entries differ from it only by the names ``changed``, and forget
         ``old``: main has moved past it, so only runs that started before are based on it
         (they index it again once). Otherwise every version the lane made of a directory
-        stayed, each a copy of its whole index: a topic growing by one name a run held
-        the sum of its sizes, until the bound."""
+        stayed, each a copy of its whole index, until the bound."""
         with self._lock:
-            known = self._known.get(old)
+            known = self._known.get(old.id.raw)
             if known is None or new.id.raw in self._known:
                 return
-        grouped = dict(known)
+        hashes = array("q", known)
         for name in changed:
-            form = normalize_segment(name)
-            names = grouped.get(form, ())
-            present = tree_has(new, name)
-            if present and name not in names:
-                grouped[form] = (*names, name)
-            elif not present and name in names:
-                grouped[form] = tuple(n for n in names if n != name)
-                if not grouped[form]:
-                    del grouped[form]
-        self._store(new.id.raw, grouped, len(new))
+            was, now = tree_has(old, name), tree_has(new, name)
+            if was == now:
+                continue  # rewritten in place, or not there at all: the same names
+            key = hash(normalize_segment(name))
+            if now:
+                insort(hashes, key)
+            else:
+                del hashes[bisect_left(hashes, key)]
+        self._store(new.id.raw, hashes)
         with self._lock:
-            if self._known.pop(old, None) is not None:
-                self._names -= self._sizes.pop(old)
+            dropped = self._known.pop(old.id.raw, None)
+            if dropped is not None:
+                self._names -= len(dropped)
 
-    def _store(self, key: bytes, forms: dict[str, tuple[str, ...]], names: int) -> None:
+    def _store(self, key: bytes, hashes: array[int]) -> None:
         with self._lock:
             if key not in self._known:
-                self._known[key], self._sizes[key] = forms, names
-                self._names += names
+                self._known[key] = hashes
+                self._names += len(hashes)
             while self._names > self._max and len(self._known) > 1:
-                dropped, _ = self._known.popitem(last=False)
-                self._names -= self._sizes.pop(dropped)
+                _, dropped = self._known.popitem(last=False)
+                self._names -= len(dropped)
 
 
-#: 32,768 names (~3 MiB at most): the bases of the runs in flight, each directory's latest
-#: version, and a topic of 1,000 records many times over.
-_FORMS = _DirectoryForms(max_names=1 << 15)
+def _names(tree: pygit2.Tree) -> Iterator[str]:
+    return (str(child.name) for child in tree)
 
 
-def carry_name_forms(old: bytes, new: pygit2.Tree, changed: Iterable[str]) -> None:
+#: 262,144 names (2 MiB at most): the bases of the runs in flight, and each directory's
+#: latest version, for imps of 100,000 records and more.
+_FORMS = _DirectoryForms(max_names=1 << 18)
+
+
+def carry_name_forms(old: pygit2.Tree, new: pygit2.Tree, changed: Iterable[str]) -> None:
     """``new``, a directory the lane changed from ``old`` by the names ``changed``, gets its
     name-form index from ``old``'s: O(changed), where indexing it afresh costs its width."""
     _FORMS.carry(old, new, changed)
@@ -145,16 +166,19 @@ def name_clashes(tree: pygit2.Tree, change: Change) -> list[Violation]:
         for name in ours:
             by_form.setdefault(normalize_segment(name), set()).add(name)
         entry = tree if not directory else lookup_entry(tree, directory)
-        listed = _FORMS.of(entry) if isinstance(entry, pygit2.Tree) else {}
+        listed: dict[str, tuple[str, ...]] = {}
         for form, names in by_form.items():
-            for name in listed.get(form, ()):
-                if name not in ours and _survives(
-                    cast(pygit2.Tree, entry)[name], _join(directory, name), change
-                ):
+            if not isinstance(entry, pygit2.Tree):
+                listed[form] = ()
+                continue
+            listed[form] = _FORMS.named(entry, form, tuple(names))
+            for name in listed[form]:
+                if name not in ours and _survives(entry[name], _join(directory, name), change):
                     names.add(name)
         for name in sorted(ours):
-            rivals = by_form[normalize_segment(name)] - {name}
-            if rivals and name not in listed.get(normalize_segment(name), ()):
+            form = normalize_segment(name)
+            rivals = by_form[form] - {name}
+            if rivals and name not in listed[form]:
                 found.append(_clash(_join(directory, name), rivals))
     return found
 

@@ -1,6 +1,6 @@
 """Main's first-parent history as cached facts: each lane commit's parent, run and
-checkpoint number, the paths it changed and, for commits this process's lane made,
-the objects it added.
+checkpoint number and the paths it changed; and, for a commit the lane makes, what it
+added.
 
 Everything the lane asks of history ("did this run's checkpoint land since its
 base?", "what landed since the base that this change clashes with?") walks the
@@ -12,7 +12,8 @@ records). A commit never changes, so what was learned about it by its id
 stays true in every repository that holds it: the facts are kept per process,
 bounded, and read once per commit. The lane records what a commit it makes
 changed and added (``remember_changed``) from the few paths it wrote, so neither
-the rest of its pass nor the origin refresh diffs that commit's trees.
+the rest of its pass nor the origin refresh after it diffs that commit's trees (the
+pass hands the refresh what its commits added; nothing here keeps that).
 """
 
 from __future__ import annotations
@@ -38,9 +39,6 @@ from impyard.knowledge.gitobj import changed_paths, lookup_entry
 #: under 1 MiB within the first few hundred runs, where serve's memory must stop growing.
 MAX_COMMITS = 256
 MAX_PATHS = 1 << 12
-#: How many lane commits' added objects it remembers: the origin refresh after a pass
-#: reads back those of the commits the pass made, and reads a tree diff on a miss.
-MAX_ADDED = 256
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
 )
@@ -87,7 +85,6 @@ class _Facts:
         self._commits: OrderedDict[str, LaneCommit] = OrderedDict()
         self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._path_count = 0
-        self._added: OrderedDict[str, Added] = OrderedDict()
 
     def commit(self, repo: pygit2.Repository, sha: str) -> LaneCommit:
         with self._lock:
@@ -125,10 +122,6 @@ class _Facts:
             self._bound_paths()
         return found
 
-    def added(self, sha: str) -> Added | None:
-        with self._lock:
-            return self._added.get(sha)
-
     def remember(self, sha: str, added: Added) -> None:
         with self._lock:
             if sha not in self._paths:
@@ -136,9 +129,6 @@ class _Facts:
                 self._path_count += len(added.paths)
             # Here too: under serve the lane made every commit, so ``paths`` never misses.
             self._bound_paths()
-            self._added[sha] = added
-            while len(self._added) > MAX_ADDED:
-                self._added.popitem(last=False)
 
     def _bound_paths(self) -> None:
         """Under the lock: forget the oldest commits' paths beyond ``MAX_PATHS`` paths or
@@ -161,11 +151,6 @@ def lane_commit(repo: pygit2.Repository, sha: str) -> LaneCommit:
 def changed_by(repo: pygit2.Repository, landed: LaneCommit) -> tuple[str, ...]:
     """The file paths ``landed`` changed against its first parent."""
     return _FACTS.paths(repo, landed)
-
-
-def added_by(sha: str) -> Added | None:
-    """What lane commit ``sha`` added, if this process made it (never computed here)."""
-    return _FACTS.added(sha)
 
 
 def remember_changed(

@@ -50,6 +50,7 @@ from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Citation, Receipts, trailer_lines
 from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.history import (
+    Added,
     checkpoint_number,
     lane_commit,
     lane_commits_since,
@@ -254,6 +255,8 @@ class _Chain:
         self.landed: list[tuple[_Ticket, _Outcome, str]] = []
         #: Changes the chain does not commit, with their result.
         self.settled: list[tuple[_Ticket, LaneResult]] = []
+        #: What each of the chain's commits added, for the origin refresh.
+        self.added: dict[str, Added] = {}
         #: Each directory the chain changed: its tree at the start, at the head, and the
         #: names in it that changed on the way.
         self.directories: dict[str, tuple[bytes | None, bytes, set[str]]] = {}
@@ -324,7 +327,7 @@ class _Chain:
         parent, self.head, self._total = self.head, str(commit), total
         # Later changes of the pass recheck against this commit, and the origin refresh
         # publishes it: spare them diffing its trees.
-        added = remember_changed(
+        added = self.added[self.head] = remember_changed(
             self.head, before, self.tree, {*increment.written, *increment.deleted}
         )
         for directory, tree_id, replaced in added.trees:
@@ -355,7 +358,7 @@ class _Chain:
             self.memory.write(self.repo, pack=several)  # durable before main names it
             _compare_and_swap_main(self.repo, self.start, pygit2.Oid(hex=self.head))
             record_tree_bytes(self.repo, self.head, self.total())
-            sync_origin(self.repo, origin)
+            sync_origin(self.repo, origin, self.added)
         for ticket, result in self.settled:
             ticket.settle(result)
         for ticket, outcome, commit in self.landed:
@@ -367,7 +370,8 @@ class _Chain:
         # from the ones before, rather than each of them listing every name again.
         for first, last, names in self.directories.values():
             if first is not None:
-                carry_name_forms(first, cast(pygit2.Tree, self.stage[last.hex()]), names)
+                old, new = (cast(pygit2.Tree, self.stage[tree.hex()]) for tree in (first, last))
+                carry_name_forms(old, new, names)
         return _Chain(self.repo, self.stage, self.memory, self.imp, self.since)
 
 

@@ -5,8 +5,8 @@ mounted. The mirror carries only ``refs/heads/main`` (no candidate or quarantine
 refs, whose content was refused), no hooks and a minimal config.
 
 A refresh publishes what main gained since the mirror's main — O(change), found
-by diffing each new commit's tree against its parent's (or, for a commit this
-process's lane made, taken from what the lane recorded making it), never by
+by diffing each new commit's tree against its parent's (or, for a commit the
+lane pass asking for the refresh made, taken from what it recorded making it), never by
 walking the repository — and only then moves the mirror's main, so the mirror's main always
 names complete history and a refresh that died halfway is simply redone.
 Objects arrive three ways, cheapest first: a canonical pack whose every object
@@ -24,6 +24,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
@@ -32,7 +33,7 @@ import pygit2
 from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
 from impyard.knowledge.gitcalls import Repository
-from impyard.knowledge.history import added_by
+from impyard.knowledge.history import Added
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
 from impyard.knowledge.repo import MAIN, TREE_MODE, configure_libgit2, main_commit
@@ -49,14 +50,19 @@ def publish_origin(home: Home, imp: str) -> str:
         return sync_origin(repo, home.origin(imp))
 
 
-def sync_origin(repo: pygit2.Repository, origin_path: Path) -> str:
-    """The lock-free core: callers hold the lane lock (or own the directory, at creation)."""
+def sync_origin(
+    repo: pygit2.Repository, origin_path: Path, made: Mapping[str, Added] | None = None
+) -> str:
+    """The lock-free core: callers hold the lane lock (or own the directory, at creation).
+
+    ``made``: what each commit the caller's lane pass made added (by commit id), so those
+    commits' trees are not diffed again."""
     head = main_commit(repo)
     origin = _open_or_create(origin_path)
     target = pygit2.Oid(hex=head)
     published = _published(origin)
     if published != target:
-        _publish_objects(repo, origin, target, published)
+        _publish_objects(repo, origin, target, published, made or {})
         origin.references.create(MAIN, target, force=True)
     # Only main may ever be published; drop anything else that appeared.
     for name in list(origin.references):
@@ -94,16 +100,23 @@ def _open_or_create(path: Path) -> pygit2.Repository:
 
 
 def _publish_objects(
-    src: pygit2.Repository, dst: pygit2.Repository, head: pygit2.Oid, published: pygit2.Oid | None
+    src: pygit2.Repository,
+    dst: pygit2.Repository,
+    head: pygit2.Oid,
+    published: pygit2.Oid | None,
+    made: Mapping[str, Added],
 ) -> None:
     """Make every object ``head`` has and ``published`` lacks durable in ``dst``."""
-    wanted, commits = _objects_since(src, head, published)
+    wanted, commits = _objects_since(src, head, published, made)
     remaining = _link_packs(src, dst, wanted)
     _copy_objects(src, dst, remaining, commits > 1)
 
 
 def _objects_since(
-    src: pygit2.Repository, head: pygit2.Oid, published: pygit2.Oid | None
+    src: pygit2.Repository,
+    head: pygit2.Oid,
+    published: pygit2.Oid | None,
+    made: Mapping[str, Added],
 ) -> tuple[set[bytes], int]:
     """Raw ids of the commits after ``published`` up to ``head`` and of what their trees
     add; and how many commits those are."""
@@ -118,8 +131,8 @@ def _objects_since(
         commits += 1
         found.add(commit.id.raw)
         parent = commit.parents[0].tree if commit.parents else None
-        # A commit of this process's lane says what it added; others are diffed.
-        added = added_by(str(commit.id)) if parent is not None else None
+        # A commit the caller's lane pass made says what it added; others are diffed.
+        added = made.get(str(commit.id)) if parent is not None else None
         if added is None:
             _tree_objects(src, parent, commit.tree, found)
         else:

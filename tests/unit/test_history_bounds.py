@@ -20,7 +20,6 @@ def test_remembered_paths_stay_within_max_paths(monkeypatch: pytest.MonkeyPatch)
         facts.remember(f"{n:040x}", added(n))
     assert facts._path_count <= 50
     assert sum(len(paths) for paths in facts._paths.values()) == facts._path_count
-    assert len(facts._added) <= history.MAX_ADDED
     # The newest are the ones kept.
     assert facts._paths[f"{999:040x}"] == ("records/note-999.md",)
 

@@ -227,7 +227,7 @@ def test_an_origin_many_commits_behind_catches_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home, _ = make_imp(tmp_path)
-    monkeypatch.setattr(lane_module, "sync_origin", lambda repo, path: main_commit(repo))
+    monkeypatch.setattr(lane_module, "sync_origin", lambda repo, path, made=None: main_commit(repo))
     files: dict[str, bytes] = {}
     for run, count in enumerate([1, RECORDS, 2, 40], start=1):
         upper = tmp_path / f"upper{run}"

@@ -15,6 +15,7 @@ from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import integrate
+from impyard.knowledge.pathnames import normalize_segment
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.validate import validate
 from tests.helpers.repo import change_of, make_imp, namespace, run_id, trailers
@@ -41,10 +42,37 @@ def test_a_carried_index_equals_one_built_afresh(
     repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
     old, new = tree_of(repo, before), tree_of(repo, after)
     clashes._FORMS.of(old)
-    carry_name_forms(old.id.raw, new, before | after)
+    carry_name_forms(old, new, before | after)
+    assert new.id.raw in clashes._FORMS._known
     carried = clashes._FORMS.of(new)
     fresh = clashes._DirectoryForms(max_names=1 << 10).of(new)
-    assert {k: sorted(v) for k, v in carried.items()} == {k: sorted(v) for k, v in fresh.items()}
+    assert carried == fresh
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    names=st.sets(st.sampled_from(NAMES), min_size=1),
+    ours=st.sets(st.sampled_from(NAMES)),
+    form=st.sampled_from(sorted({normalize_segment(name) for name in NAMES} | {"zz"})),
+)
+def test_the_names_of_a_form_are_exactly_those_in_the_tree(
+    names: set[str], ours: set[str], form: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
+    tree = tree_of(repo, names)
+    hint = [name for name in ours if normalize_segment(name) == form]
+    found = clashes._FORMS.named(tree, form, hint)
+    assert sorted(found) == sorted(n for n in names if normalize_segment(n) == form)
+
+
+def test_the_index_stays_within_its_bound(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    forms = clashes._DirectoryForms(max_names=25)
+    trees = [tree_of(repo, {f"n{i}-{j}.md" for j in range(10)}) for i in range(5)]
+    for tree in trees:
+        forms.of(tree)
+    assert sum(len(hashes) for hashes in forms._known.values()) <= 25
+    assert trees[-1].id.raw in forms._known, "the newest index is kept"
 
 
 def test_validation_against_a_main_the_lane_made_sees_names_it_landed(tmp_path: Path) -> None:
