@@ -11,7 +11,7 @@ n² commit reads and tree diffs (500 runs from one base: minutes at 100,000
 records). A commit never changes, so what was learned about it by its id
 stays true in every repository that holds it: the facts are kept per process,
 bounded, and read once per commit. The lane records what a commit it makes
-changed and added (``remember_changed``) from the few paths it wrote, so neither
+changed (``remember_added``) from the few paths it wrote, so neither
 the rest of its pass nor the origin refresh after it diffs that commit's trees (the
 pass hands the refresh what its commits added; nothing here keeps that).
 """
@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import cast
 
 import pygit2
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.gitobj import changed_paths, lookup_entry
+from impyard.knowledge.gitobj import changed_paths
 
 #: How many commits' facts, and how many changed paths in all, the process remembers:
 #: serve's working window, not all of history. The lane asks about the commits between a
@@ -39,9 +38,6 @@ from impyard.knowledge.gitobj import changed_paths, lookup_entry
 #: under 1 MiB within the first few hundred runs, where serve's memory must stop growing.
 MAX_COMMITS = 256
 MAX_PATHS = 1 << 12
-_BLOB_MODES = frozenset(
-    {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
-)
 
 
 @dataclass(frozen=True)
@@ -153,46 +149,9 @@ def changed_by(repo: pygit2.Repository, landed: LaneCommit) -> tuple[str, ...]:
     return _FACTS.paths(repo, landed)
 
 
-def remember_changed(
-    sha: str, old: pygit2.Tree, new: pygit2.Tree, candidates: Iterable[str]
-) -> Added:
-    """Record what commit ``sha`` (tree ``new``, first parent's tree ``old``) changed and
-    added, knowing the changed files are among ``candidates`` and that it adds no empty
-    directory (a lane commit): O(candidates x depth), where diffing the trees costs the
-    width of every directory they touch (a topic of 1,000 records: ~1 ms)."""
-    changed = [path for path in candidates if _file(old, path) != _file(new, path)]
-    changed.sort(key=lambda p: p.split("/"))  # ``changed_paths`` order
-    objects: set[bytes] = set()
-    trees: list[tuple[str, bytes, bytes | None]] = []
-    directories = {""} if changed else set()
-    for path in changed:
-        parts = path.split("/")
-        directories.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
-        leaf = _file(new, path)
-        if leaf is not None and leaf[1] in _BLOB_MODES:
-            objects.add(leaf[0].raw)
-    # Every directory above a changed file differs from the parent's, if it still exists.
-    for directory in sorted(directories):
-        now = _tree(new, directory)
-        if now is not None:
-            was = _tree(old, directory)
-            objects.add(now.raw)
-            trees.append((directory, now.raw, was.raw if was is not None else None))
-    added = Added(tuple(changed), frozenset(objects), tuple(trees))
+def remember_added(sha: str, added: Added) -> None:
+    """Record what lane commit ``sha`` changed, as the lane knew it when it made it."""
     _FACTS.remember(sha, added)
-    return added
-
-
-def _file(tree: pygit2.Tree, path: str) -> tuple[pygit2.Oid, int] | None:
-    found = lookup_entry(tree, path)
-    if found is None or isinstance(found, pygit2.Tree):
-        return None  # ``changed_paths`` lists files only
-    return found.id, int(found.filemode)
-
-
-def _tree(tree: pygit2.Tree, directory: str) -> pygit2.Oid | None:
-    found = tree if not directory else lookup_entry(tree, directory)
-    return found.id if isinstance(found, pygit2.Tree) else None
 
 
 def lane_commits_since(repo: pygit2.Repository, base: str, head: str) -> list[LaneCommit]:

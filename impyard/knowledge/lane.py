@@ -49,12 +49,13 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Citation, Receipts, trailer_lines
 from impyard.knowledge.clashes import carry_name_forms
+from impyard.knowledge.headtree import HeadTree
 from impyard.knowledge.history import (
     Added,
     checkpoint_number,
     lane_commit,
     lane_commits_since,
-    remember_changed,
+    remember_added,
 )
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, Split, split
@@ -63,9 +64,9 @@ from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
 from impyard.knowledge.rechecks import LandedSince, recheck_since
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
-from impyard.knowledge.sizes import record_tree_bytes, size_delta, tree_bytes
+from impyard.knowledge.sizes import blob_size, record_tree_bytes, tree_bytes
 from impyard.knowledge.staging import MemoryObjects, staged
-from impyard.knowledge.trees import PathConflict, build_tree
+from impyard.knowledge.trees import PathConflict
 from impyard.knowledge.validate import REPO_PATH, check_change
 from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
@@ -91,6 +92,7 @@ LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]
 #: one-note commit stages ~80 KB of trees) and how long its first caller waits.
 MAX_CHAIN_COMMITS = 1024
 MAX_STAGED_BYTES = 64 << 20
+_TREE = pygit2.enums.ObjectType.TREE
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,9 @@ class _Chain:
         self.since = since
         self.start = main_commit(repo)
         self.head = self.start
-        self.tree = cast(pygit2.Commit, stage[self.start]).tree
+        self._tree: pygit2.Tree | None = cast(pygit2.Commit, stage[self.start]).tree
+        #: The head's tree as the chain edits it (``headtree``).
+        self.trees = HeadTree(self._tree.id.raw, self._read_tree)
         self._total: int | None = None
         #: Changes the chain commits, with their outcome and commit, in order.
         self.landed: list[tuple[_Ticket, _Outcome, str]] = []
@@ -293,20 +297,20 @@ class _Chain:
         if found is not None:
             return outcome.landed("integrated", found)
         conflicts = since.clashes(
-            self.tree, increment, prepared.namespace, prepared.mode, trailers.run
+            self._head_tree, increment, prepared.namespace, prepared.mode, trailers.run
         )
         if conflicts:
             return outcome.refused("conflict", conflicts)
         try:
-            tree = build_tree(self.stage, self.tree, increment.written, increment.deleted)
+            edit = self.trees.edit(self.stage, increment.written, increment.deleted)
         except PathConflict as exc:
             clash = Violation(exc.path, "collision", "main now has a file/directory clash here")
             return outcome.refused("conflict", [clash])
-        if tree == self.tree.id:
+        if edit.root == self.trees.root:
             return outcome.landed("empty")
-        total = self.total() + size_delta(
-            self.stage, self.tree, increment.written, increment.deleted
-        )
+        replaced = sum(blob_size(self.stage, pygit2.Oid(raw=raw)) for raw in edit.replaced)
+        written = sum(state.size for state in increment.written.values())
+        total = self.total() + written - replaced
         limit = prepared.limits.max_repo_bytes
         if total > limit:
             too_large = Violation(
@@ -315,25 +319,34 @@ class _Chain:
                 f"main would hold {total} bytes; max_repo_bytes is {limit}",
             )
             return outcome.refused("rejected", [too_large])
+        for raw, body in edit.objects:
+            self.memory.hold(raw, _TREE, body)
         commit = self.stage.create_commit(
             None,
             imp_signature(self.imp),
             host_signature(),
             prepared.message + "\n",
-            tree,
+            pygit2.Oid(raw=edit.root),
             [pygit2.Oid(hex=self.head)],
         )
-        before, self.tree = self.tree, cast(pygit2.Commit, self.stage[commit]).tree
+        self.trees.accept(edit)
+        self._tree = None
         parent, self.head, self._total = self.head, str(commit), total
         # Later changes of the pass recheck against this commit, and the origin refresh
         # publishes it: spare them diffing its trees.
-        added = self.added[self.head] = remember_changed(
-            self.head, before, self.tree, {*increment.written, *increment.deleted}
+        added = self.added[self.head] = Added(
+            paths=edit.changed_paths(),
+            objects=frozenset(
+                [*(blob for _, blob in edit.files if blob is not None)]
+                + [tree for _, tree, _ in edit.trees]
+            ),
+            trees=tuple(sorted(edit.trees, key=lambda tree: tree[0])),
         )
-        for directory, tree_id, replaced in added.trees:
-            if replaced is not None:
-                self.memory.based_on(tree_id, replaced)
-            first, _, names = self.directories.get(directory, (replaced, tree_id, set()))
+        remember_added(self.head, added)
+        for directory, tree_id, replaced_tree in added.trees:
+            if replaced_tree is not None:
+                self.memory.based_on(tree_id, replaced_tree)
+            first, _, names = self.directories.get(directory, (replaced_tree, tree_id, set()))
             names.update(_names_under(directory, added.paths))
             self.directories[directory] = (first, tree_id, names)
         made = lane_commit(self.stage, self.head)
@@ -341,6 +354,19 @@ class _Chain:
             if since.head == parent:
                 since.add(self.stage, made)
         return self.head
+
+    def _head_tree(self) -> pygit2.Tree:
+        """The head's tree as a pygit2 object, read only when a recheck needs it."""
+        if self._tree is None:
+            self._tree = cast(pygit2.Tree, self.stage[pygit2.Oid(raw=self.trees.root)])
+        return self._tree
+
+    def _read_tree(self, oid: bytes) -> bytes:
+        held = self.memory.held(oid)
+        if held is not None:
+            return held
+        data: bytes = self.repo.odb.read(pygit2.Oid(raw=oid))[1]
+        return data
 
     def _landed_since(self, base: str) -> LandedSince:
         """What landed after ``base`` up to the chain's head: read once per base in a pass,

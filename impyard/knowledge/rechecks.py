@@ -13,6 +13,7 @@ cost n lookups rather than n walks over a history growing by one each time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pygit2
@@ -84,12 +85,17 @@ class LandedSince:
         return self._checkpoints.get((run_id, checkpoint))
 
     def clashes(
-        self, head_tree: pygit2.Tree, change: Change, namespace: str, mode: Mode, run_id: str
+        self,
+        head_tree: Callable[[], pygit2.Tree],
+        change: Change,
+        namespace: str,
+        mode: Mode,
+        run_id: str,
     ) -> list[Violation]:
         """What landed since ``base`` (by other runs) that ``change`` now clashes with.
 
-        ``head_tree`` is ``head``'s tree. The run's own earlier checkpoints are not
-        clashes: ``increments`` handles their files."""
+        ``head_tree`` gives ``head``'s tree, asked only when a landed name may clash. The
+        run's own earlier checkpoints are not clashes: ``increments`` handles their files."""
         if not self._commits:
             return []
         touched = set(change.written) | set(change.deleted)
@@ -123,7 +129,8 @@ class LandedSince:
                     )
                 )
         # A name that differs from ours only in case or Unicode form may have landed meanwhile.
-        found.extend(landed_name_clashes(head_tree, landed, change))
+        if landed:
+            found.extend(landed_name_clashes(head_tree(), landed, change))
         return found
 
     def _relevant(
@@ -161,5 +168,5 @@ def recheck_since(
     """``LandedSince.clashes`` for one change, reading what landed from the repository."""
     if head == base:
         return []
-    head_tree = repo[head].peel(pygit2.Tree)
-    return LandedSince.read(repo, base, head).clashes(head_tree, change, namespace, mode, run_id)
+    since = LandedSince.read(repo, base, head)
+    return since.clashes(lambda: repo[head].peel(pygit2.Tree), change, namespace, mode, run_id)

@@ -65,11 +65,19 @@ class MemoryObjects(pygit2.OdbBackend):
         raise KeyError(prefix)
 
     def write_cb(self, oid: pygit2.Oid, data: bytes, kind: int) -> None:
-        raw = oid.raw
+        self.hold(oid.raw, kind, bytes(data))
+
+    def hold(self, raw: bytes, kind: int, data: bytes) -> None:
+        """Take an object made outside libgit2 (``raw`` must be its id)."""
         if raw not in self._objects:
-            self._objects[raw] = (kind, bytes(data))
+            self._objects[raw] = (kind, data)
             self._order.append(raw)
             self.bytes += len(data)
+
+    def held(self, raw: bytes) -> bytes | None:
+        """The data of held object ``raw``, if it is held."""
+        found = self._objects.get(raw)
+        return found[1] if found is not None else None
 
     def refresh_cb(self) -> None:
         return None

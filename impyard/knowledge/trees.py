@@ -25,25 +25,26 @@ class PathConflict(KnowledgeError):
 
 
 @dataclass
-class _Node:
+class Node:
     files: dict[str, FileState] = field(default_factory=dict)
-    dirs: dict[str, _Node] = field(default_factory=dict)
+    dirs: dict[str, Node] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
 
 
-def _plan(written: Mapping[str, FileState], deleted: Iterable[str]) -> _Node:
-    root = _Node()
+def plan_change(written: Mapping[str, FileState], deleted: Iterable[str]) -> Node:
+    """The change as a tree of directories: what each one gets written and deleted."""
+    root = Node()
     for path, state in written.items():
         *parents, name = path.split("/")
         node = root
         for part in parents:
-            node = node.dirs.setdefault(part, _Node())
+            node = node.dirs.setdefault(part, Node())
         node.files[name] = state
     for path in deleted:
         *parents, name = path.split("/")
         node = root
         for part in parents:
-            node = node.dirs.setdefault(part, _Node())
+            node = node.dirs.setdefault(part, Node())
         node.deleted.add(name)
     return root
 
@@ -61,7 +62,7 @@ def build_tree(
     new trees are durable on return: a few are written by libgit2 one fsynced
     file each; many (a change spread over many directories) go into one pack.
     """
-    plan = _plan(written, deleted)
+    plan = plan_change(written, deleted)
     if _count_trees(plan) >= PACK_THRESHOLD:
         return _build_packed(repo, tree, plan)
     oid = _apply(repo, tree, plan, "")
@@ -70,12 +71,12 @@ def build_tree(
     return oid
 
 
-def _count_trees(node: _Node) -> int:
+def _count_trees(node: Node) -> int:
     return 1 + sum(_count_trees(child) for child in node.dirs.values())
 
 
 def _apply(
-    repo: pygit2.Repository, tree: pygit2.Tree | None, node: _Node, prefix: str
+    repo: pygit2.Repository, tree: pygit2.Tree | None, node: Node, prefix: str
 ) -> pygit2.Oid | None:
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
     for name in node.deleted:
@@ -111,14 +112,14 @@ def _apply(
 
 
 # Tree entries as git stores them: mode (ASCII octal), name and raw id.
-_TREE_MODE_BYTES = b"40000"
-_FILE_MODE_BYTES = b"100644"
-_EXEC_MODE_BYTES = b"100755"
+TREE_MODE_BYTES = b"40000"
+FILE_MODE_BYTES = b"100644"
+EXEC_MODE_BYTES = b"100755"
 _TREE = pygit2.enums.ObjectType.TREE
 _BLOB = pygit2.enums.ObjectType.BLOB
 
 
-def _build_packed(repo: pygit2.Repository, tree: pygit2.Tree | None, plan: _Node) -> pygit2.Oid:
+def _build_packed(repo: pygit2.Repository, tree: pygit2.Tree | None, plan: Node) -> pygit2.Oid:
     """``build_tree`` for many trees: serialized here and written as one pack.
 
     libgit2's TreeBuilder can only write each tree straight to the odb (an
@@ -135,34 +136,34 @@ def _build_packed(repo: pygit2.Repository, tree: pygit2.Tree | None, plan: _Node
 
 
 def _serialize(
-    repo: pygit2.Repository, tree: bytes | None, node: _Node, prefix: str, batch: ObjectBatch
+    repo: pygit2.Repository, tree: bytes | None, node: Node, prefix: str, batch: ObjectBatch
 ) -> bytes | None:
     entries = _read_tree(repo, tree) if tree is not None else {}
     for name in node.deleted:
         key = name.encode("utf-8", "surrogateescape")
         entry = entries.get(key)
-        if entry is not None and entry[0] != _TREE_MODE_BYTES:
+        if entry is not None and entry[0] != TREE_MODE_BYTES:
             del entries[key]
     for name, child in node.dirs.items():
-        key = _entry_name(prefix, name)
+        key = entry_name(prefix, name)
         entry = entries.get(key)
         subtree: bytes | None = None
         if entry is not None:
-            if entry[0] != _TREE_MODE_BYTES:
+            if entry[0] != TREE_MODE_BYTES:
                 raise PathConflict(prefix + name)
             subtree = entry[1]
         new = _serialize(repo, subtree, child, f"{prefix}{name}/", batch)
         if new is None:
             entries.pop(key, None)
         else:
-            entries[key] = (_TREE_MODE_BYTES, new)
+            entries[key] = (TREE_MODE_BYTES, new)
     for name, state in node.files.items():
-        key = _entry_name(prefix, name)
+        key = entry_name(prefix, name)
         entry = entries.get(key)
-        if entry is not None and entry[0] == _TREE_MODE_BYTES:
+        if entry is not None and entry[0] == TREE_MODE_BYTES:
             raise PathConflict(prefix + name)
-        mode = _EXEC_MODE_BYTES if state.executable else _FILE_MODE_BYTES
-        entries[key] = (mode, _stored_blob(repo, prefix + name, state.blob))
+        mode = EXEC_MODE_BYTES if state.executable else FILE_MODE_BYTES
+        entries[key] = (mode, stored_blob(repo, prefix + name, state.blob))
     if not entries:
         return None
     ordered = sorted(entries.items(), key=_order)
@@ -186,10 +187,10 @@ def _read_tree(repo: pygit2.Repository, oid: bytes) -> dict[bytes, tuple[bytes, 
 def _order(item: tuple[bytes, tuple[bytes, bytes]]) -> bytes:
     """git's tree order: byte order of names, a directory's name read with a trailing '/'."""
     name, (mode, _) = item
-    return name + b"/" if mode == _TREE_MODE_BYTES else name
+    return name + b"/" if mode == TREE_MODE_BYTES else name
 
 
-def _entry_name(prefix: str, name: str) -> bytes:
+def entry_name(prefix: str, name: str) -> bytes:
     """``name`` as a tree entry, refused as libgit2's TreeBuilder refuses it (NTFS rules on)."""
     try:
         raw = name.encode("utf-8")
@@ -202,7 +203,7 @@ def _entry_name(prefix: str, name: str) -> bytes:
     return raw
 
 
-def _stored_blob(repo: pygit2.Repository, path: str, blob: str) -> bytes:
+def stored_blob(repo: pygit2.Repository, path: str, blob: str) -> bytes:
     """The raw id of ``blob``, which must already be a blob in the odb (as TreeBuilder insists)."""
     try:
         oid = pygit2.Oid(hex=blob)

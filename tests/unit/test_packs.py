@@ -16,7 +16,7 @@ from impyard.errors import KnowledgeError
 from impyard.knowledge import packs
 from impyard.knowledge.change import FileState
 from impyard.knowledge.packs import ObjectBatch, PackWriter, object_id, pack_object_ids
-from impyard.knowledge.trees import PathConflict, _apply, _build_packed, _plan
+from impyard.knowledge.trees import PathConflict, _apply, _build_packed, plan_change
 from tests.helpers.git import git
 from tests.helpers.repo import assert_fsck_clean
 
@@ -153,7 +153,7 @@ def _tree_of(repo: pygit2.Repository, files: dict[str, bytes]) -> pygit2.Tree | 
     if not files:
         return None
     written = {p: FileState(str(repo.create_blob(d)), len(d), False) for p, d in files.items()}
-    oid = _apply(repo, None, _plan(written, ()), "")
+    oid = _apply(repo, None, plan_change(written, ()), "")
     assert oid is not None
     return repo[oid].peel(pygit2.Tree)
 
@@ -183,7 +183,7 @@ def test_packed_trees_match_treebuilder(
             p: FileState(str(repo.create_blob(d)), len(d), executable)
             for p, (d, executable) in written.items()
         }
-        plan = _plan(states, deleted)
+        plan = plan_change(states, deleted)
 
         def by_libgit2() -> str:
             oid = _apply(repo, tree, plan, "")
@@ -197,7 +197,7 @@ def test_packed_trees_match_treebuilder(
 def test_packed_trees_refuse_what_treebuilder_refuses(tmp_path: Path, name: str) -> None:
     repo = bare(tmp_path / "r.git")
     state = FileState(str(repo.create_blob(b"x")), 1, False)
-    plan = _plan({f"records/{name}": state}, ())
+    plan = plan_change({f"records/{name}": state}, ())
     with pytest.raises(KnowledgeError):
         _apply(repo, None, plan, "")
     with pytest.raises(KnowledgeError):
@@ -207,7 +207,7 @@ def test_packed_trees_refuse_what_treebuilder_refuses(tmp_path: Path, name: str)
 
 def test_packed_trees_refuse_a_missing_blob(tmp_path: Path) -> None:
     repo = bare(tmp_path / "r.git")
-    plan = _plan({"records/a.md": FileState("1" * 40, 1, False)}, ())
+    plan = plan_change({"records/a.md": FileState("1" * 40, 1, False)}, ())
     with pytest.raises(KnowledgeError, match="no blob"):
         _build_packed(repo, None, plan)
     assert pack_files(repo) == []
