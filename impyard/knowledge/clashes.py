@@ -12,7 +12,7 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import pygit2
 
@@ -101,29 +101,27 @@ class _DirectoryForms:
             return present
         return tuple(name for name in _names(tree) if normalize_segment(name) == form)
 
-    def carry(self, old: pygit2.Tree, new: pygit2.Tree, changed: Iterable[str]) -> None:
-        """Index ``new`` from the index of ``old`` (if there is one), a version of the same
-        directory whose entries differ from it only by the names ``changed``, and forget
-        ``old``: main has moved past it, so only runs that started before are based on it
-        (they index it again once). Otherwise every version the lane made of a directory
-        stayed, each a copy of its whole index, until the bound."""
+    def carry(self, old: bytes, new: bytes, came: Mapping[str, bool]) -> None:
+        """Index tree ``new`` from the index of tree ``old`` (if there is one), a version of
+        the same directory that differs from it by the names ``came`` (True: in ``new`` but
+        not ``old``; False: the other way round), and forget ``old``: main has moved past
+        it, so only runs that started before are based on it (they index it again once).
+        Otherwise every version the lane made of a directory stayed, each a copy of its
+        whole index, until the bound."""
         with self._lock:
-            known = self._known.get(old.id.raw)
-            if known is None or new.id.raw in self._known:
+            known = self._known.get(old)
+            if known is None or new in self._known:
                 return
         hashes = array("q", known)
-        for name in changed:
-            was, now = tree_has(old, name), tree_has(new, name)
-            if was == now:
-                continue  # rewritten in place, or not there at all: the same names
+        for name, there in came.items():
             key = hash(normalize_segment(name))
-            if now:
+            if there:
                 insort(hashes, key)
             else:
                 del hashes[bisect_left(hashes, key)]
-        self._store(new.id.raw, hashes)
+        self._store(new, hashes)
         with self._lock:
-            dropped = self._known.pop(old.id.raw, None)
+            dropped = self._known.pop(old, None)
             if dropped is not None:
                 self._names -= len(dropped)
 
@@ -146,10 +144,11 @@ def _names(tree: pygit2.Tree) -> Iterator[str]:
 _FORMS = _DirectoryForms(max_names=1 << 18)
 
 
-def carry_name_forms(old: pygit2.Tree, new: pygit2.Tree, changed: Iterable[str]) -> None:
-    """``new``, a directory the lane changed from ``old`` by the names ``changed``, gets its
-    name-form index from ``old``'s: O(changed), where indexing it afresh costs its width."""
-    _FORMS.carry(old, new, changed)
+def carry_name_forms(old: bytes, new: bytes, came: Mapping[str, bool]) -> None:
+    """Tree ``new``, a directory the lane changed from tree ``old`` by the names ``came``
+    (True: added, False: removed), gets its name-form index from ``old``'s: O(changed),
+    where indexing it afresh costs its width."""
+    _FORMS.carry(old, new, came)
 
 
 def name_clashes(tree: pygit2.Tree, change: Change) -> list[Violation]:

@@ -98,6 +98,8 @@ class Edit:
     #: Raw ids of the blobs the written and deleted paths held before (the result's size
     #: is the written sizes minus theirs, as ``sizes.size_delta`` counts it).
     replaced: list[bytes] = field(default_factory=list)
+    #: Each entry name that came or went: (directory, name, whether it is there now).
+    names: list[tuple[str, str, bool]] = field(default_factory=list)
     _versions: dict[str, Directory | None] = field(default_factory=dict)
 
     def changed_paths(self) -> tuple[str, ...]:
@@ -147,6 +149,12 @@ class HeadTree:
             else:
                 self._directories[directory] = version
 
+    def directory_id(self, path: str) -> bytes | None:
+        """The raw id of directory ``path`` at the head, for one this head's edits changed
+        (None for any other, and for one they removed)."""
+        known = self._directories.get(path)
+        return known.oid if known is not None else None
+
     def _directory(self, path: str, oid: bytes) -> Directory:
         known = self._directories.get(path)
         if known is not None and known.oid == oid:
@@ -175,12 +183,14 @@ class HeadTree:
             entries.insert(bisect_left(entries, _key(entry), key=_key), entry)
 
         touched: dict[bytes, str] = {}  # entry name -> its path
+        files_touched: set[str] = set()  # the paths of files written or deleted
         for name in node.deleted:
             key = name.encode("utf-8", "surrogateescape")
             entry = get(key)
             if entry is not None and entry[0] != TREE_MODE_BYTES:
                 remove(key)
                 touched[key] = prefix + name
+                files_touched.add(prefix + name)
         for name, child in node.dirs.items():
             key = entry_name(prefix, name)
             entry = get(key)
@@ -192,6 +202,7 @@ class HeadTree:
                     remove(key)
             elif entry is None or entry[1] != new:
                 put(key, TREE_MODE_BYTES, new)
+            touched.setdefault(key, prefix + name)
         for name, state in node.files.items():
             key = entry_name(prefix, name)
             entry = get(key)
@@ -200,14 +211,19 @@ class HeadTree:
             mode = EXEC_MODE_BYTES if state.executable else FILE_MODE_BYTES
             put(key, mode, stored_blob(repo, prefix + name, state.blob))
             touched[key] = prefix + name
-        for key, file_path in touched.items():
+            files_touched.add(prefix + name)
+        for key, entry_path in touched.items():
             at = _find(old.entries, key)
-            was = _mode_and_id(old.entries[at]) if at is not None else None
-            before, after = _file(was), _file(get(key))
+            was, now = _mode_and_id(old.entries[at]) if at is not None else None, get(key)
+            if (was is None) != (now is None):
+                edit.names.append((path, entry_path[len(prefix) :], now is not None))
+            if entry_path not in files_touched:
+                continue
+            before, after = _file(was), _file(now)
             if before is not None and before[0] != _GITLINK:
                 edit.replaced.append(before[1])
             if before != after:
-                edit.files.append((file_path, after[1] if after is not None else None))
+                edit.files.append((entry_path, after[1] if after is not None else None))
 
         if not entries:
             if oid is not None:

@@ -35,7 +35,7 @@ landing it twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -261,9 +261,9 @@ class _Chain:
         self.settled: list[tuple[_Ticket, LaneResult]] = []
         #: What each of the chain's commits added, for the origin refresh.
         self.added: dict[str, Added] = {}
-        #: Each directory the chain changed: its tree at the start, at the head, and the
-        #: names in it that changed on the way.
-        self.directories: dict[str, tuple[bytes | None, bytes, set[str]]] = {}
+        #: Each directory the chain changed: its tree at the start (None: it is new), and
+        #: the names that came (True) or went (False) since.
+        self.directories: dict[str, tuple[bytes | None, dict[str, bool]]] = {}
 
     @property
     def full(self) -> bool:
@@ -346,9 +346,13 @@ class _Chain:
         for directory, tree_id, replaced_tree in added.trees:
             if replaced_tree is not None:
                 self.memory.based_on(tree_id, replaced_tree)
-            first, _, names = self.directories.get(directory, (replaced_tree, tree_id, set()))
-            names.update(_names_under(directory, added.paths))
-            self.directories[directory] = (first, tree_id, names)
+            self.directories.setdefault(directory, (replaced_tree, {}))
+        for directory, name, there in edit.names:
+            came = self.directories.setdefault(directory, (None, {}))[1]
+            if came.get(name) == (not there):
+                del came[name]  # back as it was at the chain's start
+            else:
+                came[name] = there
         made = lane_commit(self.stage, self.head)
         for since in self.since.values():
             if since.head == parent:
@@ -394,10 +398,10 @@ class _Chain:
                 ticket.fail(exc)
         # The next runs are validated against this main: index its directories' names
         # from the ones before, rather than each of them listing every name again.
-        for first, last, names in self.directories.values():
-            if first is not None:
-                old, new = (cast(pygit2.Tree, self.stage[tree.hex()]) for tree in (first, last))
-                carry_name_forms(old, new, names)
+        for directory, (first, came) in self.directories.items():
+            last = self.trees.directory_id(directory)
+            if first is not None and last is not None:
+                carry_name_forms(first, last, came)
         return _Chain(self.repo, self.stage, self.memory, self.imp, self.since)
 
 
@@ -426,12 +430,6 @@ class _Outcome:
         if not self.keep_refused:
             return LaneResult(checkpoint, violations=every)
         return keep_candidate(self.repo, self.parts.rest, self.trailers, checkpoint, every)
-
-
-def _names_under(directory: str, paths: Iterable[str]) -> set[str]:
-    """The entry names of ``directory`` that ``paths`` go through."""
-    prefix = f"{directory}/" if directory else ""
-    return {path[len(prefix) :].split("/", 1)[0] for path in paths if path.startswith(prefix)}
 
 
 def _message(change: Change, trailers: Trailers, cited: list[Citation]) -> str:

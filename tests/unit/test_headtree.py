@@ -38,6 +38,15 @@ def _outcome(build: object) -> tuple[str, object]:
         return "refused", str(exc).split(":")[0]
 
 
+def _names_under(tree: pygit2.Tree, prefix: str = "") -> set[tuple[str, str]]:
+    """(directory, entry name) for every entry of ``tree``."""
+    found = {(prefix.rstrip("/"), str(entry.name)) for entry in tree}
+    for entry in tree:
+        if isinstance(entry, pygit2.Tree):
+            found |= _names_under(entry, f"{prefix}{entry.name}/")
+    return found
+
+
 def _trees_under(tree: pygit2.Tree | None, prefix: str = "") -> dict[str, bytes]:
     """Every directory of ``tree`` ('' is the top) -> its raw id."""
     if tree is None:
@@ -93,6 +102,10 @@ def test_edits_match_libgit2_commit_after_commit(
             before, after = _trees_under(tree), _trees_under(new)
             assert sorted(edit.trees) == sorted(
                 (d, oid, before.get(d)) for d, oid in after.items() if before.get(d) != oid
+            )
+            was, now = _names_under(tree), _names_under(new)
+            assert sorted(edit.names) == sorted(
+                [(d, n, True) for d, n in now - was] + [(d, n, False) for d, n in was - now]
             )
             head.accept(edit)
             tree = new

@@ -42,7 +42,8 @@ def test_a_carried_index_equals_one_built_afresh(
     repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
     old, new = tree_of(repo, before), tree_of(repo, after)
     clashes._FORMS.of(old)
-    carry_name_forms(old, new, before | after)
+    came = {name: name in after for name in before ^ after}
+    carry_name_forms(old.id.raw, new.id.raw, came)
     assert new.id.raw in clashes._FORMS._known
     carried = clashes._FORMS.of(new)
     fresh = clashes._DirectoryForms(max_names=1 << 10).of(new)
