@@ -35,6 +35,8 @@ landing it twice.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -57,11 +59,12 @@ from impyard.knowledge.history import (
     lane_commits_since,
     remember_added,
 )
-from impyard.knowledge.imps import open_repo
+from impyard.knowledge.imps import open_repo, require_imp
 from impyard.knowledge.increments import Landed, Split, split
 from impyard.knowledge.lanequeue import Ticket, take_turn
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.quarantine import preserved_commit
+from impyard.knowledge.readers import validation_reader
 from impyard.knowledge.rechecks import LandedSince, recheck_since
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.sizes import blob_size, record_tree_bytes, tree_bytes
@@ -160,32 +163,33 @@ def integrate(
     main does not take; the violations are the answer. ``receipts`` are the run's fetch
     receipts by id (default: none, so a note citing one is refused).
 
-    Validation runs here, in the caller's thread; then the change waits its turn in the
-    imp's lane, where it may land in one pass with others that waited alongside it.
+    Validation runs here, in the caller's thread (``readers``: at most two of an imp's at
+    once, sharing a repository per base); then the change waits its turn in the imp's
+    lane, where it may land in one pass with others that waited alongside it.
     """
     check_run_id(trailers.run)
     if (trailers.imp, trailers.base, trailers.mode) != (imp, base, mode):
         raise UsageError("trailers disagree with the run being integrated (imp, base or mode)")
     trailers.lines()  # refuse unusable trailer values before any work
-    repo = open_repo(home, imp)
+    require_imp(home, imp)
     parts = split(change, landed or {})
     increment = parts.increment
-    outcome = _Outcome(repo, parts, trailers, keep_refused)
+    outcome = _Outcome(home, parts, trailers, keep_refused)
     if increment.is_empty:
         return outcome.landed("empty")
-    found = find_landed_commit(repo, trailers.run, base, trailers.checkpoint)
-    if found is not None:
-        return outcome.landed("integrated", found)
-
-    checked = check_change(
-        repo,
-        base,
-        parts.effective,
-        namespace=namespace,
-        mode=mode,
-        limits=limits,
-        receipts=receipts,
-    )
+    with validation_reader(home, imp, base) as reader:
+        found = find_landed_commit(reader, trailers.run, base, trailers.checkpoint)
+        if found is not None:
+            return outcome.landed("integrated", found)
+        checked = check_change(
+            reader,
+            base,
+            parts.effective,
+            namespace=namespace,
+            mode=mode,
+            limits=limits,
+            receipts=receipts,
+        )
     if checked.violations:
         return outcome.refused("rejected", checked.violations)
     # Notes an earlier checkpoint landed had their receipts in that checkpoint's commit.
@@ -223,8 +227,10 @@ def _land(home: Home, imp: str, batch: list[_Ticket]) -> None:
     chain that fails to publish ends the pass (its changes, and those not reached, get
     the error: main did not move for them, or moved and re-integrating finds it)."""
     repo = open_repo(home, imp)
+    with _carried_lock:
+        since = _carried.pop(repo.path, {})
     with staged(repo.path) as (stage, memory):
-        chain = _Chain(repo, stage, memory, imp, {})
+        chain = _Chain(home, repo, stage, memory, since)
         for ticket in batch:
             try:
                 chain.add(ticket)
@@ -233,6 +239,21 @@ def _land(home: Home, imp: str, batch: list[_Ticket]) -> None:
             if chain.full:
                 chain = chain.publish(home.origin(imp))
         chain.publish(home.origin(imp))
+    bases = {ticket.item.trailers.base for ticket in batch}
+    with _carried_lock:
+        _carried[repo.path] = {base: known for base, known in since.items() if base in bases}
+        while len(_carried) > _CARRIED_IMPS:
+            _carried.popitem(last=False)
+
+
+#: What each imp's last pass knew had landed since each base its changes had (by
+#: repository), so that the next pass need not read it again: a pass's first change of a
+#: base read every commit since it, and the third pass of a burst read hundreds, beyond
+#: what the history cache holds (a commit read and a tree diff each: seconds). Only the
+#: bases of the last pass are kept; a pass uses one only if it ends where main starts.
+_carried: OrderedDict[str, dict[str, LandedSince]] = OrderedDict()
+_carried_lock = threading.Lock()
+_CARRIED_IMPS = 16
 
 
 class _Chain:
@@ -240,13 +261,13 @@ class _Chain:
 
     def __init__(
         self,
+        home: Home,
         repo: pygit2.Repository,
         stage: pygit2.Repository,
         memory: MemoryObjects,
-        imp: str,
         since: dict[str, LandedSince],
     ) -> None:
-        self.repo, self.stage, self.memory, self.imp = repo, stage, memory, imp
+        self.home, self.repo, self.stage, self.memory = home, repo, stage, memory
         #: Per base of the pass's changes: what landed since it (shared by its chains).
         self.since = since
         self.start = main_commit(repo)
@@ -276,7 +297,7 @@ class _Chain:
 
     def add(self, ticket: _Ticket) -> None:
         prepared = ticket.item
-        outcome = _Outcome(self.repo, prepared.parts, prepared.trailers, prepared.keep_refused)
+        outcome = _Outcome(self.home, prepared.parts, prepared.trailers, prepared.keep_refused)
         mark = self.memory.mark()
         try:
             replayed = self._replay(prepared, outcome)
@@ -323,7 +344,7 @@ class _Chain:
             self.memory.hold(raw, _TREE, body)
         commit = self.stage.create_commit(
             None,
-            imp_signature(self.imp),
+            imp_signature(trailers.imp),
             host_signature(),
             prepared.message + "\n",
             pygit2.Oid(raw=edit.root),
@@ -373,8 +394,8 @@ class _Chain:
         return data
 
     def _landed_since(self, base: str) -> LandedSince:
-        """What landed after ``base`` up to the chain's head: read once per base in a pass,
-        then extended by each commit the pass makes."""
+        """What landed after ``base`` up to the chain's head: read once per base (or
+        carried from the last pass), then extended by each commit the pass makes."""
         since = self.since.get(base)
         if since is None or since.head != self.head:
             since = self.since[base] = LandedSince.read(self.stage, base, self.head)
@@ -402,7 +423,7 @@ class _Chain:
             last = self.trees.directory_id(directory)
             if first is not None and last is not None:
                 carry_name_forms(first, last, came)
-        return _Chain(self.repo, self.stage, self.memory, self.imp, self.since)
+        return _Chain(self.home, self.repo, self.stage, self.memory, self.since)
 
 
 @dataclass
@@ -410,7 +431,7 @@ class _Outcome:
     """How one integration ends, with the refused changes to checkpointed files (if any)
     reported, and kept at the candidate ref when the lane keeps what it refuses."""
 
-    repo: pygit2.Repository
+    home: Home
     parts: Split
     trailers: Trailers
     keep_refused: bool
@@ -421,7 +442,7 @@ class _Outcome:
         if touched and self.keep_refused and self.parts.kept_back:
             kept = Change(written=dict(self.parts.kept_back))
             result.candidate_ref = keep_candidate(
-                self.repo, kept, self.trailers, checkpoint, touched
+                self._repo(), kept, self.trailers, checkpoint, touched
             ).candidate_ref
         return result
 
@@ -429,7 +450,11 @@ class _Outcome:
         every = [*violations, *self.parts.touched]
         if not self.keep_refused:
             return LaneResult(checkpoint, violations=every)
-        return keep_candidate(self.repo, self.parts.rest, self.trailers, checkpoint, every)
+        return keep_candidate(self._repo(), self.parts.rest, self.trailers, checkpoint, every)
+
+    def _repo(self) -> pygit2.Repository:
+        """Opened only to keep a candidate (most integrations keep none)."""
+        return open_repo(self.home, self.trailers.imp)
 
 
 def _message(change: Change, trailers: Trailers, cited: list[Citation]) -> str:

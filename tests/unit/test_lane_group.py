@@ -427,3 +427,37 @@ def test_a_host_dying_mid_group_loses_and_doubles_nothing(
     assert git("-C", home.origin("yuko"), "rev-parse", "main").stdout.strip() == chain[-1]
     assert_fsck_clean(home.repo("yuko"))
     assert_fsck_clean(home.origin("yuko"))
+
+
+def test_a_pass_takes_up_what_the_last_pass_knew_landed_since_a_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from impyard.knowledge.rechecks import LandedSince
+
+    home, repo = make_imp(tmp_path)
+    reads: list[tuple[str, str]] = []
+    real = LandedSince.read.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[LandedSince], r: pygit2.Repository, base: str, head: str) -> LandedSince:
+        reads.append((base, head))
+        return real(cls, r, base, head)
+
+    monkeypatch.setattr(LandedSince, "read", classmethod(counted))
+    first, second, third = one_note_jobs(repo, 3)
+    assert first.integrate(home).checkpoint == "integrated"
+    assert second.integrate(home).checkpoint == "integrated"
+    assert len(reads) == 1, "the second pass used what the first knew"
+    # Main moved outside the lane: what the last pass knew no longer ends at main.
+    repo = open_repo(home, "yuko")
+    sig = pygit2.Signature("owner", "owner@localhost")
+    head = repo[main_commit(repo)].peel(pygit2.Commit)
+    edit = repo.create_commit("refs/heads/main", sig, sig, "edit\n", head.tree.id, [head.id])
+    reads.clear()
+    assert third.integrate(home).checkpoint == "integrated"
+    assert reads == [(third.base, str(edit))], "read again, up to the chain's start"
+    repo = open_repo(home, "yuko")
+    runs = [
+        c.message_trailers.get("Impyard-Run")
+        for c in lane_module.commits_since(repo, first.base, main_commit(repo))
+    ]
+    assert runs == [third.run, None, second.run, first.run]

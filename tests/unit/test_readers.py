@@ -1,0 +1,103 @@
+"""Validations of one base share a repository, and an imp validates two changes at most
+at once; validating through the shared repository gives what a fresh one gives."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from impyard.knowledge import readers
+from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.lane import integrate
+from impyard.knowledge.readers import validation_reader
+from impyard.knowledge.repo import main_commit
+from tests.helpers.repo import change_of, make_imp, namespace, note, run_id, trailers
+
+
+def test_validations_of_one_base_share_a_repository_and_a_new_base_gets_its_own(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    with (
+        validation_reader(home, "yuko", base) as first,
+        validation_reader(home, "yuko", base) as again,
+    ):
+        assert again is first
+    path, data = note(namespace(1))
+    landed = integrate(
+        home,
+        "yuko",
+        change_of(repo, {path: data}),
+        base=base,
+        namespace=namespace(1),
+        mode="append",
+        limits=KnowledgeLimits(),
+        trailers=trailers(base, run=run_id(1)),
+    )
+    assert landed.checkpoint == "integrated"
+    with validation_reader(home, "yuko", str(landed.commit)) as newer:
+        assert newer is not first
+        # The shared repository sees what the lane wrote after it was opened.
+        assert str(newer[str(landed.commit)].id) == landed.commit
+
+
+def test_an_imp_validates_at_most_two_changes_at_once(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    inside, most = 0, 0
+    lock = threading.Lock()
+
+    def validate() -> None:
+        nonlocal inside, most
+        with validation_reader(home, "yuko", base):
+            with lock:
+                inside += 1
+                most = max(most, inside)
+            time.sleep(0.05)
+            with lock:
+                inside -= 1
+
+    threads = [threading.Thread(target=validate) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == readers.MAX_VALIDATING == 2
+
+
+def test_runs_of_one_base_landing_together_are_each_judged_on_their_own(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    results = {}
+
+    def land(n: int, ns: str) -> None:
+        path, data = note(ns, number=n)
+        results[n] = integrate(
+            home,
+            "yuko",
+            change_of(repo, {path: data}),
+            base=base,
+            namespace=namespace(1),
+            mode="append",
+            limits=KnowledgeLimits(),
+            trailers=trailers(base, run=run_id(n)),
+        )
+
+    # Run 3 claims another namespace: refused, while the others land beside it.
+    threads = [
+        threading.Thread(target=land, args=(n, namespace(3 if n == 3 else 1))) for n in range(1, 6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {n: r.checkpoint for n, r in results.items()} == {
+        1: "integrated",
+        2: "integrated",
+        3: "rejected",
+        4: "integrated",
+        5: "integrated",
+    }
+    assert [v.rule for v in results[3].violations] == ["namespace"]
