@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from impyard.knowledge.change import FileState
+from impyard.knowledge.history import Added
 from impyard.knowledge.trees import (
     EXEC_MODE_BYTES,
     FILE_MODE_BYTES,
@@ -102,13 +103,19 @@ class Edit:
     names: list[tuple[str, str, bool]] = field(default_factory=list)
     _versions: dict[str, Directory | None] = field(default_factory=dict)
 
-    def changed_paths(self) -> tuple[str, ...]:
-        """The changed file paths in ``gitobj.changed_paths`` order: by name at each level,
-        and what was under a directory before the file that replaced it."""
-        return tuple(sorted((path for path, _ in self.files), key=_changed_order))
+    def added(self) -> Added:
+        """What the commit of this edit changed and added, as ``history`` keeps it."""
+        blobs = [blob for _, blob in self.files if blob is not None]
+        return Added(
+            paths=tuple(sorted((path for path, _ in self.files), key=_changed_order)),
+            objects=frozenset([*blobs, *(tree for _, tree, _ in self.trees)]),
+            trees=tuple(sorted(self.trees, key=lambda tree: tree[0])),
+        )
 
 
 def _changed_order(path: str) -> list[tuple[str, bool]]:
+    """``gitobj.changed_paths`` order: by name at each level, and what was under a
+    directory before the file that replaced it."""
     *directories, name = path.split("/")
     return [*((directory, False) for directory in directories), (name, True)]
 

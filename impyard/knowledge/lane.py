@@ -355,14 +355,7 @@ class _Chain:
         parent, self.head, self._total = self.head, str(commit), total
         # Later changes of the pass recheck against this commit, and the origin refresh
         # publishes it: spare them diffing its trees.
-        added = self.added[self.head] = Added(
-            paths=edit.changed_paths(),
-            objects=frozenset(
-                [*(blob for _, blob in edit.files if blob is not None)]
-                + [tree for _, tree, _ in edit.trees]
-            ),
-            trees=tuple(sorted(edit.trees, key=lambda tree: tree[0])),
-        )
+        added = self.added[self.head] = edit.added()
         remember_added(self.head, added)
         for directory, tree_id, replaced_tree in added.trees:
             if replaced_tree is not None:

@@ -90,7 +90,7 @@ def test_edits_match_libgit2_commit_after_commit(
             for raw, body in edit.objects:
                 assert repo.odb.write(TREE, body).raw == raw
             new = repo[pygit2.Oid(raw=edit.root)].peel(pygit2.Tree)
-            assert edit.changed_paths() == tuple(changed_paths(tree, new))
+            assert edit.added().paths == tuple(changed_paths(tree, new))
             for changed, blob in edit.files:
                 now = lookup_entry(new, changed)
                 is_file = now is not None and not isinstance(now, pygit2.Tree)
@@ -103,6 +103,9 @@ def test_edits_match_libgit2_commit_after_commit(
             assert sorted(edit.trees) == sorted(
                 (d, oid, before.get(d)) for d, oid in after.items() if before.get(d) != oid
             )
+            blobs = {blob for _, blob in edit.files if blob is not None}
+            trees = {oid for d, oid in after.items() if before.get(d) != oid}
+            assert edit.added().objects == blobs | trees
             was, now = _names_under(tree), _names_under(new)
             assert sorted(edit.names) == sorted(
                 [(d, n, True) for d, n in now - was] + [(d, n, False) for d, n in was - now]
