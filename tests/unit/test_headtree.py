@@ -10,32 +10,20 @@ import pygit2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impyard.errors import KnowledgeError
 from impyard.knowledge.change import FileState
 from impyard.knowledge.gitobj import changed_paths, lookup_entry
 from impyard.knowledge.headtree import HeadTree
 from impyard.knowledge.sizes import blob_size, size_delta
-from impyard.knowledge.trees import PathConflict, _apply, plan_change
+from impyard.knowledge.trees import _apply, plan_change
+from tests.helpers.trees import outcome, path
 
 TREE = pygit2.enums.ObjectType.TREE
 
-# Names whose git order differs from plain string order once directories count as "name/".
-segment = st.sampled_from(["a", "a.b", "a-b", "a0", "b", "B", "é"])
-path = st.lists(segment, min_size=1, max_size=3).map("/".join)
 contents = st.sampled_from([b"1", b"2", b"3", b"four"])
 step = st.tuples(
     st.dictionaries(path, st.tuples(contents, st.booleans()), max_size=5),
     st.sets(path, max_size=3),
 )
-
-
-def _outcome(build: object) -> tuple[str, object]:
-    try:
-        return "tree", build()  # type: ignore[operator]
-    except PathConflict as exc:
-        return "conflict", exc.path
-    except KnowledgeError as exc:
-        return "refused", str(exc).split(":")[0]
 
 
 def _names_under(tree: pygit2.Tree, prefix: str = "") -> set[tuple[str, str]]:
@@ -80,8 +68,8 @@ def test_edits_match_libgit2_commit_after_commit(
                 for p, (d, executable) in written.items()
             }
 
-            expected = _outcome(lambda: _by_libgit2(repo, tree, states, deleted))  # noqa: B023
-            got = _outcome(lambda: head.edit(repo, states, deleted))  # noqa: B023
+            expected = outcome(lambda: _by_libgit2(repo, tree, states, deleted))  # noqa: B023
+            got = outcome(lambda: head.edit(repo, states, deleted))  # noqa: B023
             if expected[0] != "tree":
                 assert got == expected
                 continue

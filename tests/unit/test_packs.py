@@ -16,9 +16,10 @@ from impyard.errors import KnowledgeError
 from impyard.knowledge import packs
 from impyard.knowledge.change import FileState
 from impyard.knowledge.packs import ObjectBatch, PackWriter, object_id, pack_object_ids
-from impyard.knowledge.trees import PathConflict, _apply, _build_packed, plan_change
+from impyard.knowledge.trees import _apply, _build_packed, plan_change
 from tests.helpers.git import git
 from tests.helpers.repo import assert_fsck_clean
+from tests.helpers.trees import outcome, path
 
 BLOB = pygit2.enums.ObjectType.BLOB
 
@@ -135,9 +136,6 @@ def test_a_pack_is_never_visible_without_its_index(
 
 # --- trees serialized for a pack == trees from libgit2's TreeBuilder ----------------------
 
-# Names whose git order differs from plain string order once directories count as "name/".
-segment = st.sampled_from(["a", "a.b", "a-b", "a0", "b", "B", "é"])
-path = st.lists(segment, min_size=1, max_size=3).map("/".join)
 contents = st.sampled_from([b"1", b"2", b"3"])
 
 
@@ -156,15 +154,6 @@ def _tree_of(repo: pygit2.Repository, files: dict[str, bytes]) -> pygit2.Tree | 
     oid = _apply(repo, None, plan_change(written, ()), "")
     assert oid is not None
     return repo[oid].peel(pygit2.Tree)
-
-
-def _outcome(build: object) -> tuple[str, object]:
-    try:
-        return "tree", build()  # type: ignore[operator]
-    except PathConflict as exc:
-        return "conflict", exc.path
-    except KnowledgeError as exc:
-        return "refused", str(exc).split(":")[0]
 
 
 @settings(max_examples=150, deadline=None)
@@ -189,8 +178,8 @@ def test_packed_trees_match_treebuilder(
             oid = _apply(repo, tree, plan, "")
             return str(oid if oid is not None else repo.TreeBuilder().write())
 
-        expected = _outcome(by_libgit2)
-        assert _outcome(lambda: str(_build_packed(repo, tree, plan))) == expected
+        expected = outcome(by_libgit2)
+        assert outcome(lambda: str(_build_packed(repo, tree, plan))) == expected
 
 
 @pytest.mark.parametrize("name", [".git", ".GIT", ".git.", "git~1", ".git::$DATA", "..", ""])

@@ -7,12 +7,30 @@ import threading
 import time
 from pathlib import Path
 
+import pygit2
+
+from impyard.home import Home
 from impyard.knowledge import readers
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.lane import integrate
+from impyard.knowledge.lane import LaneResult, integrate
 from impyard.knowledge.readers import validation_reader
 from impyard.knowledge.repo import main_commit
 from tests.helpers.repo import change_of, make_imp, namespace, note, run_id, trailers
+
+
+def land_note(home: Home, repo: pygit2.Repository, base: str, n: int, ns: str) -> LaneResult:
+    """Integrate run ``n``, appending note ``n`` of namespace ``ns`` (as namespace 1)."""
+    path, data = note(ns, number=n)
+    return integrate(
+        home,
+        "yuko",
+        change_of(repo, {path: data}),
+        base=base,
+        namespace=namespace(1),
+        mode="append",
+        limits=KnowledgeLimits(),
+        trailers=trailers(base, run=run_id(n)),
+    )
 
 
 def test_validations_of_one_base_share_a_repository_and_a_new_base_gets_its_own(
@@ -25,17 +43,7 @@ def test_validations_of_one_base_share_a_repository_and_a_new_base_gets_its_own(
         validation_reader(home, "yuko", base) as again,
     ):
         assert again is first
-    path, data = note(namespace(1))
-    landed = integrate(
-        home,
-        "yuko",
-        change_of(repo, {path: data}),
-        base=base,
-        namespace=namespace(1),
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base, run=run_id(1)),
-    )
+    landed = land_note(home, repo, base, 1, namespace(1))
     assert landed.checkpoint == "integrated"
     with validation_reader(home, "yuko", str(landed.commit)) as newer:
         assert newer is not first
@@ -73,17 +81,7 @@ def test_runs_of_one_base_landing_together_are_each_judged_on_their_own(tmp_path
     results = {}
 
     def land(n: int, ns: str) -> None:
-        path, data = note(ns, number=n)
-        results[n] = integrate(
-            home,
-            "yuko",
-            change_of(repo, {path: data}),
-            base=base,
-            namespace=namespace(1),
-            mode="append",
-            limits=KnowledgeLimits(),
-            trailers=trailers(base, run=run_id(n)),
-        )
+        results[n] = land_note(home, repo, base, n, ns)
 
     # Run 3 claims another namespace: refused, while the others land beside it.
     threads = [
