@@ -19,7 +19,7 @@ as a table; flat means the last third's median is within noise of the second thi
 
 At the end it checks: every task done and integrated, every imp's main holds one note
 per task and equals its backup's main, and no container, volume, mount or run space
-of this data root is left.
+of this data root is left. The data root is then removed, or kept when a check failed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -310,7 +311,10 @@ def main() -> None:
         print("serve stderr (last lines):", *err.strip().splitlines()[-5:], sep="\n  ")
     print("problems:", *(problems or ["none"]), sep="\n  ")
     if problems or serve.returncode != 0:
+        print(f"data root kept for inspection: {home.parent}")
         raise SystemExit(1)
+    # Nothing is mounted or running there any more (checked above): safe to remove.
+    shutil.rmtree(home.parent)
 
 
 if __name__ == "__main__":
