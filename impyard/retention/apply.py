@@ -18,7 +18,7 @@ import sqlite3
 import stat
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from impyard.errors import ImpyardError
 from impyard.gateway.archive import Archive
@@ -173,10 +173,21 @@ def _prune_archive(home: Home, plan: GcPlan) -> list[GcOutcome]:
 
 def _remove_spare(item: GcItem) -> GcOutcome:
     """Delete a planned spare image unless a run took it since (it is then gone)."""
+    return _unlink(item, "a run took it")
+
+
+def _unlink(
+    item: GcItem, gone: str, kept: Callable[[os.stat_result], str | None] | None = None
+) -> GcOutcome:
+    """Unlink the file ``item`` plans to remove; skipped ``gone`` when it is not there, or
+    with what ``kept`` says of its ``lstat`` right before the unlink."""
     try:
+        reason = kept(os.lstat(item.path)) if kept is not None else None
+        if reason is not None:
+            return GcOutcome(item, "skipped", reason)
         os.unlink(item.path)
     except FileNotFoundError:
-        return GcOutcome(item, "skipped", "a run took it")
+        return GcOutcome(item, "skipped", gone)
     except OSError as exc:
         return GcOutcome(item, "failed", str(exc))
     return GcOutcome(item, "removed")
@@ -212,18 +223,15 @@ def _remove_bundle(item: GcItem) -> GcOutcome:
     unlink holds its own link to the same file, and one that finds the name gone as it
     links writes a copy of its own (``write_box_bundle`` falls back when ``os.link``
     fails)."""
-    try:
-        found = os.lstat(item.path)
-        if not stat.S_ISREG(found.st_mode):
-            return GcOutcome(item, "skipped", "no longer a regular file")
-        if found.st_nlink != 1:
-            return GcOutcome(item, "skipped", "a run links to it again")
-        os.unlink(item.path)
-    except FileNotFoundError:
-        return GcOutcome(item, "skipped", "gone already")
-    except OSError as exc:
-        return GcOutcome(item, "failed", str(exc))
-    return GcOutcome(item, "removed")
+    return _unlink(item, "gone already", _bundle_in_use)
+
+
+def _bundle_in_use(found: os.stat_result) -> str | None:
+    if not stat.S_ISREG(found.st_mode):
+        return "no longer a regular file"
+    if found.st_nlink != 1:
+        return "a run links to it again"
+    return None
 
 
 def _rotate(home: Home, plan: GcPlan, item: GcItem) -> GcOutcome:

@@ -9,9 +9,12 @@ records the plan drops not counted), and the journal when it is due for rotation
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 from impyard.errors import ImpyardError
 from impyard.gateway.archive import Archive
@@ -28,6 +31,7 @@ from impyard.retention.model import (
     DAY_SECONDS,
     SPARE_DAYS,
     GcItem,
+    GcKind,
     GcPlan,
     Limits,
     age_days,
@@ -106,26 +110,35 @@ def plan_archive(home: Home, limits: Limits, now: float) -> list[GcItem]:
 
 
 def plan_spares(home: Home, now: float) -> list[GcItem]:
-    directory = spares_dir(home)
     items = []
-    for path in sorted(directory.glob("*.img*")) if directory.is_dir() else []:
+    for path, found in _files(spares_dir(home), "*.img*"):
+        age = age_days(now, found.st_mtime)
+        if age is not None and age > SPARE_DAYS:
+            reason = f"no run took it in {SPARE_DAYS:g} day"
+            items.append(_file_item("spare_space", path, found, reason, age))
+    return items
+
+
+def _files(directory: Path, pattern: str) -> Iterator[tuple[Path, os.stat_result]]:
+    """Each entry of ``directory`` matching ``pattern``, in name order, with its ``lstat``
+    (a symlink is never followed); one that vanished meanwhile is passed over."""
+    for path in sorted(directory.glob(pattern)) if directory.is_dir() else []:
         try:
-            stat = path.lstat()
+            yield path, path.lstat()
         except FileNotFoundError:
             continue
-        age = age_days(now, stat.st_mtime)
-        if age is not None and age > SPARE_DAYS:
-            items.append(
-                GcItem(
-                    kind="spare_space",
-                    id=path.name,
-                    path=str(path),
-                    reason=f"no run took it in {SPARE_DAYS:g} day",
-                    age_days=age,
-                    bytes=stat.st_blocks * 512,
-                )
-            )
-    return items
+
+
+def _file_item(kind: GcKind, path: Path, found: os.stat_result, reason: str, age: float) -> GcItem:
+    """A file to remove, named by its file name, with the space it takes on disk."""
+    return GcItem(
+        kind=kind,
+        id=path.name,
+        path=str(path),
+        reason=reason,
+        age_days=age,
+        bytes=found.st_blocks * 512,
+    )
 
 
 def plan_tasks(home: Home, limits: Limits, now: float, notes: list[str]) -> list[GcItem]:
@@ -175,26 +188,14 @@ def plan_bundles(home: Home, dropped_records: set[str], now: float) -> list[GcIt
         if stat.S_ISREG(link.st_mode):
             dropping[(link.st_dev, link.st_ino)] += 1
     items = []
-    for path in sorted(directory.glob("*.pem")):
-        try:
-            found = path.lstat()  # a symlink is never followed, nor taken for a bundle
-        except FileNotFoundError:
-            continue
+    for path, found in _files(directory, "*.pem"):
         if not stat.S_ISREG(found.st_mode):
-            continue
+            continue  # a symlink is never taken for a bundle
         leaving = dropping[(found.st_dev, found.st_ino)]
         age = age_days(now, found.st_mtime)
         if found.st_nlink - leaving != 1 or age is None or age <= BUNDLE_DAYS:
             continue
         whose = "only run records this gc removes link" if leaving else "no run record links"
-        items.append(
-            GcItem(
-                kind="box_bundle",
-                id=path.name,
-                path=str(path),
-                reason=f"{whose} to it; written {age:.1f} days ago",
-                age_days=age,
-                bytes=found.st_blocks * 512,
-            )
-        )
+        reason = f"{whose} to it; written {age:.1f} days ago"
+        items.append(_file_item("box_bundle", path, found, reason, age))
     return items
