@@ -1,11 +1,10 @@
-"""A box's output, kept as evidence: the head and the tail, bounded, with a marker between.
+"""A box's output, kept as evidence and readable live: the head and the tail, bounded,
+with a marker between (the format and its live form: ``impyard.box.livelog``).
 
 The engine's own copy (json-file, itself capped so a chatty box cannot fill the
 engine's disk) rotates: it drops the *beginning* once the box has printed more than
 its cap, and the beginning is usually what explains a failure. So the output is
-attached to before the box starts: the first ``HEAD_BYTES`` go to ``box.log``
-as they arrive, the last ``TAIL_BYTES`` are kept in memory, and when the box is done
-a one-line marker says how much was left out between them. A run re-attached after a
+attached to before the box starts and written as it arrives. A run re-attached after a
 host crash can only copy what the engine still has; the same bounds apply.
 """
 
@@ -14,73 +13,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 from impyard.box import engine
 from impyard.box.engine import call
 from impyard.box.enginehttp import RawStream
+from impyard.box.livelog import (
+    HEAD_BYTES,
+    LOG_CAP_BYTES,
+    MARKER,
+    TAIL_BYTES,
+    HeadTailWriter,
+    KeptLog,
+)
+
+__all__ = ["HEAD_BYTES", "LOG_CAP_BYTES", "MARKER", "TAIL_BYTES", "KeptLog", "LogFollower"]
 
 log = logging.getLogger(__name__)
 
-HEAD_BYTES = 2 * 1024 * 1024
-TAIL_BYTES = 6 * 1024 * 1024
-LOG_CAP_BYTES = HEAD_BYTES + TAIL_BYTES
-MARKER = (
-    "\n[impyard: {omitted} bytes of box output omitted here; "
-    "the first {head} and the last {tail} bytes are kept]\n"
-)
 #: After the box exited, how long the follower may take to drain what is left.
 DRAIN_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class KeptLog:
-    seen_bytes: int  # everything the box printed that reached us
-    kept_bytes: int  # what box.log holds, the marker aside
-    truncated: bool
-
-
-class HeadTailWriter:
-    """Writes the head to ``path`` as it arrives; the tail waits in memory for ``close``."""
-
-    def __init__(self, path: Path, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._out = path.open("wb")
-        self._head_left = head
-        self._tail_cap = tail
-        self._tail: deque[bytes] = deque()
-        self._tail_bytes = 0
-        self._seen = 0
-        self._head_written = 0
-
-    def write(self, chunk: bytes) -> None:
-        self._seen += len(chunk)
-        if self._head_left > 0:
-            part = chunk[: self._head_left]
-            self._out.write(part)
-            self._out.flush()
-            self._head_left -= len(part)
-            self._head_written += len(part)
-            chunk = chunk[len(part) :]
-        if not chunk:
-            return
-        self._tail.append(chunk)
-        self._tail_bytes += len(chunk)
-        while self._tail_bytes - len(self._tail[0]) >= self._tail_cap:
-            self._tail_bytes -= len(self._tail.popleft())
-
-    def close(self) -> KeptLog:
-        tail = b"".join(self._tail)[-self._tail_cap :] if self._tail else b""
-        omitted = self._seen - self._head_written - len(tail)
-        if omitted > 0:
-            marker = MARKER.format(omitted=omitted, head=self._head_written, tail=len(tail))
-            self._out.write(marker.encode())
-        self._out.write(tail)
-        self._out.close()
-        kept = self._head_written + len(tail)
-        return KeptLog(seen_bytes=self._seen, kept_bytes=kept, truncated=omitted > 0)
 
 
 def copy_logs(container_id: str, log_path: Path) -> KeptLog:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
 from impyard.cli._common import echo, initialized_home, print_json, state, warn
-from impyard.errors import UsageError
+from impyard.errors import ImpyardError, UsageError
+from impyard.home import Home
+
+if TYPE_CHECKING:
+    from impyard.cli.outcome import OutputStreamer
+    from impyard.runs.model import Manifest, RunRequest
+    from impyard.runs.pipeline import RunContext
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -40,6 +48,13 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _settings_context(ctx: typer.Context, home: Home) -> RunContext:
+    from impyard.journal import Journal
+    from impyard.runs.pipeline import RunContext
+
+    return RunContext(settings=state(ctx).settings, journal=Journal(home.journal))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_command(
@@ -61,14 +76,20 @@ def register(app: typer.Typer) -> None:
         timeout: float | None = typer.Option(
             None, "--timeout", min=0.1, help="Kill the box after this many seconds."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print the run record as JSON."),
+        detach: bool = typer.Option(
+            False, "--detach", "-d", help="Start the run, print its id and return at once."
+        ),
+        raw: bool = typer.Option(
+            False, "--raw", help="Show the box's output byte for byte (no escaping)."
+        ),
+        as_json: bool = typer.Option(
+            False, "--json", help="Print the run record as JSON (no live output)."
+        ),
     ) -> None:
-        """Run one task in a box now; exit 0 integrated/empty, 3 rejected, 4 quarantined,
-        5 conflict."""
-        from impyard.journal import Journal
-        from impyard.runs.admission import execute
+        """Run one task in a box now, showing its output as it happens; exit 0
+        integrated/empty, 3 rejected, 4 quarantined, 5 conflict."""
+        from impyard.cli.outcome import BoxOutput, OutputStreamer, started_line
         from impyard.runs.model import RunRequest
-        from impyard.runs.pipeline import RunContext
 
         home = initialized_home(ctx)
         request = RunRequest(
@@ -79,28 +100,96 @@ def register(app: typer.Typer) -> None:
             command=command,
             timeout_seconds=timeout,
         )
+        if detach:
+            _detach(home, request, as_json)
+            return
         _interrupt_on_sigterm()
-        outcome = execute(
-            RunContext(settings=state(ctx).settings, journal=Journal(home.journal)), request
-        )
-        m = outcome.manifest
-        for message in m.warnings:
-            warn(message)
-        if as_json:
-            from impyard.cli.runs import public_record
+        run_ctx = _settings_context(ctx, home)
+        streamer: list[OutputStreamer] = []
 
-            print_json(public_record(m))
-        else:
-            line = f"{m.run_id} {m.checkpoint}"
-            if m.produced_commit:
-                line += f" {m.produced_commit}"
-            if m.reason:
-                line += f" ({m.reason})"
-            echo(line)
-            for error in m.validation_errors:
-                echo(f"  {error.path or '-'}: {error.rule}: {error.message}")
+        def admitted(m: Manifest) -> None:
+            typer.echo(started_line(m), err=True)
+            if not as_json:
+                streamer.append(OutputStreamer(home, m.run_id, BoxOutput(raw)))
+
+        run_ctx.on_admitted = admitted
+        from impyard.runs.admission import execute
+
+        try:
+            outcome = execute(run_ctx, request)
+        finally:
+            for each in streamer:
+                each.finish()
+        _report(outcome.manifest, as_json)
         from impyard import backup
 
         if not backup.drain():
             warn("the backup push of this run is still pending: see `impyard backup status`")
         raise typer.Exit(outcome.exit_code)
+
+    @app.command("_drive", hidden=True)
+    def drive_command(ctx: typer.Context) -> None:
+        """Drive one run handed over on stdin to its end (what `run --detach` starts)."""
+        from impyard.runs.admission import execute
+        from impyard.runs.detach import ProgressPipe, read_request
+        from impyard.runs.model import EXIT_CODES
+
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _interrupt_on_sigterm()
+        pipe = ProgressPipe()
+        try:
+            home = initialized_home(ctx)
+            request = read_request(sys.stdin.buffer)
+            run_ctx = _settings_context(ctx, home)
+            run_ctx.on_admitted = lambda m: pipe.send(admitted=m.run_id)
+
+            def box_started(m: Manifest) -> None:
+                pipe.send(started=m.run_id)
+                pipe.close()
+
+            run_ctx.on_box_started = box_started
+            outcome = execute(run_ctx, request)
+        except ImpyardError as exc:
+            pipe.send(error=str(exc), exit_code=exc.exit_code)
+            raise
+        pipe.send(ended=outcome.manifest.to_dict())
+        pipe.close()
+        from impyard import backup
+
+        backup.drain()
+        raise typer.Exit(EXIT_CODES.get(outcome.manifest.checkpoint, 1))
+
+
+def _detach(home: Home, request: RunRequest, as_json: bool) -> None:
+    from impyard.runs.detach import DetachError, spawn
+
+    try:
+        detached = spawn(home, request)
+    except DetachError as exc:
+        typer.echo(f"impyard: error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    if detached.ended is not None:
+        _report(detached.ended, as_json)
+        from impyard.runs.model import EXIT_CODES
+
+        raise typer.Exit(EXIT_CODES.get(detached.ended.checkpoint, 1))
+    if as_json:
+        print_json({"run_id": detached.run_id, "state": "running"})
+    else:
+        typer.echo(f"follow with `impyard runs logs -f {detached.run_id}`", err=True)
+        echo(detached.run_id)
+
+
+def _report(m: Manifest, as_json: bool) -> None:
+    from impyard.cli.outcome import outcome_lines
+
+    for message in m.warnings:
+        warn(message)
+    if as_json:
+        from impyard.cli.runs import public_record
+
+        print_json(public_record(m))
+        return
+    for line in outcome_lines(m):
+        echo(line)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
 from typing import Any
 
 import typer
@@ -165,15 +163,43 @@ def register(app: typer.Typer) -> None:
 
     @runs_app.command("logs")
     def logs_command(
-        ctx: typer.Context, run_id: str = typer.Argument(..., help="The run id.")
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help="The run id."),
+        follow: bool = typer.Option(
+            False, "--follow", "-f", help="Follow the output until the run ends."
+        ),
+        exit_code: bool = typer.Option(
+            False, "--exit-code", help="With -f: exit with the run's own exit code."
+        ),
+        raw: bool = typer.Option(
+            False, "--raw", help="The box's bytes exactly (no escaping of control characters)."
+        ),
     ) -> None:
-        """Print the box's stdout and stderr."""
+        """Print the box's stdout and stderr; with -f, as it happens, then the outcome."""
+        from impyard.cli.outcome import BoxOutput, outcome_lines
+        from impyard.runs import follow as following
         from impyard.runs import manifest
+        from impyard.runs.model import EXIT_CODES
 
         home = initialized_home(ctx)
         manifest.read(home, run_id)
-        path = home.box_log(run_id)
-        if not path.is_file():
-            raise NotFoundError(f"run {run_id} has no box log yet")
-        with path.open("rb") as handle:
-            shutil.copyfileobj(handle, sys.stdout.buffer)
+        output = BoxOutput(raw)
+        if not follow:
+            path = home.box_log(run_id)
+            if not path.is_file():
+                raise NotFoundError(f"run {run_id} has no box log yet")
+            with path.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    output.write(chunk)
+            output.close()
+            return
+        for chunk in following.box_output(home, run_id, stopped=lambda: output.broken):
+            output.write(chunk)
+        output.close()
+        if output.broken:
+            raise typer.Exit(141)  # as a shell reports a reader that went away (SIGPIPE)
+        ended = following.wait_finished(home, run_id)
+        assert ended is not None, "never stopped early"
+        for line in outcome_lines(ended):
+            echo(line)
+        raise typer.Exit(EXIT_CODES.get(ended.checkpoint, 1) if exit_code else 0)

@@ -63,6 +63,8 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
         run.event(
             "run.created", task=request.task_id, mode=manifest.mode, base=manifest.base_commit
         )
+        if ctx.on_admitted is not None:
+            ctx.on_admitted(manifest)
         if manifest.mode != "reorganize":
             return drive(run, request)
         run.event("lease.acquired")

@@ -71,6 +71,9 @@ class RunContext:
 
     settings: Settings
     journal: Journal
+    #: Called with the manifest once the run is admitted and recorded, before it prepares
+    #: (a foreground run names itself and starts showing its output here).
+    on_admitted: Callable[[Manifest], None] | None = None
     # Called with the manifest after the box started (serve tracks running boxes).
     on_box_started: Callable[[Manifest], None] | None = None
     #: Called with the manifest once the box has exited, before the run's ending: serve
