@@ -8,7 +8,9 @@ module names these callbacks, so what they read loads only when one is called.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -54,3 +56,19 @@ def runs(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
         return offered
     except Exception:  # a completion never fails the shell
         return []
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One completion as a group's own ``shell_complete`` returns it: the fields the shells'
+    formatters read from click's ``CompletionItem`` (built here because typer may vendor
+    click or depend on it)."""
+
+    value: str
+    help: str | None = None
+    type: str = "plain"
+
+
+def imp_suggestions(ctx: Any, incomplete: str) -> list[Suggestion]:
+    """Imp names as the items of a group whose first word may be an imp."""
+    return [Suggestion(name, "imp") for name in imps(ctx, incomplete)]

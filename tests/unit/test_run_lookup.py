@@ -214,10 +214,28 @@ def test_completion_offers_last_and_the_newest_run_ids(cli: Cli, home: Home) -> 
     assert complete(cli, f"{line} runs show zz") == []
 
 
+def test_completion_offers_imp_names(cli: Cli, home: Home) -> None:
+    for imp in ("yuko", "pia"):
+        assert cli("imp", "create", imp).code == 0
+    line = f"impyard --home {home.root}"
+    assert complete(cli, f"{line} run ") == ["pia", "yuko"]
+    assert complete(cli, f"{line} task add y") == ["yuko"]
+    assert complete(cli, f"{line} runs list --imp ") == ["pia", "yuko"]
+    assert complete(cli, f"{line} candidates list --imp p") == ["pia"]
+    assert complete(cli, f"{line} policy show ") == ["pia", "yuko"]
+    assert complete(cli, f"{line} knowledge ") == ["provenance", "pia", "yuko"]
+    assert complete(cli, f"{line} knowledge provenance ") == ["pia", "yuko"]
+    assert complete(cli, f"{line} memory ") == ["migrate", "pia", "yuko"]
+    assert complete(cli, f"{line} notes p") == ["pia"]
+    assert complete(cli, f"{line} backup now ") == ["pia", "yuko"]
+    assert complete(cli, f"{line} check box --imp y") == ["yuko"]
+
+
 def test_completion_without_a_data_root_offers_nothing(cli: Cli, tmp_path: Path) -> None:
     line = f"impyard --home {tmp_path / 'nowhere'}"
     assert complete(cli, f"{line} runs show ") == []
     assert complete(cli, f"{line} run ") == []
+    assert complete(cli, f"{line} knowledge ") == ["provenance"]
     assert not (tmp_path / "nowhere").exists()
 
 
