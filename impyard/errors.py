@@ -32,6 +32,15 @@ class NotFoundError(ImpyardError):
     exit_code = 2
 
 
+class AmbiguousError(UsageError):
+    """A short name (a run id prefix) matches more than one thing: the message names the
+    first few and counts the rest, ``matches`` holds them all."""
+
+    def __init__(self, message: str, matches: list[str]) -> None:
+        super().__init__(message)
+        self.matches = matches
+
+
 class ConfigError(ImpyardError):
     """Settings or policy files are missing, unreadable or invalid."""
 

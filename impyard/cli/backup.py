@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json, state
 from impyard.errors import UsageError
 
@@ -51,7 +52,9 @@ def register(app: typer.Typer) -> None:
     @backup_app.command("now")
     def now_command(
         ctx: typer.Context,
-        imp: str | None = typer.Argument(None, help="One imp (default: every imp)."),
+        imp: str | None = typer.Argument(
+            None, help="One imp (default: every imp).", autocompletion=complete.imps
+        ),
         as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     ) -> None:
         """Push one imp, or every imp, to every remote now and wait. Exit 1 on any failure."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import echo, print_json, state
 from impyard.contract import DEFAULT_IMAGE
 
@@ -19,7 +20,10 @@ def box(
     ctx: typer.Context,
     image: str = typer.Option(DEFAULT_IMAGE, "--image", help="Box image to verify."),
     imp: str | None = typer.Option(
-        None, "--imp", help="Use this imp's memory limit (default: the org policy's)."
+        None,
+        "--imp",
+        help="Use this imp's memory limit (default: the org policy's).",
+        autocompletion=complete.imps,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:

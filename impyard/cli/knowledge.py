@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from typer.core import TyperGroup
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json
 from impyard.errors import UsageError
 
@@ -30,11 +31,20 @@ class ImpOrCommandGroup(TyperGroup):
     # ``ctx`` is click's Context; typed loosely because typer may vendor click or depend on it.
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
         first = args[0] if args else ""
-        own = first in self.commands and first != PATH_SLOT and len(args) > 1
+        # While a shell completes (resilient parsing) `knowledge provenance` is that command.
+        more = len(args) > 1 or ctx.resilient_parsing
+        own = first in self.commands and first != PATH_SLOT and more
         if own or not first or first.startswith("-"):
             return super().resolve_command(ctx, args)
         # The imp rides as the command's name, so usage reads `impyard knowledge yuko`.
         return first, self.commands[PATH_SLOT], args[1:]
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        """The group's commands and options, then imp names (the first word's other use)."""
+        return [
+            *super().shell_complete(ctx, incomplete),
+            *complete.imp_suggestions(ctx, incomplete),
+        ]
 
 
 def path_command(ctx: typer.Context) -> None:
@@ -52,7 +62,7 @@ def path_command(ctx: typer.Context) -> None:
 
 def provenance_command(
     ctx: typer.Context,
-    imp: str = typer.Argument(..., help="Imp name."),
+    imp: str = typer.Argument(..., help="Imp name.", autocompletion=complete.imps),
     path: str = typer.Argument(..., help="The note's path in the repository (records/...)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json, warn
 from impyard.errors import UsageError
 from impyard.home import Home
@@ -44,6 +45,12 @@ class ImpFirstGroup(TyperGroup):
             return super().resolve_command(ctx, args)
         # The imp rides as the sub-group's name, so usage reads `impyard memory yuko add`.
         return first, per_imp, args[1:]
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        """The group's commands and options, then imp names (the first word's other use);
+        never the slot the imp rides in."""
+        own = [item for item in super().shell_complete(ctx, incomplete) if item.value != IMP_SLOT]
+        return [*own, *complete.imp_suggestions(ctx, incomplete)]
 
 
 def _imp(ctx: typer.Context) -> str:
@@ -179,7 +186,11 @@ def _migration_line(migration: Migration) -> str:
 
 def migrate_command(
     ctx: typer.Context,
-    imp: str | None = typer.Argument(None, help="Only this imp (default: every legacy file)."),
+    imp: str | None = typer.Argument(
+        None,
+        help="Only this imp (default: every legacy file).",
+        autocompletion=complete.imps,
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Move legacy notes/<imp>.jsonl files into memory/ (merging, never clobbering)."""

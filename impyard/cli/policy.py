@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import initialized_home, print_json, warn
 
 if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic and rich
@@ -120,7 +121,11 @@ def register(app: typer.Typer) -> None:
     @policy_app.command("show")
     def show_command(
         ctx: typer.Context,
-        imp: str = typer.Argument(..., help="Imp name (imps without an overlay get the org's)."),
+        imp: str = typer.Argument(
+            ...,
+            help="Imp name (imps without an overlay get the org's).",
+            autocompletion=complete.imps,
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """The imp's effective policy from the current files, and where each value came from."""

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json, state, warn
 
 if TYPE_CHECKING:
     from impyard.repair.preserved import Kind
+
 
 #: Longest reason a listing shows on its row (show has all of it).
 REASON_CHARS = 80
@@ -35,7 +37,9 @@ def _group(kind: Kind) -> typer.Typer:
     @group.command("list")
     def list_command(
         ctx: typer.Context,
-        imp: str | None = typer.Option(None, "--imp", help="Only this imp's."),
+        imp: str | None = typer.Option(
+            None, "--imp", help="Only this imp's.", autocompletion=complete.imps
+        ),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """List them across imps, oldest run first."""
@@ -53,16 +57,16 @@ def _group(kind: Kind) -> typer.Typer:
     @group.command("show")
     def show_command(
         ctx: typer.Context,
-        run_id: str = typer.Argument(..., help="The run id."),
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Why it is off main, and each path against the current main."""
         from impyard.knowledge.imps import open_repo
-        from impyard.repair.preserved import find_preserved
+        from impyard.repair.preserved import find_preserved, preserved_run
         from impyard.repair.views import details
 
         home = initialized_home(ctx)
-        found = find_preserved(home, kind, run_id)
+        found = find_preserved(home, kind, preserved_run(home, run_id))
         shown = details(found, open_repo(home, found.imp))
         if as_json:
             print_json(shown)
@@ -72,16 +76,16 @@ def _group(kind: Kind) -> typer.Typer:
     @group.command("diff")
     def diff_command(
         ctx: typer.Context,
-        run_id: str = typer.Argument(..., help="The run id."),
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Unified diffs from the current main to the preserved files (bounded)."""
         from impyard.knowledge.imps import open_repo
-        from impyard.repair.preserved import find_preserved
+        from impyard.repair.preserved import find_preserved, preserved_run
         from impyard.repair.views import diff
 
         home = initialized_home(ctx)
-        found = find_preserved(home, kind, run_id)
+        found = find_preserved(home, kind, preserved_run(home, run_id))
         shown = diff(found, open_repo(home, found.imp))
         if as_json:
             print_json(shown)
@@ -89,9 +93,10 @@ def _group(kind: Kind) -> typer.Typer:
         _print_diff(shown, noun)
 
     def retry(ctx: typer.Context, run_id: str, as_json: bool, from_ref: bool) -> None:
+        from impyard.repair.preserved import preserved_run
         from impyard.repair.retry import retry as retry_change
 
-        initialized_home(ctx)
+        run_id = preserved_run(initialized_home(ctx), run_id)
         result = retry_change(state(ctx).settings, kind, run_id, from_ref=from_ref)
         for message in result.warnings:
             warn(message)
@@ -106,7 +111,7 @@ def _group(kind: Kind) -> typer.Typer:
         @group.command("retry")
         def retry_candidate(
             ctx: typer.Context,
-            run_id: str = typer.Argument(..., help="The run id."),
+            run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
             as_json: bool = typer.Option(False, "--json", help="One JSON document."),
         ) -> None:
             """Validate against the current main and policy, then land through the lane.
@@ -119,7 +124,7 @@ def _group(kind: Kind) -> typer.Typer:
         @group.command("retry")
         def retry_quarantine(
             ctx: typer.Context,
-            run_id: str = typer.Argument(..., help="The run id."),
+            run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
             as_json: bool = typer.Option(False, "--json", help="One JSON document."),
             from_ref: bool = typer.Option(
                 False, "--from-ref", help="Use the ref's tree, not the kept checkout."
@@ -134,13 +139,15 @@ def _group(kind: Kind) -> typer.Typer:
     @group.command("drop")
     def drop_command(
         ctx: typer.Context,
-        run_id: str = typer.Argument(..., help="The run id."),
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Delete the ref (and a quarantined run's kept checkout); main is untouched."""
         from impyard.repair.drop import drop
+        from impyard.repair.preserved import preserved_run
 
-        result = drop(initialized_home(ctx), kind, run_id)
+        home = initialized_home(ctx)
+        result = drop(home, kind, preserved_run(home, run_id))
         if as_json:
             print_json(result.as_dict())
             return
@@ -154,7 +161,7 @@ def _group(kind: Kind) -> typer.Typer:
     @group.command("export")
     def export_command(
         ctx: typer.Context,
-        run_id: str = typer.Argument(..., help="The run id."),
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         directory: Path = typer.Argument(..., help="A new or empty directory."),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
@@ -163,8 +170,10 @@ def _group(kind: Kind) -> typer.Typer:
         DIR/files/<path> from the stored blobs, and DIR/export.json (deletions, each path's
         status against main, the violations)."""
         from impyard.repair.export import export
+        from impyard.repair.preserved import preserved_run
 
-        result = export(initialized_home(ctx), kind, run_id, directory)
+        home = initialized_home(ctx)
+        result = export(home, kind, preserved_run(home, run_id), directory)
         if as_json:
             print_json(result.as_dict())
             return

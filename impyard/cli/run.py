@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json, state, warn
 from impyard.errors import ImpyardError, UsageError
 from impyard.home import Home
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_command(
         ctx: typer.Context,
-        imp: str = typer.Argument(..., help="The imp to run."),
+        imp: str = typer.Argument(..., help="The imp to run.", autocompletion=complete.imps),
         prompt: str | None = typer.Option(None, "--prompt", help="The task prompt."),
         prompt_file: Path | None = typer.Option(
             None, "--prompt-file", help="Read the task prompt from a file ('-' for stdin)."

@@ -6,9 +6,13 @@ from typing import Any
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json
 from impyard.errors import NotFoundError
 from impyard.runs.model import Manifest
+
+#: Runs ``runs list`` shows without -n or --all.
+DEFAULT_LISTED = 20
 
 # The documented `runs show --json` keys come first; the rest is operational detail.
 PUBLIC_KEYS = (
@@ -43,42 +47,53 @@ def register(app: typer.Typer) -> None:
     @runs_app.command("list")
     def list_command(
         ctx: typer.Context,
-        imp: str | None = typer.Option(None, "--imp", help="Only this imp's runs."),
+        imp: str | None = typer.Option(
+            None, "--imp", help="Only this imp's runs.", autocompletion=complete.imps
+        ),
+        count: int = typer.Option(DEFAULT_LISTED, "-n", min=1, help="Show the N newest runs."),
+        everything: bool = typer.Option(False, "--all", help="Show every run (overrides -n)."),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
-        """List runs, oldest first."""
+        """List runs, newest first (the 20 newest unless -n or --all)."""
         from rich.console import Console
         from rich.table import Table
 
-        from impyard.runs import manifest
+        from impyard.runs import lookup
 
-        runs = manifest.list_all(initialized_home(ctx), imp)
+        found = lookup.recent(initialized_home(ctx), None if everything else count, imp)
+        runs = found.manifests
         if as_json:
             print_json([public_record(m) for m in runs])
-            return
-        table = Table("run", "imp", "mode", "state", "checkpoint", "exit", "commit", box=None)
-        for m in runs:
-            table.add_row(
-                m.run_id,
-                m.imp,
-                m.mode,
-                m.state,
-                m.checkpoint,
-                "" if m.exit_code is None else str(m.exit_code),
-                (m.produced_commit or "")[:12],
-            )
-        Console(width=200).print(table)
+        else:
+            table = Table("run", "imp", "mode", "state", "checkpoint", "exit", "commit", box=None)
+            for m in runs:
+                table.add_row(
+                    m.run_id,
+                    m.imp,
+                    m.mode,
+                    m.state,
+                    m.checkpoint,
+                    "" if m.exit_code is None else str(m.exit_code),
+                    (m.produced_commit or "")[:12],
+                )
+            Console(width=200).print(table)
+        if found.more:
+            # On stderr: stdout stays the table (or the one JSON document) a script reads.
+            older = f"{found.older} older runs" if found.older else f"older runs of {imp}"
+            typer.echo(f"… {older} not shown (use -n or --all)", err=True)
 
     @runs_app.command("show")
     def show_command(
         ctx: typer.Context,
-        run_id: str = typer.Argument(..., help="The run id."),
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Show one run: knowledge mode, base, namespace, checkpoint, commit, errors."""
         from impyard.runs import manifest
+        from impyard.runs.lookup import resolve_run
 
-        m = manifest.read(initialized_home(ctx), run_id)
+        home = initialized_home(ctx)
+        m = manifest.read(home, resolve_run(home, run_id))
         if as_json:
             print_json(public_record(m))
             return
@@ -131,7 +146,7 @@ def register(app: typer.Typer) -> None:
     @runs_app.command("receipts")
     def receipts_command(
         ctx: typer.Context,
-        run_id: str = typer.Argument(..., help="The run id."),
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         as_json: bool = typer.Option(False, "--json", help="One JSON list."),
     ) -> None:
         """List the fetch receipts of every response the run's gateway relayed, in order."""
@@ -140,8 +155,10 @@ def register(app: typer.Typer) -> None:
 
         from impyard.gateway.receipts import read_receipts
         from impyard.runs import manifest
+        from impyard.runs.lookup import resolve_run
 
         home = initialized_home(ctx)
+        run_id = resolve_run(home, run_id)
         manifest.read(home, run_id)
         receipts = list(read_receipts(home.run_receipts(run_id)).values())
         if as_json:
@@ -164,7 +181,7 @@ def register(app: typer.Typer) -> None:
     @runs_app.command("logs")
     def logs_command(
         ctx: typer.Context,
-        run_id: str = typer.Argument(..., help="The run id."),
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         follow: bool = typer.Option(
             False, "--follow", "-f", help="Follow the output until the run ends."
         ),
@@ -179,9 +196,11 @@ def register(app: typer.Typer) -> None:
         from impyard.cli.outcome import BoxOutput, outcome_lines
         from impyard.runs import follow as following
         from impyard.runs import manifest
+        from impyard.runs.lookup import resolve_run
         from impyard.runs.model import EXIT_CODES
 
         home = initialized_home(ctx)
+        run_id = resolve_run(home, run_id)
         manifest.read(home, run_id)
         output = BoxOutput(raw)
         if not follow:

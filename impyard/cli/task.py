@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json
 from impyard.errors import NotFoundError
 
@@ -17,7 +18,9 @@ def register(app: typer.Typer) -> None:
     @task_app.command("add")
     def add_command(
         ctx: typer.Context,
-        imp: str = typer.Argument(..., help="The imp to run the task."),
+        imp: str = typer.Argument(
+            ..., help="The imp to run the task.", autocompletion=complete.imps
+        ),
         prompt: str | None = typer.Option(None, "--prompt", help="The task prompt."),
         prompt_file: Path | None = typer.Option(
             None, "--prompt-file", help="Read the prompt from a file ('-' for stdin)."

@@ -26,6 +26,7 @@ from impyard.knowledge.quarantine import quarantine_ref
 from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.names import RUN_ID, check_run_id
 from impyard.runs import manifest as manifests
+from impyard.runs.lookup import resolve_run
 from impyard.runs.model import Manifest
 
 Kind = Literal["candidate", "quarantine"]
@@ -94,6 +95,18 @@ def list_preserved(home: Home, kind: Kind, imp: str | None = None) -> list[Prese
         for ref, run_id in _refs(repo, kind):
             found.append(_read(home, repo, name, kind, ref, run_id))
     return sorted(found, key=lambda p: (p.run_id, p.imp))
+
+
+def preserved_run(home: Home, text: str) -> str:
+    """The run id ``text`` names (an id, a unique prefix, ``last``), or ``text`` itself when
+    it is a whole run id without a run directory: a preserved ref can outlive its run (a
+    restore from a backup brings refs, not runs)."""
+    try:
+        return resolve_run(home, text)
+    except NotFoundError:
+        if RUN_ID.fullmatch(text):
+            return text
+        raise
 
 
 def find_preserved(home: Home, kind: Kind, run_id: str) -> Preserved:

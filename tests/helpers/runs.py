@@ -16,6 +16,7 @@ from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkout import prepare_checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.repo import main_commit
+from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
 from tests.helpers.repo import NS, RUN
 
@@ -67,3 +68,20 @@ def running(home: Home, imp: str = "yuko") -> tuple[FakeRun, Path]:
         checkout=checkout,
     )
     return FakeRun(home, manifest), checkout.root
+
+
+def write_run(home: Home, run_id: str, imp: str = "yuko", **fields: Any) -> Manifest:
+    """A run record on disk, as the pipeline writes it: ``runs/<run_id>/manifest.json``."""
+    manifest = Manifest(
+        run_id=run_id,
+        imp=imp,
+        task_id=None,
+        channel=None,
+        mode="append",
+        base_commit="0" * 40,
+        namespace=NS,
+        **fields,
+    )
+    home.run_dir(run_id).mkdir(parents=True, exist_ok=True)
+    manifests.write(home, manifest)
+    return manifest

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -445,6 +446,20 @@ def test_a_ref_whose_run_is_gone_is_still_listed_shown_and_dropped(
     assert cli("candidates", "drop", RUN).code == 0
     assert candidate_ref(RUN) not in repo.references
     assert [e["run"] for e in journal(home, "repair.dropped")] == [RUN]
+
+
+def test_a_candidate_is_named_by_a_prefix_or_last_and_by_its_id_once_its_run_is_gone(
+    long_note: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, _repo, cli = long_note
+    for text in ("last", RUN[:16], RUN[4:20]):
+        shown = cli("candidates", "show", text, "--json")
+        assert shown.code == 0, shown.stderr
+        assert json.loads(shown.stdout)["run_id"] == RUN
+    shutil.rmtree(home.run_dir(RUN))  # a restore from a backup brings refs, not runs
+    assert json.loads(cli("candidates", "show", RUN, "--json").stdout)["run_id"] == RUN
+    gone = cli("candidates", "show", RUN[:16])
+    assert gone.code == 2 and gone.stderr == f"impyard: error: no run matches {RUN[:16]!r}\n"
 
 
 # -- quarantine ------------------------------------------------------------------------
