@@ -23,8 +23,7 @@ ELLIPSIS = "…"
 #: surrogateescape: printing one would raise). A backslash stays as it is: paths the
 #: snapshot could not take as names already come as a ``repr``, escapes and all.
 _UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-    "\ud800-\udfff]"
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

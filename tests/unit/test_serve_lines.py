@@ -22,9 +22,11 @@ from impyard.knowledge.imps import create_imp
 from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import tasks
 from impyard.queue.db import opened
+from impyard.runs import manifest as manifests
 from impyard.runs import serve as serve_module
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.pipeline import RunContext
+from impyard.runs.recovery import Resolution
 from impyard.runs.serve import ServeEvent, Server, ServeStatus
 from impyard.settings import load_settings
 from impyard.status.engine import EngineVersion
@@ -167,6 +169,46 @@ def test_a_failed_or_waiting_task_says_why(home: Home, monkeypatch: pytest.Monke
     assert lines[refused] == ("failed", None, "imp 'ada': knowledge is disabled by policy")
     assert lines[waiting] == ("waiting", None, "disk space: the data root is full")
     assert status.counts["failed"] == 2
+
+
+def test_recovery_reports_the_box_it_reattached_and_how_the_run_ended(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A box a dead serve left running is reported re-attached, not started; its run's
+    resolution names its task and first reason, read from the run's manifest."""
+    left = manifest(RunRequest("ada", "left running", task_id="task-0123456789ab"), 7)
+
+    def recover_all(ctx: RunContext, on_resolved: Callable[[Resolution], None]) -> list[Resolution]:
+        assert ctx.on_box_started is not None
+        ctx.on_box_started(left)
+        rejected(left)
+        home.run_dir(left.run_id).mkdir(parents=True)
+        manifests.write(home, left)
+        resolution = Resolution(left.run_id, "ada", "running", "reattached", "rejected")
+        on_resolved(resolution)
+        return [resolution]
+
+    monkeypatch.setattr(serve_module, "recover_all", recover_all)
+    events, status = serve_with(home, one_by_prompt({}), monkeypatch)
+    reattached, recovered = (e for e in events if e.about_a_task)
+    assert (reattached.kind, reattached.task_id, reattached.run_id, reattached.outcome) == (
+        "reattached",
+        "task-0123456789ab",
+        run_id(7),
+        "reattached",
+    )
+    assert (recovered.task_id, recovered.outcome, recovered.reason, recovered.more_reasons) == (
+        "task-0123456789ab",
+        "rejected",
+        f"{EVIL_PATH}: bad-name",
+        2,
+    )
+    assert event_line(recovered) == (
+        f"{recovered.at:%Y-%m-%dT%H:%M:%SZ} task task-0123456789ab run {run_id(7)} ada: "
+        "rejected: records/x/\\x1b[2Jok\\nFAKE: integrated.md: bad-name (…and 2 more) "
+        "(recovered: found running, reattached)"
+    )
+    assert status.counts["rejected"] == 1
 
 
 def test_a_rejection_line_escapes_the_path_the_box_chose() -> None:
