@@ -1,4 +1,5 @@
-"""``impyard serve``: thin; the worker lives in ``impyard.runs.serve``."""
+"""``impyard serve``: thin; the worker lives in ``impyard.runs.serve``, its lines in
+``impyard.cli.serve_lines``."""
 
 from __future__ import annotations
 
@@ -22,49 +23,40 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run queued tasks; SIGINT/SIGTERM stop gracefully, a second signal kills boxes."""
         import logging
+        from datetime import UTC, datetime
 
+        from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.journal import Journal
         from impyard.runs.pipeline import RunContext
         from impyard.runs.serve import ServeEvent, Server, ServeStatus
         from impyard.runs.serve_record import recorded
+        from impyard.status.serve_start import serve_start
 
         home = initialized_home(ctx)
         settings = state(ctx).settings
         logging.basicConfig(level=logging.WARNING, format="impyard: %(levelname)s: %(message)s")
-        tty = sys.stdout.isatty()
-
-        def summary(status: ServeStatus) -> str:
-            c = status.counts
-            return (
-                f"running {status.running}  queued {status.queued}  landed {c['integrated']}"
-                f"  empty {c['empty']}  rejected {c['rejected']}  conflict {c['conflict']}"
-                f"  quarantined {c['quarantined']}  failed {c['failed']}"
-                + ("  (stopping)" if status.stopping else "")
-                + ("  (engine down)" if status.engine_down else "")
-            )
+        # The same lines with or without a terminal (a log or journalctl gets exactly
+        # those); a terminal also gets the live status line.
+        lines = LineWriter(sys.stdout, tty=sys.stdout.isatty())
 
         def report(event: ServeEvent, status: ServeStatus) -> None:
-            if tty:
-                if event.message:
-                    sys.stdout.write("\r\033[K" + event.message + "\n")
-                sys.stdout.write("\r\033[K" + summary(status))
-            elif event.message:
-                sys.stdout.write(event.message + "\n")
-            sys.stdout.flush()
+            lines.put(event_line(event), status)
 
+        workers = concurrency or settings.concurrency
         server = Server(
-            RunContext(settings=settings, journal=Journal(home.journal)),
-            concurrency or settings.concurrency,
-            once,
-            report,
+            RunContext(settings=settings, journal=Journal(home.journal)), workers, once, report
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            server.request_stop()
+            server.request_stop(signal.Signals(signum).name)
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        # `impyard status` finds a live serve by this record's lock, a dead one's left stale.
-        with recorded(home, server.concurrency, once=once):
-            final = server.serve()
-        sys.stdout.write(("\r\033[K" if tty else "") + "done: " + summary(final) + "\n")
+        try:
+            # `impyard status` finds a live serve by this record's lock, a dead one's stale.
+            with recorded(home, server.concurrency, once=once):
+                lines.put(start_line(serve_start(home, workers, once=once), datetime.now(UTC)))
+                final = server.serve()
+            lines.put(stop_line(final, datetime.now(UTC)))
+        finally:
+            lines.close()

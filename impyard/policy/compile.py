@@ -126,8 +126,15 @@ def deploy(home: Home) -> DeployReport:
 
 def _read_compiled(home: Home) -> dict[str, Any] | None:
     try:
-        document = json.loads(home.compiled_policy.read_bytes())
-    except (OSError, ValueError):
+        return _parse_compiled(home.compiled_policy.read_bytes())
+    except OSError:
+        return None
+
+
+def _parse_compiled(data: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(data)
+    except ValueError:
         return None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         return None
@@ -205,6 +212,16 @@ def compiled_at(home: Home) -> str | None:
     document = _read_compiled(home)
     value = document.get("compiled_at") if document else None
     return value if isinstance(value, str) else None
+
+
+def compiled_digest(home: Home) -> str | None:
+    """sha256 of compiled.json as ``sha256sum`` prints it (None: nothing readable is
+    deployed): which policy runs use, comparable across hosts and restarts."""
+    try:
+        data = home.compiled_policy.read_bytes()
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest() if _parse_compiled(data) is not None else None
 
 
 def _from_compiled(home: Home, imp: str) -> Policy | None:

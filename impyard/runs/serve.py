@@ -24,10 +24,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from impyard import backup
 from impyard.errors import EngineError, ImpyardError, LeaseHeldError
@@ -38,11 +35,15 @@ from impyard.queue import leases, tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
-from impyard.runs import heap
+from impyard.runs import heap, serve_events
 from impyard.runs.admission import execute
+from impyard.runs.manifest import read_or_none
 from impyard.runs.model import Manifest, RunRequest
 from impyard.runs.pipeline import RunContext
 from impyard.runs.recovery import Resolution, recover_all
+from impyard.runs.serve_events import EventKind, Reporter, ServeEvent, ServeStatus
+
+__all__ = ["ServeEvent", "ServeStatus", "Server"]
 
 log = logging.getLogger(__name__)
 
@@ -51,27 +52,6 @@ DISK_RETRY_SECONDS = 10.0
 #: A ping this recent vouches for the engine: claiming after every finished run does not
 #: wait for another round trip to the engine (a busy engine answers in tens of ms).
 ENGINE_FRESH_SECONDS = 1.0
-
-
-@dataclass
-class ServeStatus:
-    """What the live summary shows; ``counts`` is keyed by checkpoint outcome."""
-
-    running: int = 0
-    queued: int = 0
-    counts: Counter[str] = field(default_factory=Counter)
-    stopping: bool = False
-    engine_down: bool = False
-
-
-@dataclass(frozen=True)
-class ServeEvent:
-    #: recovered | started | finished | failed | requeued | engine | stopping | killed | gc
-    kind: str
-    message: str
-
-
-Reporter = Callable[[ServeEvent, ServeStatus], None]
 
 
 class Server:
@@ -90,7 +70,11 @@ class Server:
         self.report_cb = report
         self.status = ServeStatus()
         self._lock = threading.Lock()
-        self._boxes: dict[str, str] = {}  # run id -> container id of running boxes
+        self._boxes: dict[str, Manifest] = {}  # run id -> manifest of a running box
+        #: The run of each task whose box started (a failed task's line names it).
+        self._task_runs: dict[str, str] = {}
+        #: True while recovery runs: a box it reports started was re-attached.
+        self._recovering = False
         self._stop = threading.Event()
         self._kill_now = threading.Event()
         self._deadline: float | None = None
@@ -120,7 +104,8 @@ class Server:
 
     # -- signals (called from the main thread's signal handler) -------------------------
 
-    def request_stop(self) -> None:
+    def request_stop(self, by: str = "a stop request") -> None:
+        """``by``: what asked (a signal's name), for the stop line."""
         if self._stop.is_set():
             self._kill_now.set()
             self.report("stopping", "second signal: killing running boxes now")
@@ -128,6 +113,7 @@ class Server:
         self._deadline = time.monotonic() + self.ctx.settings.shutdown_grace_seconds
         self._stop.set()
         self.status.stopping = True
+        self.status.stopped_by = by
         self.report(
             "stopping",
             f"stopping: no new tasks; {self.status.running} running box(es) get "
@@ -136,14 +122,20 @@ class Server:
 
     # -- reporting ----------------------------------------------------------------------
 
-    def report(self, kind: str, message: str) -> None:
+    def report(self, kind: EventKind, message: str) -> None:
+        self.emit(ServeEvent(kind, message))
+
+    def emit(self, event: ServeEvent) -> None:
         if self.report_cb is not None:
-            self.report_cb(ServeEvent(kind, message), self.status)
+            self.report_cb(event, self.status)
 
     def _box_started(self, manifest: Manifest) -> None:
         if manifest.container_id:
             with self._lock:
-                self._boxes[manifest.run_id] = manifest.container_id
+                self._boxes[manifest.run_id] = manifest
+                if manifest.task_id is not None and not self._recovering:
+                    self._task_runs[manifest.task_id] = manifest.run_id
+        self.emit(serve_events.box_started(manifest, reattached=self._recovering))
         if self._kill_now.is_set() and manifest.container_id:
             self.ctx.killed_runs.add(manifest.run_id)
             self._kill(manifest.container_id)
@@ -242,8 +234,11 @@ class Server:
                 recover_all(self.ctx, self._recovered)
             except BaseException as exc:  # re-raised on the main thread
                 failure.append(exc)
+            finally:
+                self._recovering = False
 
         thread = threading.Thread(target=target, name="impyard-recovery", daemon=True)
+        self._recovering = True
         thread.start()
         while thread.is_alive():
             self._enforce_deadline()
@@ -261,11 +256,8 @@ class Server:
     def _recovered(self, resolution: Resolution) -> None:
         self._forget(resolution.run_id)
         self.status.counts[resolution.checkpoint] += 1
-        self.report(
-            "recovered",
-            f"recovered {resolution.run_id} ({resolution.imp}) from {resolution.found_state}: "
-            f"{resolution.action}, {resolution.checkpoint}",
-        )
+        found = read_or_none(self.ctx.home, resolution.run_id)
+        self.emit(serve_events.recovered(resolution, found))
 
     def _reorganize_blocked(self, conn: sqlite3.Connection) -> set[str]:
         """Imps whose reorganize tasks must wait: a live lease, or one already running."""
@@ -321,12 +313,12 @@ class Server:
         if self._kill_now.is_set() or late:
             with self._lock:
                 boxes = list(self._boxes.items())
-            for run_id, container_id in boxes:
-                if run_id in self.ctx.killed_runs:
+            for run_id, box in boxes:
+                if run_id in self.ctx.killed_runs or box.container_id is None:
                     continue
                 self.ctx.killed_runs.add(run_id)  # before the kill: its exit must not integrate
-                self.report("killed", f"killing box of {run_id} (shutdown)")
-                self._kill(container_id)
+                self.emit(serve_events.killing(box))
+                self._kill(box.container_id)
 
     def _kill(self, container_id: str) -> None:
         from impyard.box.launch import kill_box
@@ -347,36 +339,42 @@ class Server:
             channel=task.channel,
             task_id=task.id,
         )
-        self.report("started", f"task {task.id} ({task.imp}) started")
-        checkpoint: str | None = None
-        error: str | None = None
-        run_id: str | None = None
         try:
             outcome = execute(self.ctx, request)
-            checkpoint, run_id = outcome.manifest.checkpoint, outcome.manifest.run_id
-            self._forget(run_id)
         except DiskSpaceError as exc:
             # Nothing of the run exists yet: the task waits, and so does claiming.
             self._disk_wait_until = time.monotonic() + DISK_RETRY_SECONDS
             self.ctx.journal.record("task.requeued", task=task.id, imp=task.imp, reason=str(exc))
-            self.report("requeued", f"task {task.id} waits for disk space: {exc}")
-            return tasks.Ending(task.id, requeue=True)
+            return self._requeue(task, f"disk space: {exc}")
         except LeaseHeldError as exc:
-            self.report("requeued", f"task {task.id} waits: {exc}")
-            return tasks.Ending(task.id, requeue=True)
+            return self._requeue(task, str(exc))
         except ImpyardError as exc:
-            error = str(exc)
+            return self._failed(task, str(exc))
         except Exception as exc:  # a bug must not take the server down with other boxes
             log.exception("task %s failed unexpectedly", task.id)
-            error = f"unexpected {type(exc).__name__}: {exc}"
-        if checkpoint is not None:
-            self.status.counts[checkpoint] += 1
-            self.report("finished", f"task {task.id} ({task.imp}): {checkpoint}")
-        else:
-            self.status.counts["failed"] += 1
-            self.report("failed", f"task {task.id} ({task.imp}) failed: {error}")
-        return tasks.Ending(task.id, checkpoint=checkpoint, error=error, run_id=run_id)
+            return self._failed(task, f"unexpected {type(exc).__name__}: {exc}")
+        m = outcome.manifest
+        self._forget(m.run_id, task.id)
+        self.status.counts[m.checkpoint] += 1
+        self.emit(serve_events.run_finished(m))
+        return tasks.Ending(task.id, checkpoint=m.checkpoint, run_id=m.run_id)
 
-    def _forget(self, run_id: str) -> None:
+    def _requeue(self, task: tasks.Task, why: str) -> tasks.Ending:
+        self.emit(serve_events.task_ended_without_run(task.id, task.imp, None, "waiting", why))
+        return tasks.Ending(task.id, requeue=True)
+
+    def _failed(self, task: tasks.Task, error: str) -> tasks.Ending:
+        """A task whose run ended with no outcome (or never began)."""
+        with self._lock:
+            run_id = self._task_runs.get(task.id)
+        if run_id is not None:
+            self._forget(run_id, task.id)
+        self.status.counts["failed"] += 1
+        self.emit(serve_events.task_ended_without_run(task.id, task.imp, run_id, "failed", error))
+        return tasks.Ending(task.id, error=error)
+
+    def _forget(self, run_id: str, task_id: str | None = None) -> None:
         with self._lock:
             self._boxes.pop(run_id, None)
+            if task_id is not None:
+                self._task_runs.pop(task_id, None)

@@ -130,6 +130,8 @@ class DiskSection(BaseModel):
 
 class PolicySection(BaseModel):
     compiled_at: str | None
+    #: sha256 of compiled.json (None: no readable policy is deployed).
+    digest: str | None = None
     #: True when compiled.json reflects every policy file as it is now.
     deployed: bool
     changes: list[str] = Field(default_factory=list)

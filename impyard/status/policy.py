@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from impyard.home import Home
-from impyard.policy.compile import compiled_at, undeployed_changes
+from impyard.policy.compile import compiled_at, compiled_digest, undeployed_changes
 from impyard.status.model import PolicySection
 
 
 def policy_section(home: Home) -> PolicySection:
     changes = undeployed_changes(home)
-    return PolicySection(compiled_at=compiled_at(home), deployed=not changes, changes=changes)
+    return PolicySection(
+        compiled_at=compiled_at(home),
+        digest=compiled_digest(home),
+        deployed=not changes,
+        changes=changes,
+    )

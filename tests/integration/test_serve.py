@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -184,8 +186,8 @@ def test_lost_engine_makes_serve_wait_not_exit(cli: Cli) -> None:
     server = serve_process(cli, "--once", env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
     try:
         assert server.stdout is not None
-        line = server.stdout.readline()
-        assert "engine unreachable, waiting" in line
+        assert ", engine down: " in server.stdout.readline()  # the start line
+        assert "engine unreachable, waiting" in server.stdout.readline()
         time.sleep(1.5)
         assert server.poll() is None, "serve must keep waiting for the engine"
         server.send_signal(signal.SIGTERM)
@@ -276,3 +278,60 @@ def test_serve_leaves_a_live_foreground_run_to_its_owner(cli: Cli) -> None:
     recovered = [e for e in journal_events(cli) if e["event"].startswith("run.recover")]
     assert recovered == [], "serve adopted a run whose owner was alive"
     assert len(records(cli, "ada")) == 1
+
+
+#: One line of serve's output: the UTC time, then no control or bidi control character.
+SERVE_LINE = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ [^\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e]+"
+)
+#: A file whose name reverses what the terminal shows after it (U+202E, a name the
+#: snapshot takes as it is) where an append run may not write, and one more: rejected,
+#: the box-chosen name first among two reasons.
+EVIL = (
+    'printf x > "$IMPYARD_KNOWLEDGE_DIR/organization/$(printf "a\\342\\200\\256gpj.md")"; '
+    'printf y > "$IMPYARD_KNOWLEDGE_DIR/organization/second.md"'
+)
+
+
+def test_serve_once_says_what_happened_one_line_per_event(cli: Cli) -> None:
+    import docker
+
+    make_yard(cli, "ada")
+    assert cli("imp", "create", "evil", "--command", EVIL).code == 0
+    rejects = add_task(cli, "evil", "break the screen")
+    lands = add_task(cli, "ada", "a fact")
+    result = cli("serve", "--once", "--concurrency", "1", timeout=120)
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(SERVE_LINE.fullmatch(line) for line in lines), result.stdout
+    client = docker.from_env()
+    try:
+        engine = client.version()["Version"]
+    finally:
+        client.close()
+    digest = hashlib.sha256((cli.home / "policy" / "compiled.json").read_bytes()).hexdigest()
+    assert lines[0].endswith(
+        f" impyard serve: data root {cli.home}, concurrency 1, --once, imps: ada, evil, "
+        f"policy {digest[:12]}, engine {engine}"
+    )
+    runs = {t["id"]: t["run_id"] for t in tasks_json(cli)}
+    rejected = json.loads(cli("runs", "show", runs[rejects], "--json").stdout)
+    first = rejected["validation_errors"][0]
+    assert first["path"] == "organization/a\u202egpj.md", first
+    landed = json.loads(cli("runs", "show", runs[lands], "--json").stdout)
+    # The time, then what happened; the two tasks' lines may interleave, each in order.
+    events = [line.split(" ", 1)[1] for line in lines[1:-1]]
+    assert len(events) == 4, result.stdout
+    assert [e for e in events if e.startswith(f"task {rejects} ")] == [
+        f"task {rejects} run {runs[rejects]} evil: started",
+        f"task {rejects} run {runs[rejects]} evil: rejected: "
+        f"organization/a\\u202egpj.md: {first['rule']} (…and 1 more)",
+    ]
+    assert [e for e in events if e.startswith(f"task {lands} ")] == [
+        f"task {lands} run {runs[lands]} ada: started",
+        f"task {lands} run {runs[lands]} ada: integrated {landed['produced_commit'][:12]}",
+    ]
+    assert lines[-1].endswith(
+        " impyard serve: stopped (--once): queue drained: queued 0  landed 1  empty 0  "
+        "rejected 1  conflict 0  quarantined 0  failed 0"
+    )
