@@ -9,7 +9,7 @@ import threading
 from impyard.home import Home
 from impyard.runs.follow import box_output
 from impyard.runs.model import Manifest
-from impyard.termsafe import StreamEscaper, escape_text
+from impyard.textsafe import StreamEscaper, escape_text
 
 
 def outcome_lines(m: Manifest) -> list[str]:
