@@ -303,7 +303,8 @@ def main() -> None:
             )
     print(f"wall {wall:.0f} s, {args.tasks / wall:.1f} runs/s; serve exit {serve.returncode}")
     listed = json.loads(impyard(home, "task", "list", "--json").stdout)
-    journal = json.loads(impyard(home, "journal", "--json").stdout)
+    printed = impyard(home, "journal", "--json").stdout  # JSON lines: one event per line
+    journal = [json.loads(line) for line in printed.splitlines()]
     outcomes = task_outcomes(listed, journal)
     run_ids = {str(run) for _state, run in outcomes.values() if run}
     problems = verify(home, remote, imps, args.tasks, outcomes, journal) + leaks(home, run_ids)

@@ -4,7 +4,8 @@ Past ``retention.journal_max_bytes`` gc rotates it (``impyard.retention.rotation
 the live file is renamed to ``journal.<n>.jsonl`` (n counting up from 1, so a higher
 number is newer and no rotated file is ever renamed again), then compressed to
 ``journal.<n>.jsonl.gz``. Reading goes through every rotated file, oldest first, then
-the live one.
+the live one; ``impyard.journal_tail`` reads the newest events first and follows the
+journal as it is written.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def rotated_numbers(live: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def _read_rotated(path: Path) -> list[dict[str, Any]]:
+def read_rotated(path: Path) -> list[dict[str, Any]]:
+    """The entries of one rotated file, compressed or plain."""
     if path.name.endswith(_GZ):
         with gzip.open(path, "rb") as handle:
             raw = handle.read()
@@ -63,7 +65,7 @@ def read_all(live: Path) -> list[dict[str, Any]]:
     while True:
         before = rotated_numbers(live)
         try:
-            entries = [e for path in before.values() for e in _read_rotated(path)]
+            entries = [e for path in before.values() for e in read_rotated(path)]
         except FileNotFoundError:
             continue  # a rotation finished meanwhile (its plain file is gone): read again
         entries.extend(read_jsonl(live)[0])

@@ -66,6 +66,11 @@ _OTHER_UNSAFE = (
 )
 
 
+def visible(text: str) -> str:
+    """``text`` on one line: every unsafe character escaped, a newline as ``\\n`` too."""
+    return text.translate(_LINE_TABLE)
+
+
 def escape_text(text: str) -> str:
     """``text`` with every unsafe character escaped, its newlines and tabs kept."""
     return text.translate(_TABLE)
@@ -122,3 +127,4 @@ def _cut(pieces: list[tuple[str, bool]], room: int) -> str:
 
 
 _TABLE = _table()
+_LINE_TABLE = _TABLE | {ord("\n"): "\\n"}

@@ -190,7 +190,7 @@ def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from impyard.repair.compare import visible
+    from impyard.textsafe import visible
 
     columns = ["run", "imp", "created", "checkpoint", "files"]
     if kind == "quarantine":
@@ -215,7 +215,7 @@ def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
 
 
 def _print_details(shown: dict[str, Any]) -> None:
-    from impyard.repair.compare import visible
+    from impyard.textsafe import visible
 
     rows: list[tuple[str, Any]] = [
         ("run", shown["run_id"]),
@@ -255,7 +255,7 @@ def _print_details(shown: dict[str, Any]) -> None:
 
 
 def _print_diff(shown: dict[str, Any], noun: str) -> None:
-    from impyard.repair.compare import visible
+    from impyard.textsafe import visible
 
     for f in shown["files"]:
         echo(visible(f"== {f['status']} {f['path']}"))
@@ -268,7 +268,7 @@ def _print_diff(shown: dict[str, Any], noun: str) -> None:
 
 
 def _print_retry(result: dict[str, Any]) -> None:
-    from impyard.repair.compare import visible
+    from impyard.textsafe import visible
 
     if result["landed"]:
         commit = f" {result['commit']}" if result["commit"] else ""

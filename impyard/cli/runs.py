@@ -50,7 +50,9 @@ def register(app: typer.Typer) -> None:
         imp: str | None = typer.Option(
             None, "--imp", help="Only this imp's runs.", autocompletion=complete.imps
         ),
-        count: int = typer.Option(DEFAULT_LISTED, "-n", min=1, help="Show the N newest runs."),
+        count: int = typer.Option(
+            DEFAULT_LISTED, "-n", "--lines", min=1, help="Show the N newest runs."
+        ),
         everything: bool = typer.Option(False, "--all", help="Show every run (overrides -n)."),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:

@@ -9,7 +9,6 @@ box-written text never reaches a terminal raw: control characters are shown esca
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +18,7 @@ from impyard.knowledge.change import Change
 from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.treefs import is_blob, is_executable
+from impyard.textsafe import visible
 
 Status = Literal["added", "modified", "deleted", "unchanged"]
 
@@ -28,14 +28,6 @@ MAX_FILES = 1000
 MAX_LINES_PER_FILE = 400
 MAX_DIFF_BYTES = 256 * 1024
 MAX_BLOB_BYTES = 1024 * 1024
-
-# Everything a terminal could act on (C0 but tab, DEL, C1); shown as \xNN.
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """``text`` with control characters escaped: safe to print on one line."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ command that talks to the engine or owns signals).
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.git import GIT_ENV
 
@@ -66,6 +68,11 @@ class Cli:
             input=input,
         )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """What a ``--json`` stream prints (``journal --json``): one JSON object per line."""
+    return [json.loads(line) for line in text.splitlines()]
 
 
 def run_in_process(argv: list[str], *, env: dict[str, str], input: str | None) -> CliResult:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.policy import edit_org
 from tests.model_server import (
@@ -173,7 +173,7 @@ def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_pa
     assert not [key for key in shown if "scratch" in key or "receipt" in key or "blob" in key]
     repo = cli("knowledge", "yuko").stdout.strip()
     assert marker not in git("-C", repo, "log", "-p", "main").stdout  # a note, not the page
-    events = json.loads(cli("journal", "--run", shown["run_id"], "--json").stdout)
+    events = json_lines(cli("journal", "--run", shown["run_id"], "--json").stdout)
     fetches = [e for e in events if e["event"] == "gateway.request" and e["host"] == "127.0.0.2"]
     # Inspected HTTPS: the tunnel, and the GET judged inside it.
     assert sorted((f["method"], f["decision"]) for f in fetches) == [
@@ -328,7 +328,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert shown["hanging"]["reason"] == "timed out and killed"
     budget_rule = "gateway.budget.requests_per_run"
     assert budget_rule in cli("runs", "logs", runs["thrifty"]["run_id"]).stdout
-    events = json.loads(cli("journal", "--run", runs["thrifty"]["run_id"], "--json").stdout)
+    events = json_lines(cli("journal", "--run", runs["thrifty"]["run_id"], "--json").stdout)
     refused = [e for e in events if e["event"] == "gateway.request" and e["status"] == 429]
     assert refused and all(e["rule"] == budget_rule for e in refused)
 
@@ -416,7 +416,7 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
     assert BAD_MARKER not in git("-C", repo, "log", "-p", "main").stdout
 
     # Both checks went through this run's gateway, answered and journaled.
-    events = json.loads(cli("journal", "--run", str(run["run_id"]), "--json").stdout)
+    events = json_lines(cli("journal", "--run", str(run["run_id"]), "--json").stdout)
     checks = [
         (e["method"], e["rule"], e["decision"], e["status"])
         for e in events

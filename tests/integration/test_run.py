@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.policy import edit_org
 
@@ -72,7 +72,7 @@ def test_clean_run_lands_one_note_with_trusted_trailers(yard: Cli) -> None:
     assert shown.code == 0 and "integrated" in shown.stdout and namespace in shown.stdout
     listed = json.loads(yard("runs", "list", "--json").stdout)
     assert [r["run_id"] for r in listed] == [record["run_id"]]
-    events = [e["event"] for e in json.loads(yard("journal", "--json").stdout)]
+    events = [e["event"] for e in json_lines(yard("journal", "--json").stdout)]
     for expected in ("run.created", "box.started", "box.exited", "knowledge.integrated"):
         assert expected in events
     # Integrated runs drop their checkout; the commit keeps the change.
@@ -184,7 +184,7 @@ def test_reorganize_run_rebuilds_organization(yard: Cli) -> None:
     index = git("-C", repo, "show", "main:organization/index.md").stdout
     assert "acme-sso" in index
     assert "Impyard-Mode: reorganize" in git("-C", repo, "log", "-1", "--format=%B").stdout
-    events = json.loads(yard("journal", "--run", str(record["run_id"]), "--json").stdout)
+    events = json_lines(yard("journal", "--run", str(record["run_id"]), "--json").stdout)
     names = [e["event"] for e in events]
     assert names.index("lease.acquired") < names.index("box.started")
     assert "lease.released" in names

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 
 pytestmark = pytest.mark.docker
 
@@ -59,7 +59,7 @@ def test_run_reaches_an_allowed_upstream_only_through_the_gateway(cli: Cli, upst
     logs = cli("runs", "logs", run_id).stdout
     assert "hello from upstream" in logs
     assert "403" in logs
-    events = json.loads(cli("journal", "--run", run_id, "--json").stdout)
+    events = json_lines(cli("journal", "--run", run_id, "--json").stdout)
     requests = [e for e in events if e["event"] == "gateway.request"]
     assert [(r["host"], r["decision"]) for r in requests] == [
         ("127.0.0.1", "allowed"),

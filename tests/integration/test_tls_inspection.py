@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from impyard.home import Home
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.policy import edit_org
 from tests.tls_server import HOST, TlsPageServer
@@ -109,7 +109,7 @@ def test_method_rules_bind_inside_https_and_clients_verify_without_switches(
     assert "insecure=unset" in log
     assert trusted.requests == [("GET", "/page.html"), ("GET", "/page.html")]
     assert trusted.uploaded == 0 and untrusted.requests == []
-    events = json.loads(yard("journal", "--run", record["run_id"], "--json").stdout)
+    events = json_lines(yard("journal", "--run", record["run_id"], "--json").stdout)
     inner = [
         (e["method"], e["path"], e["status"])
         for e in events

@@ -13,7 +13,7 @@ from impyard.home import Home, init_home
 from impyard.journal import Journal, read_all, rotated_numbers
 from impyard.policy.compile import deploy
 from impyard.retention.rotation import rotate, rotation_item
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 
 NO_ENGINE = {"DOCKER_HOST": "tcp://127.0.0.1:9"}
 
@@ -65,7 +65,7 @@ def test_rotated_lines_stay_readable_in_order(cli: Cli) -> None:
         assert [json.loads(line)["seq"] for line in handle] == list(range(100))
     shown = cli("journal", "--json")
     assert shown.code == 0, shown.stderr
-    entries = json.loads(shown.stdout)
+    entries = json_lines(shown.stdout)
     assert seqs(entries) == list(range(205))
     # Each rotation is noted first thing in the new live file, after all it rotated.
     events = [e["event"] for e in entries]

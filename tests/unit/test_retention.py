@@ -41,7 +41,7 @@ from impyard.retention.volumes import EngineVolume
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
 from impyard.runs.owner import RunOwnership
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 from tests.helpers.repo import make_imp, namespace, run_id
 
 NOW = utc_epoch("2026-08-01T00:00:00Z") or 0.0
@@ -599,7 +599,7 @@ def test_cli_dry_run_then_gc(cli: Cli, yard: Yard) -> None:
     assert document["limits"]["finished_run_days"] == 30
     assert not yard.home.run_dir(old).exists()
     journal = cli("journal", "--run", old, "--json")
-    assert [e["event"] for e in json.loads(journal.stdout)] == ["gc.removed"]
+    assert [e["event"] for e in json_lines(journal.stdout)] == ["gc.removed"]
 
     again = cli("gc", env=NO_ENGINE)
     assert again.code == 0 and "gc: nothing to remove" in again.stdout
