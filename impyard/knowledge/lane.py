@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -63,7 +63,7 @@ from impyard.knowledge.imps import open_repo, require_imp
 from impyard.knowledge.increments import Landed, Split, split
 from impyard.knowledge.lanequeue import Ticket, take_turn
 from impyard.knowledge.origin import sync_origin
-from impyard.knowledge.quarantine import preserved_commit
+from impyard.knowledge.quarantine import deleted_trailers, preserved_commit
 from impyard.knowledge.readers import validation_reader
 from impyard.knowledge.rechecks import LandedSince, recheck_since
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
@@ -432,10 +432,15 @@ class _Outcome:
     def landed(self, checkpoint: LaneCheckpoint, commit: str | None = None) -> LaneResult:
         touched = self.parts.touched
         result = LaneResult(checkpoint, commit=commit, violations=list(touched))
-        if touched and self.keep_refused and self.parts.kept_back:
-            kept = Change(written=dict(self.parts.kept_back))
+        if touched and self.keep_refused:
+            # The refused state is kept as the box left it, a deletion included.
             result.candidate_ref = keep_candidate(
-                self._repo(), kept, self.trailers, checkpoint, touched
+                self._repo(),
+                self.parts.kept,
+                self.trailers,
+                checkpoint,
+                touched,
+                gone=self.parts.gone,
             ).candidate_ref
         return result
 
@@ -443,7 +448,9 @@ class _Outcome:
         every = [*violations, *self.parts.touched]
         if not self.keep_refused:
             return LaneResult(checkpoint, violations=every)
-        return keep_candidate(self._repo(), self.parts.rest, self.trailers, checkpoint, every)
+        return keep_candidate(
+            self._repo(), self.parts.kept, self.trailers, checkpoint, every, gone=self.parts.gone
+        )
 
     def _repo(self) -> pygit2.Repository:
         """Opened only to keep a candidate (most integrations keep none)."""
@@ -487,9 +494,12 @@ def keep_candidate(
     trailers: Trailers,
     checkpoint: LaneCheckpoint,
     violations: list[Violation],
+    *,
+    gone: Iterable[str] = (),
 ) -> LaneResult:
     """Keep a change main will not take at refs/candidates/<run-id>, with its reasons in
-    the commit message; the only writer of candidate refs."""
+    the commit message; the only writer of candidate refs. ``gone``: files the run had
+    landed that ``change`` (the box's final tree) no longer holds, named in trailers."""
     listing = "\n".join(digest(violations).lines())
     commit = preserved_commit(
         repo,
@@ -498,7 +508,7 @@ def keep_candidate(
         summary=f"Candidate of run {trailers.run} ({checkpoint}; not on main)",
         details=[f"Violations:\n{listing}"],
         author=imp_signature(trailers.imp),
-        trailers=trailers.lines(),
+        trailers=[*trailers.lines(), *deleted_trailers(gone)],
     )
     ref = candidate_ref(trailers.run)
     repo.references.create(ref, pygit2.Oid(hex=commit), force=True)
