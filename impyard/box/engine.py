@@ -27,6 +27,7 @@ from impyard.box.enginehttp import (
     EngineConnectError,
     EngineHTTPError,
     EngineTimeout,
+    NotAnEngineAnswer,
     Transport,
 )
 from impyard.errors import EngineError, ImageNotFoundError, NotFoundError
@@ -53,10 +54,19 @@ def stderr_tail(text: str, lines: int = 3) -> str:
 class EngineUnreachableError(EngineError):
     """The engine did not accept a connection at all."""
 
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"cannot reach the Docker engine at {url}: {reason}")
+    def __init__(self, url: str, reason: str, message: str | None = None) -> None:
+        super().__init__(message or f"cannot reach the Docker engine at {url}: {reason}")
         self.url = url
         self.reason = reason
+
+
+class EngineNotDockerError(EngineUnreachableError):
+    """Something answers at the engine's address, but not as a Docker engine does (a web
+    server, a proxy's error page): no engine is reachable there."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        message = f"the address {url} does not answer as a Docker engine ({reason})"
+        super().__init__(url, reason, message)
 
 
 class EngineCallError(EngineError):
@@ -188,6 +198,7 @@ def is_transient(exc: BaseException, *, server_errors: bool = True) -> bool:
 
 #: What an engine call may raise that ``translate`` turns into an ImpyardError.
 ENGINE_FAILURES = (
+    NotAnEngineAnswer,
     EngineHTTPError,
     EngineConnectError,
     EngineTimeout,
@@ -205,6 +216,8 @@ def translate(
     volume: str | None = None,
 ) -> Exception:
     """The ImpyardError for a failed engine call ``what``."""
+    if isinstance(exc, NotAnEngineAnswer):
+        return EngineNotDockerError(exc.url, f"{what}: {exc}")
     if isinstance(exc, EngineHTTPError):
         explanation = exc.explanation
         if exc.status == 404:

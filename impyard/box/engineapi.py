@@ -32,7 +32,12 @@ class EngineAPI:
         return answer
 
     def ping(self) -> bool:
-        return self.transport.request_bytes("GET", "/_ping").strip() == b"OK"
+        """True; ``NotAnEngineAnswer`` when what answers at the address says anything but
+        the engine's ``OK``."""
+        answer = self.transport.fetch("GET", "/_ping")
+        if answer.data.strip() != b"OK":
+            raise answer.not_an_engine()
+        return True
 
     # -- images --------------------------------------------------------------------------
 

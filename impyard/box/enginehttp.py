@@ -7,10 +7,11 @@ of a ~350 ms run on a 2-core machine) and saves ~0.5 ms per call; the calls a bo
 needs are few (see ``engineapi``).
 
 Connections are kept alive and pooled: concurrent boxes each hold one in a long
-``wait``. Errors come out as three kinds: :class:`EngineConnectError` (no connection
-was made), :class:`EngineTimeout` (no answer in time) and :class:`EngineHTTPError`
-(the engine answered with an error status); a connection dropped mid-request raises
-the ``OSError`` or ``http.client`` error that says so.
+``wait``. Errors come out as four kinds: :class:`EngineConnectError` (no connection
+was made), :class:`EngineTimeout` (no answer in time), :class:`EngineHTTPError`
+(the engine answered with an error status) and :class:`NotAnEngineAnswer`
+(something answered, but not as an engine does); a connection dropped mid-request
+raises the ``OSError`` or ``http.client`` error that says so.
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import socket
-import ssl
 import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from impyard.box.engineaddr import Endpoint, UnixConnection
 
 #: Idle connections kept for reuse (concurrent waits each hold one while they wait).
 POOL_SIZE = 32
@@ -54,6 +54,39 @@ class AnswerTooLarge(Exception):
     """An answer was longer than the caller allows."""
 
 
+class NotAnEngineAnswer(Exception):
+    """Something answered at the engine's address, but not as a Docker engine does: an
+    error status without the engine's JSON ``{"message": ...}``, or a call whose answer
+    must be JSON answered with other bytes (a web server, a proxy's error page)."""
+
+    def __init__(
+        self, url: str, method: str, target: str, status: int, content_type: str | None
+    ) -> None:
+        kind = content_type.split(";")[0].strip() if content_type else ""
+        super().__init__(f"HTTP {status} ({kind or 'no content type'}) for {method} {target}")
+        self.url = url
+        self.status = status
+        self.content_type = content_type
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A whole answer: who gave it (the engine address), to what, its status, content type
+    and body."""
+
+    url: str
+    method: str
+    #: The API path (as errors name it), and the request target (prefix and query).
+    path: str
+    target: str
+    status: int
+    content_type: str | None
+    data: bytes
+
+    def not_an_engine(self) -> NotAnEngineAnswer:
+        return NotAnEngineAnswer(self.url, self.method, self.target, self.status, self.content_type)
+
+
 class EngineHTTPError(Exception):
     """The engine answered with an error status; ``explanation`` is its message."""
 
@@ -66,62 +99,6 @@ class EngineHTTPError(Exception):
     @property
     def is_server_error(self) -> bool:
         return 500 <= self.status < 600
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the engine listens, parsed from ``DOCKER_HOST`` the way the CLI does."""
-
-    url: str
-    socket_path: str | None = None
-    host: str = "localhost"
-    port: int = 2375
-    tls: ssl.SSLContext | None = None
-
-    @classmethod
-    def parse(cls, url: str) -> Endpoint:
-        if url.startswith("unix://"):
-            return cls(url, socket_path=url[len("unix://") :])
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("tcp", "http", "https") or not parts.hostname:
-            raise ValueError(f"unsupported engine address {url!r} (unix:// or tcp:// only)")
-        tls = _tls_from_env() if parts.scheme != "http" else None
-        if parts.scheme == "https" and tls is None:
-            tls = ssl.create_default_context()
-        default_port = 2376 if tls is not None else 2375
-        return cls(url, host=parts.hostname, port=parts.port or default_port, tls=tls)
-
-
-def _tls_from_env() -> ssl.SSLContext | None:
-    """TLS as the docker CLI configures it: ``DOCKER_TLS_VERIFY`` and ``DOCKER_CERT_PATH``."""
-    if not os.environ.get("DOCKER_TLS_VERIFY") and not os.environ.get("DOCKER_TLS"):
-        return None
-    certs = Path(os.environ.get("DOCKER_CERT_PATH") or Path.home() / ".docker")
-    context = ssl.create_default_context()
-    if os.environ.get("DOCKER_TLS_VERIFY"):
-        context.load_verify_locations(certs / "ca.pem")
-    else:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if (certs / "cert.pem").exists():
-        context.load_cert_chain(certs / "cert.pem", certs / "key.pem")
-    return context
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
 
 
 class Transport:
@@ -140,7 +117,7 @@ class Transport:
         ep = self.endpoint
         conn: http.client.HTTPConnection
         if ep.socket_path is not None:
-            conn = _UnixConnection(ep.socket_path, timeout or self.timeout)
+            conn = UnixConnection(ep.socket_path, timeout or self.timeout)
         elif ep.tls is not None:
             conn = http.client.HTTPSConnection(
                 ep.host, ep.port, timeout=timeout or self.timeout, context=ep.tls
@@ -226,8 +203,13 @@ class Transport:
         timeout: float | None = None,
     ) -> Any:
         """One call whose answer is JSON (or empty: None)."""
-        data = self.request_bytes(method, path, query=query, body=body, timeout=timeout)
-        return json.loads(data) if data.strip() else None
+        answer = self.fetch(method, path, query=query, body=body, timeout=timeout)
+        if not answer.data.strip():
+            return None
+        try:
+            return json.loads(answer.data)
+        except ValueError as exc:  # an engine answers JSON here; what answered is not one
+            raise answer.not_an_engine() from exc
 
     def request_bytes(
         self,
@@ -240,6 +222,19 @@ class Transport:
         limit: int = MAX_ANSWER_BYTES,
     ) -> bytes:
         """One call's whole answer body (at most ``limit`` bytes: more is an error)."""
+        return self.fetch(method, path, query=query, body=body, timeout=timeout, limit=limit).data
+
+    def fetch(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        timeout: float | None = None,
+        limit: int = MAX_ANSWER_BYTES,
+    ) -> Answered:
+        """One call's whole answer (at most ``limit`` bytes of body: more is an error)."""
         target = self.url(path, query)
         conn, response = self._send(method, target, body, timeout)
         try:
@@ -257,15 +252,19 @@ class Transport:
             conn.close()
         else:
             self._give_back(conn)
+        content_type = response.getheader("Content-Type")
+        answer = Answered(
+            self.endpoint.url, method, path, target, response.status, content_type, data
+        )
         if response.status >= 400:
-            raise EngineHTTPError(response.status, _explanation(data), path)
-        return data
+            raise _error(answer)
+        return answer
 
     def stream(self, method: str, path: str, *, query: dict[str, Any] | None = None) -> RawStream:
         """A call whose answer is read as it comes (logs); the caller closes it."""
         target = self.url(path, query)
         conn, response = self._send(method, target, None, None)
-        _raise_for_error(conn, response, path)
+        self._raise_for_error(conn, response, method, path, target)
         return RawStream(conn, response, response)
 
     def hijack(self, path: str, *, query: dict[str, Any] | None = None) -> RawStream:
@@ -279,12 +278,28 @@ class Transport:
         except BaseException:
             conn.close()
             raise
-        _raise_for_error(conn, response, path)
+        self._raise_for_error(conn, response, "POST", path, target)
         if conn.sock is not None:
             conn.sock.settimeout(None)  # a box may be silent for as long as it runs
         # The raw stream follows the headers in the same buffered reader.
         assert response.fp is not None
         return RawStream(conn, response, response.fp)
+
+    def _raise_for_error(
+        self,
+        conn: http.client.HTTPConnection,
+        response: http.client.HTTPResponse,
+        method: str,
+        path: str,
+        target: str,
+    ) -> None:
+        """A streamed call the engine refused: its message, and the connection closed."""
+        if response.status >= 400:
+            data = response.read(MAX_ANSWER_BYTES)
+            conn.close()
+            content_type = response.getheader("Content-Type")
+            url = self.endpoint.url
+            raise _error(Answered(url, method, path, target, response.status, content_type, data))
 
 
 class RawStream:
@@ -332,14 +347,13 @@ class RawStream:
         self._conn.close()
 
 
-def _raise_for_error(
-    conn: http.client.HTTPConnection, response: http.client.HTTPResponse, path: str
-) -> None:
-    """A streamed call the engine refused: its message, and the connection closed."""
-    if response.status >= 400:
-        data = response.read(MAX_ANSWER_BYTES)
-        conn.close()
-        raise EngineHTTPError(response.status, _explanation(data), path)
+def _error(answer: Answered) -> Exception:
+    """An error answer: the engine's, with its message, or proof that no engine answered
+    (every engine error carries a JSON ``message``; a web server's 404 page does not)."""
+    message = _engine_message(answer.data)
+    if message is None:
+        return answer.not_an_engine()
+    return EngineHTTPError(answer.status, message, answer.path)
 
 
 def _query_value(value: Any) -> str:
@@ -350,12 +364,14 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
-def _explanation(data: bytes) -> str:
-    """The engine's error message (its JSON ``message``, else the body's first line)."""
-    text = data.decode("utf-8", errors="replace")
+def _engine_message(data: bytes) -> str | None:
+    """The first line of the engine's error message (its JSON ``message``); None when the
+    body is not the engine's error JSON."""
     try:
-        message = json.loads(text).get("message")
+        message = json.loads(data.decode("utf-8", errors="replace")).get("message")
     except (ValueError, AttributeError):
-        message = None
-    first = (message or text).strip().splitlines()
+        return None
+    if not isinstance(message, str):
+        return None
+    first = message.strip().splitlines()
     return first[0] if first else "(no message)"

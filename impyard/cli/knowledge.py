@@ -104,6 +104,7 @@ def _report(imp: str, found: NoteProvenance, logged: dict[str, Receipt]) -> dict
         "path": found.path,
         "source_urls": found.source_urls,
         "source_receipts": found.source_receipts,
+        "partial_receipts": found.partial_receipts,
         "commit": found.commit,
         "run": found.run,
         "receipts": receipts,
@@ -124,7 +125,8 @@ def _lines(report: dict[str, Any]) -> list[str]:
         if receipt not in recorded
     )
     for row in report["receipts"]:
-        lines.append(f"receipt  {row['id']} {row['url']} sha256={row['sha256']}")
+        partial = " partial (the fetch was cut short)" if row["partial"] else ""
+        lines.append(f"receipt  {row['id']} {row['url']} sha256={row['sha256']}{partial}")
         if row["logged"]:
             lines.append(
                 f"         status {row['status']}, {row['bytes']} bytes, "

@@ -54,7 +54,7 @@ def _serve(s: Status) -> list[str]:
 def _queue(s: Status) -> list[str]:
     q = s.queue
     if q.error:
-        return [_line("queue", f"UNREADABLE  {q.error}")]
+        return [_line("queue", f"{'LOCKED' if q.locked else 'UNREADABLE'}  {q.error}")]
     parts = [f"{state} {n}" for state, n in q.counts.items()]
     if q.oldest_queued_at:
         parts[0] += f" (oldest {human_age(age_seconds(q.oldest_queued_at, _now(s)))})"
@@ -73,6 +73,8 @@ def _runs(s: Status) -> list[str]:
 
 
 def _leases(s: Status) -> list[str]:
+    if s.queue.error:  # leases live in the same database
+        return [_line("leases", "unknown (the queue database could not be read)")]
     if not s.leases:
         return [_line("leases", "none held")]
     parts = [

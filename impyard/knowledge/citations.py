@@ -10,6 +10,12 @@ pages. The lane commit that lands the note carries one ``Source-Receipt: <id>
 <url> sha256=<hex>`` trailer per receipt its records cite, so ``git log`` alone
 tells which bytes a note was based on.
 
+A receipt of a fetch cut short (a spent budget, an upstream that ended early:
+``complete`` false) covers only the bytes that passed, so a note may cite it only
+as a partial source: listed in ``partial_receipts`` as well. Its trailer then ends
+in `` partial``. A complete receipt marked partial is refused too, so what main
+says of a source is what its receipt says.
+
 The knowledge core does not read receipts itself: callers pass them in, as
 anything with a ``url`` and a ``sha256`` (the gateway's ``Receipt``).
 """
@@ -28,8 +34,10 @@ TRAILER = "Source-Receipt"
 RULE = "source-receipt"
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+PARTIAL = "partial"
 _LINE = re.compile(
     rf"{TRAILER}: (?P<id>rcpt_[0-9a-f]{{20}}) (?P<url>\S+) sha256=(?P<sha256>[0-9a-f]{{64}})"
+    rf"(?: (?P<partial>{PARTIAL}))?"
 )
 
 
@@ -41,6 +49,12 @@ class SourceReceipt(Protocol):
 
     @property
     def sha256(self) -> str: ...
+
+    @property
+    def bytes(self) -> int: ...
+
+    @property
+    def complete(self) -> bool: ...
 
 
 #: A run's receipts by id.
@@ -54,15 +68,18 @@ class Citation:
     receipt: str
     url: str
     sha256: str
+    #: The receipt is of a fetch cut short, cited as a partial source.
+    partial: bool = False
 
     def trailer(self) -> str:
         # Validation refuses such receipts first; this guards the commit message itself.
         if not _fits_a_trailer(self.url) or not _SHA256.fullmatch(self.sha256):
             raise KnowledgeError(f"receipt {self.receipt} cannot be written as a trailer")
-        return f"{TRAILER}: {self.receipt} {self.url} sha256={self.sha256}"
+        line = f"{TRAILER}: {self.receipt} {self.url} sha256={self.sha256}"
+        return f"{line} {PARTIAL}" if self.partial else line
 
-    def as_dict(self) -> dict[str, str]:
-        return {"id": self.receipt, "url": self.url, "sha256": self.sha256}
+    def as_dict(self) -> dict[str, str | bool]:
+        return {"id": self.receipt, "url": self.url, "sha256": self.sha256, "partial": self.partial}
 
 
 def _fits_a_trailer(url: str) -> bool:
@@ -73,13 +90,19 @@ def _fits_a_trailer(url: str) -> bool:
 
 
 def cite(
-    path: str, receipt_ids: Iterable[str], source_urls: list[str] | None, receipts: Receipts
+    path: str,
+    receipt_ids: Iterable[str],
+    source_urls: list[str] | None,
+    receipts: Receipts,
+    partial_ids: Iterable[str] = (),
 ) -> tuple[list[Citation], list[Violation]]:
     """The citations of the record at ``path`` that hold, and a violation for each that does
-    not (naming the path and the receipt)."""
+    not (naming the path and the receipt). ``partial_ids`` are the cited receipts the note
+    marks as partial sources."""
     citations: list[Citation] = []
     found: list[Violation] = []
     urls = set(source_urls or ())
+    partial = set(partial_ids)
     for receipt_id in dict.fromkeys(receipt_ids):
         receipt = receipts.get(receipt_id)
         if receipt is None:
@@ -100,8 +123,28 @@ def cite(
                     path, RULE, f"receipt {receipt_id} cannot be recorded in a commit trailer"
                 )
             )
+        elif not receipt.complete and receipt_id not in partial:
+            found.append(
+                Violation(
+                    path,
+                    RULE,
+                    f"receipt {receipt_id} is of an incomplete fetch (cut short after "
+                    f"{receipt.bytes} bytes): list it in partial_receipts to cite it as a "
+                    "partial source",
+                )
+            )
+        elif receipt.complete and receipt_id in partial:
+            found.append(
+                Violation(
+                    path,
+                    RULE,
+                    f"receipt {receipt_id} is of a complete fetch: remove it from partial_receipts",
+                )
+            )
         else:
-            citations.append(Citation(receipt_id, receipt.url, receipt.sha256))
+            citations.append(
+                Citation(receipt_id, receipt.url, receipt.sha256, partial=not receipt.complete)
+            )
     return citations, found
 
 
@@ -118,11 +161,13 @@ def parse_trailers(message: str) -> list[Citation]:
     for line in last.split("\n"):
         match = _LINE.fullmatch(line)
         if match is not None:
-            found.append(Citation(match["id"], match["url"], match["sha256"]))
+            partial = match["partial"] is not None
+            found.append(Citation(match["id"], match["url"], match["sha256"], partial))
     return found
 
 
 __all__ = [
+    "PARTIAL",
     "RULE",
     "TRAILER",
     "Citation",

@@ -3,14 +3,15 @@
 The frontmatter is a ``---`` block at the very top holding ``id`` (equal to
 ``<namespace>_<number>`` of the file name), ``created_at`` (ISO-8601 UTC,
 ending in ``Z`` or ``+00:00``) and optionally ``source_urls`` (a list of
-http(s) URLs) and ``source_receipts`` (a list of the fetch receipt ids the
-gateway gave the box, ``rcpt_`` and 20 lowercase hex digits), and no other
-key. It must be a YAML block mapping in a safe subset — ``key: value`` lines
-and ``- item`` lists of single-line plain or quoted scalars — parsed here, so
-no YAML library (and none of its tag/anchor/alias expansion) touches
-box-written text. Whatever the subset
-accepts, any YAML reader reads as the same keys and text; anything a reader
-could read differently is refused, never guessed at.
+http(s) URLs), ``source_receipts`` (a list of the fetch receipt ids the gateway
+gave the box, ``rcpt_`` and 20 lowercase hex digits) and ``partial_receipts``
+(the cited receipts the note marks as partial sources: fetches cut short), and
+no other key. It must be a YAML block mapping in a safe subset — ``key: value``
+lines and ``- item`` lists of single-line plain or quoted scalars — parsed here,
+so no YAML library (and none of its tag/anchor/alias expansion) touches
+box-written text. Whatever the subset accepts, any YAML reader reads as the
+same keys and text; anything a reader could read differently is refused, never
+guessed at.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from urllib.parse import urlsplit
 
-KNOWN_KEYS: tuple[str, ...] = ("id", "created_at", "source_urls", "source_receipts")
+KNOWN_KEYS: tuple[str, ...] = (
+    "id",
+    "created_at",
+    "source_urls",
+    "source_receipts",
+    "partial_receipts",
+)
 #: Keys whose value is a list: a block list of items, or ``[]`` for none.
-LIST_KEYS: tuple[str, ...] = ("source_urls", "source_receipts")
-RECEIPT_ID = re.compile(r"rcpt_[0-9a-f]{20}")
+LIST_KEYS: tuple[str, ...] = ("source_urls", "source_receipts", "partial_receipts")
 
 # Unquoted words YAML 1.1 readers (PyYAML among them) turn into booleans or null;
 # YAML 1.2 keeps fewer, so refusing the 1.1 set covers both.
@@ -139,11 +144,7 @@ def _value(value: str, key: str, where: str, *, list_allowed: bool) -> tuple[obj
     if first in "'\"":
         return _quoted(value, where)
     if first in "[{":
-        allowed = (
-            " (only '[]' is allowed, as 'source_urls: []' or 'source_receipts: []')"
-            if list_allowed
-            else ""
-        )
+        allowed = " (only '[]' is allowed, as in 'source_urls: []')" if list_allowed else ""
         return None, f"{where} {_show(value)} is a YAML flow collection{allowed}"
     if first in _NODE_INDICATORS:
         return None, f"{where} {_show(value)} starts with {first!r}: {_NODE_INDICATORS[first]}"
@@ -315,78 +316,5 @@ def is_utc_timestamp(value: str) -> bool:
     return True
 
 
-def is_http_url(value: str) -> bool:
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.netloc) and " " not in value
-
-
-@dataclass(frozen=True)
-class FrontmatterCheck:
-    """What a record's frontmatter says, and what is wrong with it."""
-
-    errors: list[str]
-    #: The id tries to leave its directory ('/', '\\' or '..').
-    escape: bool
-    #: None when the key is absent or its value was refused.
-    source_urls: list[str] | None = None
-    #: The well-formed receipt ids cited (malformed ones are errors, not listed).
-    source_receipts: list[str] = field(default_factory=list)
-
-
-def check_frontmatter(text: str, expected_id: str) -> FrontmatterCheck:
-    """A record's frontmatter checked against the id its file name spells."""
-    front = parse_frontmatter(text)
-    errors = list(front.errors)
-    if not front.complete:
-        return FrontmatterCheck(errors, escape=False)
-    note_id = front.fields.get("id")
-    written_id = note_id if isinstance(note_id, str) else front.refused.get("id", "")
-    escape = "/" in written_id or "\\" in written_id or ".." in written_id
-    if "id" not in front.seen:
-        errors.append("frontmatter 'id' is missing")
-    elif isinstance(note_id, list):
-        errors.append("frontmatter 'id' must be a single value, not a list")
-    elif isinstance(note_id, str) and note_id != expected_id:
-        errors.append(
-            f"frontmatter id {_show(note_id)} must equal the file name's id {expected_id!r}"
-        )
-    created = front.fields.get("created_at")
-    if "created_at" not in front.seen:
-        errors.append("frontmatter 'created_at' is missing")
-    elif isinstance(created, list):
-        errors.append("frontmatter 'created_at' must be a single value, not a list")
-    elif isinstance(created, str) and not is_utc_timestamp(created):
-        errors.append(f"created_at {_show(created)} is not an ISO-8601 UTC timestamp")
-    urls = front.fields.get("source_urls")
-    if isinstance(urls, str):
-        errors.append("source_urls must be a list of http(s) URLs")
-        urls = None
-    elif urls is not None:
-        errors.extend(
-            f"source_urls entry {_show(u)} is not an http(s) URL"
-            for u in urls
-            if not is_http_url(u)
-        )
-    receipts = front.fields.get("source_receipts")
-    cited: list[str] = []
-    if isinstance(receipts, str):
-        errors.append("source_receipts must be a list of receipt ids (rcpt_ and 20 hex digits)")
-    elif receipts is not None:
-        for receipt in receipts:
-            if RECEIPT_ID.fullmatch(receipt):
-                cited.append(receipt)
-            else:
-                errors.append(
-                    f"source_receipts entry {_show(receipt)} is not a receipt id "
-                    "(rcpt_ and 20 lowercase hex digits)"
-                )
-    return FrontmatterCheck(errors, escape, source_urls=urls, source_receipts=cited)
-
-
-def frontmatter_errors(text: str, expected_id: str) -> tuple[list[str], bool]:
-    """Problems with a record's frontmatter, and whether its id tries to escape a path."""
-    checked = check_frontmatter(text, expected_id)
-    return checked.errors, checked.escape
+#: A value as messages quote it (repr, cut at 80 characters).
+show_value = _show

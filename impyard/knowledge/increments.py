@@ -5,6 +5,9 @@ A snapshot always describes the whole change against the run's base. Files an
 earlier checkpoint of the run landed are immutable for the rest of the run: an
 unchanged one is not integrated again, and a changed, deleted or replaced one is
 kept back with a ``checkpointed`` violation while the rest of the change proceeds.
+What is kept back is kept as the box left it: the candidate of such a run holds the
+box's final tree (``Split.kept``), in which a deleted file is simply absent, so the
+candidate also names those paths (``gone``).
 What landed is read from the checkpoint commits themselves (their diff against
 their first parent), never from anything the box could have written.
 """
@@ -63,10 +66,24 @@ class Split:
     effective: Change
     #: What is new since the last checkpoint: what the lane integrates now.
     increment: Change
+    #: The change as given: the box's final tree against the run's base.
+    whole: Change
     #: Changes to checkpointed files, refused with the rest going on.
     touched: list[Violation] = field(default_factory=list)
     #: The refused versions of checkpointed files that are still regular files.
     kept_back: dict[str, FileState] = field(default_factory=dict)
+    #: Checkpointed files the box's final tree has no regular file for (deleted, or
+    #: replaced by something the snapshot refused).
+    gone: set[str] = field(default_factory=set)
+
+    @property
+    def kept(self) -> Change:
+        """What a candidate keeps when main does not take all of the change: with a
+        checkpointed file touched, the box's final tree (whatever landed included, so a
+        deletion is there as the file's absence, named in ``gone``); else the rest."""
+        if self.touched:
+            return self.whole
+        return self.rest
 
     @property
     def rest(self) -> Change:
@@ -84,12 +101,13 @@ class Split:
 def split(change: Change, landed: Landed) -> Split:
     """Separate the new part of ``change`` from what earlier checkpoints landed."""
     if not landed:
-        return Split(effective=change, increment=change)
+        return Split(effective=change, increment=change, whole=change)
     written = dict(change.written)
     deleted = set(change.deleted)
     problems = [p for p in change.problems if p.path not in landed]
     touched: list[Violation] = []
     kept_back: dict[str, FileState] = {}
+    gone: set[str] = set()
     for problem in change.problems:
         if problem.path in landed:
             detail = f"replaced by something unreadable ({problem.rule})"
@@ -107,8 +125,10 @@ def split(change: Change, landed: Landed) -> Split:
         if now is not None:
             touched.append(_touched(path, "changed after a checkpoint landed it"))
             kept_back[path] = now
-        elif not any(v.path == path for v in touched):
-            touched.append(_touched(path, "deleted after a checkpoint landed it"))
+        else:
+            gone.add(path)
+            if not any(v.path == path for v in touched):
+                touched.append(_touched(path, "deleted after a checkpoint landed it"))
         deleted.discard(path)
         written[path] = FileState(was.blob, was.size, was.executable)
     effective = Change(written, deleted, problems, change.unstored)
@@ -122,7 +142,7 @@ def split(change: Change, landed: Landed) -> Split:
         problems,
         change.unstored,
     )
-    return Split(effective, increment, touched, kept_back)
+    return Split(effective, increment, change, touched, kept_back, gone)
 
 
 def _touched(path: str, detail: str) -> Violation:

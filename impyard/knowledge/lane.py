@@ -31,17 +31,20 @@ moving ``main`` but before recording the outcome re-integrates the checkpoint
 on restart; ``find_landed_commit`` sees the run's ``Impyard-Run`` and
 ``Impyard-Checkpoint`` trailers on main and returns that commit instead of
 landing it twice.
+
+What a lane commit says and what an integration answers (trailers, results,
+candidate refs, how an integration ends) are in ``lanerecord``; this module
+re-exports them.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Literal, cast
+from typing import cast
 
 import pygit2
 
@@ -49,21 +52,26 @@ from impyard.errors import KnowledgeError, UsageError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.citations import Citation, Receipts, trailer_lines
+from impyard.knowledge.citations import Receipts
 from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.headtree import HeadTree
-from impyard.knowledge.history import (
-    Added,
-    checkpoint_number,
-    lane_commit,
-    lane_commits_since,
-    remember_added,
-)
+from impyard.knowledge.history import Added, checkpoint_number, lane_commit, remember_added
 from impyard.knowledge.imps import open_repo, require_imp
 from impyard.knowledge.increments import Landed, Split, split
 from impyard.knowledge.lanequeue import Ticket, take_turn
+from impyard.knowledge.lanerecord import (
+    LaneCheckpoint,
+    LaneResult,
+    Outcome,
+    Trailers,
+    candidate_ref,
+    commit_message,
+    commits_since,
+    find_landed_commit,
+    keep_candidate,
+    run_commits,
+)
 from impyard.knowledge.origin import sync_origin
-from impyard.knowledge.quarantine import preserved_commit
 from impyard.knowledge.readers import validation_reader
 from impyard.knowledge.rechecks import LandedSince, recheck_since
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
@@ -71,7 +79,6 @@ from impyard.knowledge.sizes import blob_size, record_tree_bytes, tree_bytes
 from impyard.knowledge.staging import MemoryObjects, staged
 from impyard.knowledge.trees import PathConflict
 from impyard.knowledge.validate import REPO_PATH, check_change
-from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
 
 __all__ = [
@@ -88,57 +95,12 @@ __all__ = [
     "run_commits",
 ]
 
-LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]
-
 #: A chain is published once it holds this many commits or staged bytes; the rest of
 #: the pass goes on in a new chain. Bounds the memory a pass holds (at 100,000 records a
 #: one-note commit stages ~80 KB of trees) and how long its first caller waits.
 MAX_CHAIN_COMMITS = 1024
 MAX_STAGED_BYTES = 64 << 20
 _TREE = pygit2.enums.ObjectType.TREE
-
-
-@dataclass(frozen=True)
-class Trailers:
-    """The trusted provenance written into every lane commit (all host-issued)."""
-
-    imp: str
-    run: str
-    task: str | None
-    channel: str | None
-    base: str
-    mode: Mode
-    #: Which checkpoint of the run this is (1 for a run that only checkpoints at exit).
-    checkpoint: int = 1
-    #: The exit checkpoint, or one the box asked for while it ran.
-    at_exit: bool = True
-
-    def lines(self) -> list[str]:
-        values = {
-            "Impyard-Imp": self.imp,
-            "Impyard-Run": self.run,
-            "Impyard-Task": self.task or "-",
-            "Impyard-Channel": self.channel or "-",
-            "Impyard-Base": self.base,
-            "Impyard-Mode": self.mode,
-            "Impyard-Checkpoint": f"{self.checkpoint} ({'exit' if self.at_exit else 'mid-run'})",
-        }
-        for key, value in values.items():
-            if not value or any(ch in value for ch in "\r\n") or value != value.strip():
-                raise UsageError(f"trailer {key} has an unusable value {value!r}")
-        return [f"{key}: {value}" for key, value in values.items()]
-
-
-@dataclass
-class LaneResult:
-    checkpoint: LaneCheckpoint
-    commit: str | None = None
-    violations: list[Violation] = field(default_factory=list)
-    candidate_ref: str | None = None
-
-
-def candidate_ref(run_id: str) -> str:
-    return f"refs/candidates/{run_id}"
 
 
 def integrate(
@@ -174,7 +136,7 @@ def integrate(
     require_imp(home, imp)
     parts = split(change, landed or {})
     increment = parts.increment
-    outcome = _Outcome(home, parts, trailers, keep_refused)
+    outcome = Outcome(home, parts, trailers, keep_refused)
     if increment.is_empty:
         return outcome.landed("empty")
     with validation_reader(home, imp, base) as reader:
@@ -194,7 +156,7 @@ def integrate(
         return outcome.refused("rejected", checked.violations)
     # Notes an earlier checkpoint landed had their receipts in that checkpoint's commit.
     cited = [c for path in increment.written for c in checked.citations.get(path, ())]
-    message = _message(increment, trailers, cited)
+    message = commit_message(increment, trailers, cited)
 
     prepared = _Prepared(parts, trailers, namespace, mode, limits, keep_refused, message)
 
@@ -277,7 +239,7 @@ class _Chain:
         self.trees = HeadTree(self._tree.id.raw, self._read_tree)
         self._total: int | None = None
         #: Changes the chain commits, with their outcome and commit, in order.
-        self.landed: list[tuple[_Ticket, _Outcome, str]] = []
+        self.landed: list[tuple[_Ticket, Outcome, str]] = []
         #: Changes the chain does not commit, with their result.
         self.settled: list[tuple[_Ticket, LaneResult]] = []
         #: What each of the chain's commits added, for the origin refresh.
@@ -297,7 +259,7 @@ class _Chain:
 
     def add(self, ticket: _Ticket) -> None:
         prepared = ticket.item
-        outcome = _Outcome(self.home, prepared.parts, prepared.trailers, prepared.keep_refused)
+        outcome = Outcome(self.home, prepared.parts, prepared.trailers, prepared.keep_refused)
         mark = self.memory.mark()
         try:
             replayed = self._replay(prepared, outcome)
@@ -310,7 +272,7 @@ class _Chain:
         else:
             self.landed.append((ticket, outcome, replayed))
 
-    def _replay(self, prepared: _Prepared, outcome: _Outcome) -> LaneResult | str:
+    def _replay(self, prepared: _Prepared, outcome: Outcome) -> LaneResult | str:
         """One change onto the chain's head: its new commit, or how it ends without one."""
         trailers, increment = prepared.trailers, prepared.parts.increment
         since = self._landed_since(trailers.base)
@@ -419,57 +381,6 @@ class _Chain:
         return _Chain(self.home, self.repo, self.stage, self.memory, self.since)
 
 
-@dataclass
-class _Outcome:
-    """How one integration ends, with the refused changes to checkpointed files (if any)
-    reported, and kept at the candidate ref when the lane keeps what it refuses."""
-
-    home: Home
-    parts: Split
-    trailers: Trailers
-    keep_refused: bool
-
-    def landed(self, checkpoint: LaneCheckpoint, commit: str | None = None) -> LaneResult:
-        touched = self.parts.touched
-        result = LaneResult(checkpoint, commit=commit, violations=list(touched))
-        if touched and self.keep_refused and self.parts.kept_back:
-            kept = Change(written=dict(self.parts.kept_back))
-            result.candidate_ref = keep_candidate(
-                self._repo(), kept, self.trailers, checkpoint, touched
-            ).candidate_ref
-        return result
-
-    def refused(self, checkpoint: LaneCheckpoint, violations: list[Violation]) -> LaneResult:
-        every = [*violations, *self.parts.touched]
-        if not self.keep_refused:
-            return LaneResult(checkpoint, violations=every)
-        return keep_candidate(self._repo(), self.parts.rest, self.trailers, checkpoint, every)
-
-    def _repo(self) -> pygit2.Repository:
-        """Opened only to keep a candidate (most integrations keep none)."""
-        return open_repo(self.home, self.trailers.imp)
-
-
-def _message(change: Change, trailers: Trailers, cited: list[Citation]) -> str:
-    """Summary line, then one trailer block: the Impyard-* trailers, then Source-Receipt."""
-    block = [*trailers.lines(), *trailer_lines(cited)]
-    return "\n\n".join([_summary(change, trailers), "\n".join(block)])
-
-
-def _summary(change: Change, trailers: Trailers) -> str:
-    added = sum(1 for p in change.written if p.startswith("records/"))
-    other = len(change.written) - added
-    parts = [f"{added} record(s)"]
-    if other:
-        parts.append(f"{other} organization file(s)")
-    if change.deleted:
-        parts.append(f"{len(change.deleted)} deletion(s)")
-    which = f"run {trailers.run}"
-    if not (trailers.at_exit and trailers.checkpoint == 1):
-        which += f" checkpoint {trailers.checkpoint}"
-    return f"{trailers.imp}: {trailers.mode} {which} ({', '.join(parts)})"
-
-
 def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -> None:
     """Move main from ``old`` to ``new`` only if it still points at ``old``."""
     ref = repo.lookup_reference(MAIN)
@@ -479,60 +390,6 @@ def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -
         ref.set_target(new, f"impyard lane: {old[:12]} -> {str(new)[:12]}")
     except pygit2.GitError as exc:  # libgit2 refuses when the stored value is not ``old``
         raise KnowledgeError(f"main moved outside the lane while integrating: {exc}") from exc
-
-
-def keep_candidate(
-    repo: pygit2.Repository,
-    change: Change,
-    trailers: Trailers,
-    checkpoint: LaneCheckpoint,
-    violations: list[Violation],
-) -> LaneResult:
-    """Keep a change main will not take at refs/candidates/<run-id>, with its reasons in
-    the commit message; the only writer of candidate refs."""
-    listing = "\n".join(digest(violations).lines())
-    commit = preserved_commit(
-        repo,
-        trailers.base,
-        change,
-        summary=f"Candidate of run {trailers.run} ({checkpoint}; not on main)",
-        details=[f"Violations:\n{listing}"],
-        author=imp_signature(trailers.imp),
-        trailers=trailers.lines(),
-    )
-    ref = candidate_ref(trailers.run)
-    repo.references.create(ref, pygit2.Oid(hex=commit), force=True)
-    return LaneResult(checkpoint, violations=violations, candidate_ref=ref)
-
-
-def commits_since(repo: pygit2.Repository, base: str, head: str) -> list[pygit2.Commit]:
-    """Commits on main's first-parent chain after ``base`` up to ``head``, newest first."""
-    return [cast(pygit2.Commit, repo[c.sha]) for c in lane_commits_since(repo, base, head)]
-
-
-def run_commits(repo: pygit2.Repository, run_id: str, base: str) -> Iterator[pygit2.Commit]:
-    """The commits of run ``run_id`` on main since ``base``, newest first."""
-    try:
-        since = lane_commits_since(repo, base, main_commit(repo))
-    except KnowledgeError:
-        return
-    for landed in since:
-        if landed.run == run_id:
-            yield cast(pygit2.Commit, repo[landed.sha])
-
-
-def find_landed_commit(
-    repo: pygit2.Repository, run_id: str, base: str, checkpoint: int = 1
-) -> str | None:
-    """The commit on main since ``base`` of checkpoint ``checkpoint`` of ``run_id``, if any."""
-    try:
-        since = lane_commits_since(repo, base, main_commit(repo))
-    except KnowledgeError:
-        return None
-    for landed in since:
-        if landed.run == run_id and landed.checkpoint == checkpoint:
-            return landed.sha
-    return None
 
 
 def recheck(

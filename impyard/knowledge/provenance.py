@@ -27,6 +27,8 @@ class NoteProvenance:
     path: str
     source_urls: list[str]
     source_receipts: list[str]
+    #: The cited receipts the note marks as partial sources (fetches cut short).
+    partial_receipts: list[str]
     #: The first-parent commit of main that added the path or last changed it.
     commit: str
     #: Its ``Impyard-Run`` trailer (None for a commit the lane did not make).
@@ -45,27 +47,27 @@ def note_provenance(home: Home, imp: str, path: str) -> NoteProvenance:
         raise NotFoundError(f"imp {imp!r}: no file {path!r} on main")
     if not isinstance(entry, pygit2.Blob):
         raise NotFoundError(f"imp {imp!r}: {path!r} on main is a directory, not a note")
-    urls, receipts = _sources(entry.data)
+    urls, receipts, partial = _sources(entry.data)
     commit = _last_change(head, path, entry)
     cited = set(receipts)
     return NoteProvenance(
         path=path,
         source_urls=urls,
         source_receipts=receipts,
+        partial_receipts=partial,
         commit=str(commit.id),
         run=commit.message_trailers.get("Impyard-Run"),
         citations=[c for c in parse_trailers(commit.message) if c.receipt in cited],
     )
 
 
-def _sources(data: bytes) -> tuple[list[str], list[str]]:
-    """The note's source_urls and source_receipts (empty where it states none)."""
+def _sources(data: bytes) -> tuple[list[str], list[str], list[str]]:
+    """The note's source_urls, source_receipts and partial_receipts (empty where it states
+    none)."""
     fields = parse_frontmatter(data.decode("utf-8", errors="replace")).fields
-    urls, receipts = fields.get("source_urls"), fields.get("source_receipts")
-    return (
-        urls if isinstance(urls, list) else [],
-        receipts if isinstance(receipts, list) else [],
-    )
+    listed = (fields.get(key) for key in ("source_urls", "source_receipts", "partial_receipts"))
+    urls, receipts, partial = (value if isinstance(value, list) else [] for value in listed)
+    return urls, receipts, partial
 
 
 def _last_change(head: pygit2.Commit, path: str, entry: pygit2.Object) -> pygit2.Commit:

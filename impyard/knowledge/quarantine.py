@@ -5,24 +5,51 @@ Entries the snapshot refused (links, special files, bad names, oversize files)
 and paths no tree may hold (Git metadata, hidden or instruction files — which
 ``git fsck --strict`` or an owner's own agent tooling would trip over) are
 listed in the message, never stored. ``main`` is never touched.
+
+A file a run landed at a checkpoint and then deleted is not in the run's base, so
+the tree alone cannot say it went: such a commit names it in an ``Impyard-Deleted``
+trailer, and reading the change back (``tree_change`` of ``repair.preserved``)
+counts it deleted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 import pygit2
 
+from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState
 from impyard.knowledge.pathnames import is_storable_path
 from impyard.knowledge.repo import host_signature
 from impyard.knowledge.trees import PathConflict, build_tree
 from impyard.names import check_run_id
 
+DELETED_TRAILER = "Impyard-Deleted"
+
 
 def quarantine_ref(run_id: str) -> str:
     return f"refs/quarantine/{run_id}"
+
+
+def deleted_trailers(paths: Iterable[str]) -> list[str]:
+    """One ``Impyard-Deleted: <path>`` trailer per path, sorted."""
+    lines = []
+    for path in sorted(set(paths)):
+        # Every such path landed on main, so the lane found it storable; this guards the
+        # commit message itself (one line per trailer, no edge spaces to lose).
+        if not path or path != path.strip() or any(ch in path for ch in "\r\n"):
+            raise KnowledgeError(f"path {path!r} cannot be written as a trailer")
+        lines.append(f"{DELETED_TRAILER}: {path}")
+    return lines
+
+
+def deleted_by_trailers(message: str) -> list[str]:
+    """The paths a preserved commit's ``Impyard-Deleted`` trailers name (last paragraph)."""
+    last = message.rstrip("\n").rsplit("\n\n", 1)[-1]
+    prefix = f"{DELETED_TRAILER}: "
+    return [line[len(prefix) :] for line in last.split("\n") if line.startswith(prefix)]
 
 
 def preserved_commit(

@@ -10,7 +10,8 @@ A record lives at ``records/<topic>/<slug>--<namespace>_<number>.md``:
   '-'), ``namespace`` is the host-issued ``n_<12 hex>``, ``number`` is decimal
   without leading zeros (``1``, ``2``, ... — so one id has one spelling).
 
-What the frontmatter of a record must hold is checked in ``frontmatter``.
+What the frontmatter of a record must hold is checked in ``frontmatter_check`` (parsed
+in ``frontmatter``).
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from impyard.knowledge.frontmatter import (
-    Frontmatter,
+from impyard.knowledge.frontmatter import Frontmatter, is_utc_timestamp, parse_frontmatter
+from impyard.knowledge.frontmatter_check import (
     FrontmatterCheck,
     check_frontmatter,
     frontmatter_errors,
     is_http_url,
-    is_utc_timestamp,
-    parse_frontmatter,
 )
 
 RECORDS = "records"

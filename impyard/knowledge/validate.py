@@ -273,7 +273,9 @@ def _record(
         if front.escape:
             found.append(Violation(path, "path-escape", "frontmatter id contains '/' or '..'"))
         found.extend(Violation(path, "frontmatter", error) for error in front.errors)
-        held, refused = cite(path, front.source_receipts, front.source_urls, receipts)
+        held, refused = cite(
+            path, front.source_receipts, front.source_urls, receipts, front.partial_receipts
+        )
         found.extend(refused)
         if held:
             citations[path] = held

@@ -1,7 +1,9 @@
 """The one SQLite file (``impyard.db``): tasks, leases and issued namespaces.
 
 WAL mode and a generous busy timeout make it safe for the CLI and a running
-``serve`` to write at once. Each caller opens its own connection.
+``serve`` to write at once. Each caller opens its own connection. A reader that
+must answer fast whatever holds the file (``status``) passes a short busy timeout
+and tells a lock from other failures with ``is_locked``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+
+#: Seconds a connection waits for a lock another connection holds (SQLite's busy timeout).
+BUSY_TIMEOUT_SECONDS = 30.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -43,9 +48,11 @@ CREATE TABLE IF NOT EXISTS namespaces (
 
 
 @contextlib.contextmanager
-def opened(path: Path) -> Iterator[sqlite3.Connection]:
+def opened(
+    path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS
+) -> Iterator[sqlite3.Connection]:
     """A connection for one piece of work, closed after it."""
-    conn = connect(path)
+    conn = connect(path, busy_timeout=busy_timeout)
     try:
         yield conn
     finally:
@@ -65,11 +72,25 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA busy_timeout=30000")
-    conn.executescript(SCHEMA)
+def connect(path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(SCHEMA)
+    except BaseException:
+        conn.close()  # a locked file fails here: the connection must not leak
+        raise
     return conn
+
+
+def is_locked(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says another connection held the file past the busy timeout (a
+    writer in exclusive locking mode blocks even WAL readers), not that it is unreadable."""
+    # The extended code (SQLITE_BUSY_RECOVERY, ...) keeps the primary one in its low byte.
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

@@ -22,7 +22,7 @@ from impyard.knowledge.change import Change, FileState, Violation
 from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.lane import candidate_ref
-from impyard.knowledge.quarantine import quarantine_ref
+from impyard.knowledge.quarantine import deleted_by_trailers, quarantine_ref
 from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.names import RUN_ID, check_run_id
 from impyard.runs import manifest as manifests
@@ -125,7 +125,8 @@ def find_preserved(home: Home, kind: Kind, run_id: str) -> Preserved:
 
 def tree_change(repo: pygit2.Repository, sha: str) -> Change:
     """A preserved commit's change against its base (first parent): written files with
-    their blobs and modes, and deleted paths. A tree entry that is not a plain file (which
+    their blobs and modes, and deleted paths (with those its ``Impyard-Deleted`` trailers
+    name: files the run landed, then deleted). A tree entry that is not a plain file (which
     no host-written preserved tree holds) is a problem, never a written file."""
     commit = commit_at(repo, sha)
     parent = commit.parents[0].tree if commit.parents else None
@@ -141,6 +142,7 @@ def tree_change(repo: pygit2.Repository, sha: str) -> Change:
             change.problems.append(
                 Violation(path, "special-file", f"preserved tree entry of mode {mode}")
             )
+    change.deleted.update(p for p in deleted_by_trailers(commit.message) if p not in change.written)
     return change
 
 

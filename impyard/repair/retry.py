@@ -150,14 +150,15 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
             warnings=warnings,
         )
         if result.landed:
-            kept_back = split(change, landed).kept_back
-            if kept_back:
+            parts = split(change, landed)
+            if parts.touched:  # files the run had landed stay refused, kept as the box left them
                 result.candidate_ref = keep_candidate(
                     repo,
-                    Change(written=dict(kept_back)),
+                    parts.kept,
                     exit_trailers,
                     lane.checkpoint,
                     lane.violations,
+                    gone=parts.gone,
                 ).candidate_ref
             _settle_landed(home, repo, m, record, result)
         else:

@@ -103,11 +103,14 @@ def checkpoint(run: Run) -> None:
         repo = open_repo(run.home, m.imp)
         change = snapshot(repo, m.checkout, run.limits)
         landed = landed_files(repo, m)
-        rest = split(change, landed).rest
-        if not run.policy.knowledge.checkpoint_on_clean_exit and not rest.is_empty:
+        parts = split(change, landed)
+        if not run.policy.knowledge.checkpoint_on_clean_exit and not parts.rest.is_empty:
             reason = "policy disables checkpoint_on_clean_exit"
             violation = Violation("", "checkpoint-disabled", reason)
-            result = keep_candidate(repo, rest, exit_trailers, "rejected", [violation])
+            every = [violation, *parts.touched]
+            result = keep_candidate(
+                repo, parts.kept, exit_trailers, "rejected", every, gone=parts.gone
+            )
         else:
             result = integrate_run(
                 run.home, m, change, run.limits, number=number, at_exit=True, landed=landed

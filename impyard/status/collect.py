@@ -100,7 +100,8 @@ def judge(status: Status) -> None:
                 )
             )
     if status.queue.error:
-        problems.append(Problem(code="queue-unreadable", message=status.queue.error))
+        code = "queue-locked" if status.queue.locked else "queue-unreadable"
+        problems.append(Problem(code=code, message=status.queue.error))
     for imp in status.knowledge:
         if imp.error:
             problems.append(Problem(code="knowledge-unreadable", message=imp.error))

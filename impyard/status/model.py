@@ -54,6 +54,8 @@ class QueueSection(BaseModel):
     counts: dict[str, int]
     oldest_queued_at: str | None = None
     error: str | None = None
+    #: Another process held the database past status's short wait (``error`` says so).
+    locked: bool = False
 
 
 class RunningRun(BaseModel):

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from impyard.home import Home
 from impyard.names import RUN_ID
 from impyard.queue import leases, tasks
-from impyard.queue.db import opened
+from impyard.queue.db import is_locked, opened
 from impyard.runs.model import TERMINAL_STATES
 from impyard.runs.serve_record import read_records
 from impyard.status.model import (
@@ -42,15 +42,26 @@ def serve_section(home: Home) -> ServeSection:
     )
 
 
+#: Seconds status waits for a queue database another process holds: the screen answers
+#: within 2 s, where SQLite's usual busy timeout (30 s) made it hang.
+DB_BUSY_TIMEOUT_SECONDS = 0.5
+
+
 def queue_and_leases(
     home: Home, ttl_seconds: float, now: datetime
 ) -> tuple[QueueSection, list[LeaseStatus]]:
     try:
-        with opened(home.db) as conn:
+        with opened(home.db, busy_timeout=DB_BUSY_TIMEOUT_SECONDS) as conn:
             counts = tasks.counts(conn)
             oldest = tasks.oldest_queued_at(conn)
             rows = leases.list_leases(conn)
     except sqlite3.Error as exc:
+        if is_locked(exc):
+            error = (
+                f"queue database locked: {home.db} is held by another process "
+                f"(no answer within {DB_BUSY_TIMEOUT_SECONDS:g} s)"
+            )
+            return QueueSection(counts={}, error=error, locked=True), []
         return QueueSection(counts={}, error=f"{home.db}: {exc}"), []
     held = [
         LeaseStatus(

@@ -32,6 +32,7 @@ def note_text(
     created_at: str = "2026-07-11T12:00:00Z",
     urls: Iterable[str] = ("https://example.com/report",),
     receipts: Iterable[str] = (),
+    partial: Iterable[str] = (),
     body: str = "Acme ships SSO.\n",
 ) -> str:
     lines = ["---", f"id: {note_id}", f"created_at: {created_at}"]
@@ -43,6 +44,10 @@ def note_text(
     if receipts:
         lines.append("source_receipts:")
         lines.extend(f"- {r}" for r in receipts)
+    partial = list(partial)
+    if partial:
+        lines.append("partial_receipts:")
+        lines.extend(f"- {r}" for r in partial)
     lines.append("---")
     return "\n".join(lines) + "\n\n" + body
 

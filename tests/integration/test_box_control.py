@@ -232,6 +232,40 @@ def test_a_checkpointed_note_changed_later_is_refused_at_exit_while_the_rest_lan
     assert "edited afterwards" in kept
 
 
+def test_a_checkpointed_note_deleted_later_stays_on_main_and_the_deletion_is_kept(
+    yard: Cli,
+) -> None:
+    script = "; ".join(
+        [
+            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
+            note("facts", "one", "the original claim"),
+            "impyard-checkpoint",
+            f"rm {KDIR}/records/facts/one--${{NS}}_1.md",
+            note("facts", "two", "a new fact"),
+        ]
+    )
+    code, record = run(yard, script)
+    assert code == 0, record
+    ns, run_id = record["namespace"], record["run_id"]
+    one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
+    assert record["checkpoint"] == "integrated"
+    assert [(e["path"], e["rule"]) for e in record["validation_errors"]] == [(one, "checkpointed")]
+    repo = repo_of(yard)
+    assert {one, two} <= main_files(repo)  # main keeps what landed, and the rest went on
+    # The refused state is kept as the box left it: its final tree, without note one.
+    assert record["candidate_ref"] == f"refs/candidates/{run_id}"
+    kept = main_files(repo, record["candidate_ref"])
+    assert two in kept and one not in kept
+    differs = git("-C", repo, "diff", "--name-status", "main", record["candidate_ref"]).stdout
+    assert differs.splitlines() == [f"D\t{one}"]
+    shown = yard("candidates", "show", run_id, "--json")
+    assert shown.code == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert [(v["path"], v["rule"]) for v in found["violations"]] == [(one, "checkpointed")]
+    assert (one, "deleted") in [(f["path"], f["status"]) for f in found["files"]]
+    assert_fsck_clean(repo)
+
+
 def test_a_box_killed_after_a_checkpoint_keeps_it_and_quarantines_only_the_rest(
     yard: Cli,
 ) -> None:

@@ -4,6 +4,7 @@ commits are not collisions, and nothing lands twice."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pygit2
@@ -15,8 +16,11 @@ from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, landed_by, split
 from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.knowledge.repo import main_commit
+from impyard.repair.preserved import tree_change
+from impyard.runs import manifest as manifests
 from impyard.runs.landing import LandedCache, landed_files
 from impyard.runs.model import CheckpointRecord, Manifest
+from tests.helpers.cli import Cli
 from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,
@@ -71,6 +75,10 @@ def show(home: Home, rev: str) -> str:
     return git("-C", home.repo("yuko"), "show", rev).stdout
 
 
+def show_ref(repo: pygit2.Repository, ref: str) -> str:
+    return str(repo.lookup_reference(ref).target)
+
+
 def test_mid_run_then_exit_land_only_what_is_new_with_numbered_trailers(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
@@ -118,6 +126,10 @@ def test_a_changed_checkpointed_note_is_refused_while_the_rest_lands(tmp_path: P
     # The refused version is kept for the owner, nothing is lost.
     assert last.candidate_ref == f"refs/candidates/{RUN}"
     assert show(home, f"{last.candidate_ref}:{path}").encode() == rewritten
+    # It holds the box's final tree: against main, only the refused edit differs.
+    differs = git("-C", home.repo("yuko"), "diff", "--name-status", "main", last.candidate_ref)
+    assert differs.stdout.splitlines() == [f"M\t{path}"]
+    assert_fsck_clean(home.repo("yuko"))
 
 
 def test_deleting_a_checkpointed_note_is_refused_and_it_stays(tmp_path: Path) -> None:
@@ -131,6 +143,70 @@ def test_deleting_a_checkpointed_note_is_refused_and_it_stays(tmp_path: Path) ->
     assert [(v.path, v.rule) for v in last.violations] == [(path, "checkpointed")]
     assert "deleted after a checkpoint" in last.violations[0].message
     assert show(home, f"main:{path}").encode() == data
+    # The refused state is kept: the box's final tree, without the deleted note, which
+    # the candidate names (the run's base never had it, so the tree alone cannot say).
+    assert last.candidate_ref == f"refs/candidates/{RUN}"
+    assert path not in tree_paths(repo, last.candidate_ref)
+    differs = git("-C", home.repo("yuko"), "diff", "--name-status", "main", last.candidate_ref)
+    assert differs.stdout.splitlines() == [f"D\t{path}"]
+    message = git("-C", home.repo("yuko"), "log", "-1", "--format=%B", last.candidate_ref).stdout
+    assert f"Impyard-Deleted: {path}" in message.splitlines()
+    assert "checkpointed" in message and "deleted after a checkpoint" in message
+    assert tree_change(repo, show_ref(repo, last.candidate_ref)).deleted == {path}
+    assert_fsck_clean(home.repo("yuko"))
+
+
+def test_a_checkpointed_deletion_is_shown_and_stays_refused_on_retry(tmp_path: Path) -> None:
+    """The owner sees the deletion as the run's exit left it: `candidates show` lists the
+    checkpointed violation and the note as deleted against main; a retry refuses it again
+    and keeps the candidate as it was."""
+    home, repo = make_imp(tmp_path)
+    base = main_commit(repo)
+    path, data = note(number=1)
+    first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
+    landed = landed_by(repo, [first.commit or ""])
+    last = checkpoint(home, change_of(repo, {}), base, 2, at_exit=True, landed=landed)
+    home.run_dir(RUN).mkdir(parents=True, exist_ok=True)
+    manifests.write(
+        home,
+        Manifest(
+            run_id=RUN,
+            imp="yuko",
+            task_id="task-1",
+            channel=None,
+            mode="append",
+            base_commit=base,
+            namespace=NS,
+            state="finished",
+            checkpoint="integrated",
+            produced_commit=first.commit,
+            candidate_ref=last.candidate_ref,
+            validation_errors=last.violations,
+            checkpoints=[
+                CheckpointRecord(
+                    number=1, state="integrated", requested_at="t", commit=first.commit
+                )
+            ],
+        ),
+    )
+    cli = Cli(home=home.root)
+    shown = cli("candidates", "show", RUN, "--json")
+    assert shown.code == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert [(v["path"], v["rule"]) for v in found["violations"]] == [(path, "checkpointed")]
+    assert [(f["path"], f["status"]) for f in found["files"]] == [(path, "deleted")]
+    text = cli("candidates", "show", RUN).stdout
+    assert path in text and "checkpointed" in text
+
+    kept = show_ref(repo, f"refs/candidates/{RUN}")
+    again = cli("candidates", "retry", RUN, "--json", env={"USER": "alice"})
+    assert again.code == 3, again.stdout + again.stderr
+    result = json.loads(again.stdout)
+    assert result["outcome"] == "rejected"
+    assert [(v["path"], v["rule"]) for v in result["violations"]] == [(path, "checkpointed")]
+    assert show_ref(repo, f"refs/candidates/{RUN}") == kept
+    assert show(home, f"main:{path}").encode() == data
+    assert_fsck_clean(home.repo("yuko"))
 
 
 def test_a_mid_run_refusal_keeps_no_candidate(tmp_path: Path) -> None:

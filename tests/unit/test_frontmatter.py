@@ -77,6 +77,7 @@ def assert_yaml_reads_the_same(text: str, parsed: Frontmatter) -> None:
         front(f"id: {ID}", "created_at: 2026-07-11T12:00:00.250+00:00"),
         f"---\r\nid: {ID}\r\ncreated_at: {WHEN}\r\n---\r\nbody\r\n",
         note_text(ID, receipts=[RCPT, RCPT2]),
+        note_text(ID, receipts=[RCPT, RCPT2], partial=[RCPT2]),
         front(f"id: {ID}", f"created_at: {WHEN}", "source_urls: []", "source_receipts: []"),
         front(
             f"id: {ID}",
@@ -210,6 +211,13 @@ def test_cited_receipts_are_read_in_order() -> None:
     assert checked.errors == []
     assert checked.source_receipts == [RCPT2, RCPT]
     assert checked.source_urls == ["https://example.com/report"]
+    assert checked.partial_receipts == []
+
+
+def test_receipts_marked_partial_are_read() -> None:
+    checked = check_frontmatter(note_text(ID, receipts=[RCPT2, RCPT], partial=[RCPT]), ID)
+    assert checked.errors == []
+    assert (checked.source_receipts, checked.partial_receipts) == ([RCPT2, RCPT], [RCPT])
 
 
 @pytest.mark.parametrize(
@@ -232,6 +240,14 @@ def test_cited_receipts_are_read_in_order() -> None:
         (("source_receipts:", "- *a"), "alias"),
         (("source_receipts:", f"- !!str {RCPT}"), "tag"),
         (("source_receipt:", f"- {RCPT}"), "unknown key 'source_receipt'"),
+        (("partial_receipts:", "- rcpt_0123"), "partial_receipts entry 'rcpt_0123' is not a"),
+        ((f"partial_receipts: {RCPT}",), "partial_receipts must be a list of receipt ids"),
+        ((f"partial_receipts: [{RCPT}]",), "flow collection"),
+        (("partial_receipts:", f"- {RCPT}"), f"partial_receipts entry {RCPT} is not in source"),
+        (
+            ("source_receipts:", f"- {RCPT}", "partial_receipts:", f"- {RCPT2}"),
+            f"partial_receipts entry {RCPT2} is not in source_receipts",
+        ),
     ],
 )
 def test_malformed_receipt_citations_are_refused(lines: tuple[str, ...], fragment: str) -> None:

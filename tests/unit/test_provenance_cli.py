@@ -85,6 +85,7 @@ def test_provenance_as_json(landed: tuple[Cli, Receipt, str]) -> None:
         "path": note_path(),
         "source_urls": [URL, "https://example.com/more"],
         "source_receipts": [receipt.id],
+        "partial_receipts": [],
         "commit": commit,
         "run": RUN,
         "receipts": [
@@ -92,6 +93,7 @@ def test_provenance_as_json(landed: tuple[Cli, Receipt, str]) -> None:
                 "id": receipt.id,
                 "url": URL,
                 "sha256": receipt.sha256,
+                "partial": False,
                 "logged": True,
                 "status": 200,
                 "bytes": len(BODY),
@@ -158,6 +160,52 @@ def test_unknown_imps_and_paths_are_one_line_errors(
     assert result.code != 0 and result.stdout == ""
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_partial_citation_is_shown_as_partial(tmp_path: Path) -> None:
+    """A note citing a fetch cut short (marked in partial_receipts) lands, and provenance
+    says, from the commit alone, that the citation is partial."""
+    home, repo = make_imp(tmp_path)
+    cut = b"<html>the first part"
+    receipt = Receipt(
+        id=new_receipt_id(),
+        run=RUN,
+        method="GET",
+        url=URL,
+        status=200,
+        content_type="text/html",
+        bytes=len(cut),
+        sha256=hashlib.sha256(cut).hexdigest(),
+        complete=False,
+        started_at="2026-07-11T12:00:00.000000Z",
+        ended_at="2026-07-11T12:00:00.250000Z",
+    )
+    home.run_dir(RUN).mkdir(parents=True)
+    ReceiptLog(home.run_receipts(RUN)).write(receipt)
+    text = note_text(f"{NS}_1", urls=[URL], receipts=[receipt.id], partial=[receipt.id])
+    base = main_commit(repo)
+    result = integrate(
+        home,
+        "yuko",
+        change_of(repo, {note_path(): text.encode()}),
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=KnowledgeLimits(),
+        trailers=trailers(base),
+        receipts=run_receipts(home, RUN),
+    )
+    assert result.checkpoint == "integrated", result.violations
+    home.run_receipts(RUN).unlink()  # the run is gone: the commit alone says it
+    cli = Cli(home=home.root)
+    report = json.loads(cli("knowledge", "provenance", "yuko", note_path(), "--json").stdout)
+    assert report["partial_receipts"] == [receipt.id]
+    [row] = report["receipts"]
+    assert (row["id"], row["partial"], row["logged"]) == (receipt.id, True, False)
+    shown = cli("knowledge", "provenance", "yuko", note_path())
+    assert shown.code == 0, shown.stderr
+    line = f"receipt  {receipt.id} {URL} sha256={receipt.sha256} partial (the fetch was cut short)"
+    assert line in shown.stdout.splitlines()
 
 
 def test_knowledge_imp_still_prints_only_the_path(landed: tuple[Cli, Receipt, str]) -> None:

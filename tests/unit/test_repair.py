@@ -377,8 +377,11 @@ def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
         note_text(f"{NS}_1").encode()
     )
     assert two in tree_paths(repo)
+    # The candidate holds the box's final tree: against main, only the refused edit differs.
     kept = tree_paths(repo, candidate_ref(RUN))
-    assert one in kept and two not in kept
+    assert one in kept and two in kept
+    differs = git("-C", home.repo("yuko"), "diff", "--name-status", "main", candidate_ref(RUN))
+    assert differs.stdout.splitlines() == [f"M\t{one}"]
     m = manifests.read(home, RUN)
     assert m.candidate_ref == candidate_ref(RUN) and m.produced_commit == result["commit"]
 

@@ -24,7 +24,16 @@ from impyard.runs import endings
 from impyard.runs.control import BoxControl
 from impyard.runs.landing import run_receipts
 from tests.helpers.git import git
-from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, run_id
+from tests.helpers.repo import (
+    NS,
+    RUN,
+    assert_fsck_clean,
+    change_of,
+    make_imp,
+    note_path,
+    note_text,
+    run_id,
+)
 from tests.helpers.runs import FakeRun
 from tests.helpers.runs import running as running_run
 
@@ -34,9 +43,15 @@ OTHER_URL = "https://example.com/other"
 
 
 def fetched(
-    home: Home, url: str = URL, *, run: str = RUN, body: bytes = b"<html>report</html>"
+    home: Home,
+    url: str = URL,
+    *,
+    run: str = RUN,
+    body: bytes = b"<html>report</html>",
+    complete: bool = True,
 ) -> Receipt:
-    """A receipt as the gateway writes it, appended to ``run``'s receipt log."""
+    """A receipt as the gateway writes it, appended to ``run``'s receipt log; ``complete``
+    False for a body cut short (``body`` is then what passed)."""
     receipt = Receipt(
         id=new_receipt_id(),
         run=run,
@@ -46,6 +61,7 @@ def fetched(
         content_type="text/html",
         bytes=len(body),
         sha256=hashlib.sha256(body).hexdigest(),
+        complete=complete,
         started_at="2026-07-11T12:00:00.000000Z",
         ended_at="2026-07-11T12:00:00.250000Z",
     )
@@ -54,8 +70,10 @@ def fetched(
     return receipt
 
 
-def citing(number: int, *receipts: str, urls: tuple[str, ...] = (URL,)) -> tuple[str, bytes]:
-    text = note_text(f"{NS}_{number}", urls=urls, receipts=receipts)
+def citing(
+    number: int, *receipts: str, urls: tuple[str, ...] = (URL,), partial: tuple[str, ...] = ()
+) -> tuple[str, bytes]:
+    text = note_text(f"{NS}_{number}", urls=urls, receipts=receipts, partial=partial)
     return note_path(number=number), text.encode()
 
 
@@ -216,7 +234,73 @@ def test_a_trailer_never_holds_a_line_break_or_a_bad_hash(url: str, sha256: str)
         Citation("rcpt_0123456789abcdef0123", url, sha256).trailer()
 
 
+CUT = b"<html>the first part of a long rep"  # what passed before the budget ran out
+
+
+def test_citing_a_receipt_of_a_cut_short_fetch_is_refused_naming_it(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    cut = fetched(home, body=CUT, complete=False)
+    path, data = citing(1, cut.id)
+    [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
+    assert (where, rule) == (path, "source-receipt")
+    assert cut.id in message and "incomplete fetch" in message
+    assert f"after {len(CUT)} bytes" in message and "partial_receipts" in message
+
+
+def test_a_cut_short_fetch_marked_partial_is_accepted(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    cut, whole = fetched(home, body=CUT, complete=False), fetched(home, OTHER_URL)
+    files = dict([citing(1, cut.id, whole.id, urls=(URL, OTHER_URL), partial=(cut.id,))])
+    assert validated(repo, files, run_receipts(home, RUN)) == set()
+
+
+def test_a_complete_fetch_marked_partial_is_refused(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    whole = fetched(home)
+    path, data = citing(1, whole.id, partial=(whole.id,))
+    [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
+    assert (where, rule) == (path, "source-receipt")
+    assert whole.id in message and "complete fetch" in message
+
+
+def test_a_partial_mark_on_a_receipt_the_note_does_not_cite_is_a_frontmatter_error(
+    tmp_path: Path,
+) -> None:
+    home, repo = make_imp(tmp_path)
+    cut = fetched(home, body=CUT, complete=False)
+    path, data = citing(1, partial=(cut.id,))
+    [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
+    assert (where, rule) == (path, "frontmatter")
+    assert f"partial_receipts entry {cut.id} is not in source_receipts" in message
+
+
 # --- the lane -------------------------------------------------------------------------
+
+
+def test_a_partial_citation_lands_with_a_trailer_that_says_partial(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    cut, whole = fetched(home, body=CUT, complete=False), fetched(home, OTHER_URL)
+    urls = (URL, OTHER_URL)
+    result = land(home, repo, dict([citing(1, cut.id, whole.id, urls=urls, partial=(cut.id,))]))
+    assert result.checkpoint == "integrated", result.violations
+    message = message_of(repo, result.commit)
+    assert f"Source-Receipt: {cut.id} {URL} sha256={cut.sha256} partial" in message.splitlines()
+    assert f"Source-Receipt: {whole.id} {OTHER_URL} sha256={whole.sha256}" in message.splitlines()
+    assert set(parse_trailers(message)) == {
+        Citation(cut.id, URL, cut.sha256, partial=True),
+        Citation(whole.id, OTHER_URL, whole.sha256),
+    }
+    # git reads the marked one as a trailer too.
+    shown = git(
+        "-C",
+        home.repo("yuko"),
+        "log",
+        "-1",
+        "--format=%(trailers:key=Source-Receipt,valueonly)",
+        "main",
+    ).stdout
+    assert f"{cut.id} {URL} sha256={cut.sha256} partial" in shown.splitlines()
+    assert_fsck_clean(home.repo("yuko"))
 
 
 def test_the_commit_carries_a_source_receipt_trailer_per_cited_receipt(tmp_path: Path) -> None:
@@ -346,3 +430,28 @@ def test_the_exit_checkpoint_reads_the_runs_receipts(tmp_path: Path) -> None:
     repo = pygit2.Repository(str(run.home.repo("yuko")))
     cited = parse_trailers(message_of(repo, run.finished["produced_commit"]))
     assert cited == [Citation(receipt.id, URL, receipt.sha256)]
+
+
+def test_the_boxs_check_refuses_an_unmarked_cut_short_fetch_and_lands_a_marked_one(
+    tmp_path: Path,
+) -> None:
+    """The box's own check (what impyard-check prints) and checkpoint answer as the lane."""
+    run, root = running(tmp_path)
+    control = BoxControl(run)  # type: ignore[arg-type]
+    cut = fetched(run.home, body=CUT, complete=False)
+    write(root, *citing(1, cut.id))
+    answer = control.check()
+    assert not answer["ok"]
+    [violation] = answer["violations"]
+    assert (violation["path"], violation["rule"]) == (note_path(number=1), "source-receipt")
+    assert cut.id in violation["message"] and "partial_receipts" in violation["message"]
+    assert control.checkpoint()["outcome"] == "rejected"
+
+    write(root, *citing(1, cut.id, partial=(cut.id,)))
+    assert control.check()["ok"]
+    landed = control.checkpoint()
+    assert landed["outcome"] == "integrated", landed
+    repo = pygit2.Repository(str(run.home.repo("yuko")))
+    assert parse_trailers(message_of(repo, landed["commit"])) == [
+        Citation(cut.id, URL, cut.sha256, partial=True)
+    ]

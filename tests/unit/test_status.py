@@ -9,6 +9,9 @@ import fcntl
 import gc
 import json
 import os
+import subprocess
+import sys
+import time
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -421,6 +424,63 @@ def test_an_unreadable_queue_is_a_problem(home: Home) -> None:
     home.db.unlink()
     home.db.mkdir()  # sqlite cannot open a directory
     assert "queue-unreadable" in codes(status_of(home).problems)
+
+
+#: Holds the queue database the way nothing can read past: a write transaction in
+#: exclusive locking mode (a plain WAL writer never blocks readers). Holds it until its
+#: stdin closes.
+LOCKER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+conn.execute("BEGIN EXCLUSIVE")
+conn.execute("INSERT INTO leases VALUES ('held', 'run-x', 0, 0)")
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_locked_queue_database_is_a_problem_row_not_a_hang(
+    tmp_path: Path, dead_engine: dict[str, str]
+) -> None:
+    """Status waits for the database only briefly (SQLite's usual busy timeout made it
+    answer after 30 s) and says it is locked; timed as a real command, printed."""
+    cli = Cli(home=tmp_path / "home", in_process=False)
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(Home(cli.home).db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
+        started = time.monotonic()
+        text = cli("status", env=dead_engine)
+        took = time.monotonic() - started
+        document = cli("status", "--json", env=dead_engine)
+    finally:
+        assert locker.stdin is not None
+        locker.stdin.close()
+        locker.wait(10)
+        assert locker.stdout is not None
+        locker.stdout.close()
+    print(f"status with the queue database locked answered in {took:.2f} s")
+    assert text.code == 1 and "Traceback" not in text.stderr
+    lines = text.stdout.splitlines()
+    [queue] = [line for line in lines if line.startswith("queue ")]
+    assert queue.startswith("queue      LOCKED  queue database locked: ")
+    assert "held by another process" in queue
+    assert [line for line in lines if "queue-locked" in line] == [
+        f"PROBLEM  queue-locked: {queue.split('LOCKED  ', 1)[1]}"
+    ]
+    assert "queue-locked" in text.stderr
+    found = json.loads(document.stdout)
+    assert found["queue"]["locked"] is True
+    assert "queue-locked" in [p["code"] for p in found["problems"]]
+    assert "queue-unreadable" not in [p["code"] for p in found["problems"]]
 
 
 # -- serve -------------------------------------------------------------------------------
