@@ -246,6 +246,10 @@ def _print_details(shown: dict[str, Any]) -> None:
         echo("preserved with:")
         for line in shown["message"]:
             echo(visible(f"  {line}"))
+    if shown["not_kept"]:
+        echo(f"not kept ({len(shown['not_kept'])}):")
+        for line in shown["not_kept"]:
+            echo(visible(f"  {line.removeprefix('- ')}"))
     counts = ", ".join(f"{n} {status}" for status, n in shown["status_counts"].items())
     echo(f"files against main ({shown['files_total']}): {counts or 'none'}")
     for f in shown["files"]:
