@@ -103,3 +103,21 @@ def test_links_and_fifos_are_listed_as_not_kept_and_nothing_to_land_keeps_the_re
     [line] = retried.stderr.splitlines()
     assert "nothing to land" in line and f"refs/candidates/{run_id}" in line
     assert refs(yard) == before
+
+
+def test_a_candidate_keeps_files_over_the_limit_only_up_to_its_bound(yard: Cli) -> None:
+    overlay = yard.home / "policy" / "imps" / "yuko.toml"
+    overlay.write_text("[knowledge]\nmax_file_chars = 60\ncandidate_max_bytes = 1000\n")
+    assert yard("deploy").code == 0
+    three = " && ".join(
+        f'head -c 600 /dev/zero | tr "\\0" "a" > "$K/records/t/big-{n}.md"' for n in range(3)
+    )
+    record = rejected_run(yard, f'K=$IMPYARD_KNOWLEDGE_DIR; mkdir -p "$K/records/t" && {three}')
+    shown = json.loads(yard("candidates", "show", record["run_id"], "--json").stdout)
+    # 600 bytes fit in the 1000-byte bound once; the other two are listed, never read.
+    kept = [f["path"] for f in shown["files"]]
+    assert len(kept) == 1 and shown["files"][0]["size"] == 600
+    assert len(shown["not_kept"]) == 2
+    for line in shown["not_kept"]:
+        assert "file-too-large" in line and "candidate_max_bytes" in line, line
+        assert not any(path in line for path in kept)
