@@ -114,9 +114,12 @@ def _group(kind: Kind) -> typer.Typer:
             run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
             as_json: bool = typer.Option(False, "--json", help="One JSON document."),
         ) -> None:
-            """Validate against the current main and policy, then land through the lane.
+            """Land a candidate refused under a policy since changed (e.g. a raised limit).
 
-            Exit 0 landed, 3 rejected, 5 conflict (then the ref stays as it was)."""
+            Re-validates the same files against the current main and policy, then lands
+            through the lane; it cannot fix content (re-run the task for that). Exit 0
+            landed (the ref is removed after main moved), 3 rejected, 5 conflict, 1
+            nothing to land (the ref stays as it was in all three)."""
             retry(ctx, run_id, as_json, False)
 
     else:
@@ -130,10 +133,12 @@ def _group(kind: Kind) -> typer.Typer:
                 False, "--from-ref", help="Use the ref's tree, not the kept checkout."
             ),
         ) -> None:
-            """Validate against the current main and policy, then land through the lane.
+            """Land a quarantined change under a policy since changed (e.g. a raised limit).
 
-            The change is a fresh snapshot of the kept checkout (or the ref's tree when it is
-            gone). Exit 0 landed, 3 rejected, 5 conflict (then everything stays as it was)."""
+            Re-validates a fresh snapshot of the kept checkout (or the ref's tree when it is
+            gone) against the current main and policy, then lands through the lane; it
+            cannot fix content (re-run the task for that). Exit 0 landed, 3 rejected, 5
+            conflict, 1 nothing to land (everything stays as it was in all three)."""
             retry(ctx, run_id, as_json, from_ref)
 
     @group.command("drop")
@@ -241,6 +246,10 @@ def _print_details(shown: dict[str, Any]) -> None:
         echo("preserved with:")
         for line in shown["message"]:
             echo(visible(f"  {line}"))
+    if shown["not_kept"]:
+        echo(f"not kept ({len(shown['not_kept'])}):")
+        for line in shown["not_kept"]:
+            echo(visible(f"  {line.removeprefix('- ')}"))
     counts = ", ".join(f"{n} {status}" for status, n in shown["status_counts"].items())
     echo(f"files against main ({shown['files_total']}): {counts or 'none'}")
     for f in shown["files"]:
@@ -286,6 +295,8 @@ def _print_retry(result: dict[str, Any]) -> None:
         )
     for v in result["violations"]:
         echo(visible(f"  {v['path'] or '-'}: {v['rule']}: {v['message']}"))
+    if result["advice"]:
+        echo(result["advice"])
 
 
 def repair_line(r: dict[str, Any]) -> str:

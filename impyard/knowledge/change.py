@@ -82,8 +82,9 @@ class Change:
 
     ``written`` holds files whose content or mode differs from base (new or rewritten);
     ``deleted`` holds base files that are gone; ``problems`` holds entries the snapshot
-    refused to read (links, special files, bad names, oversize files), which always
-    reject a clean-exit checkpoint and are listed, never stored, by a quarantine.
+    refused to read (links, special files, bad names, files over the size limit a
+    check does not keep or past ``candidate_max_bytes``), which always reject a clean-exit
+    checkpoint and are listed as not kept, never stored, by a candidate or quarantine.
     """
 
     written: dict[str, FileState] = field(default_factory=dict)
@@ -103,11 +104,19 @@ class KnowledgeLimits:
 
     max_file_chars: int = 200_000
     max_repo_bytes: int = 1_000_000_000
+    #: Most bytes of files over ``max_file_bytes`` one snapshot reads and keeps, so a
+    #: candidate or quarantine holds what a retry under a raised limit could land.
+    candidate_max_bytes: int = 100_000_000
 
     @classmethod
     def of(cls, policy: KnowledgePolicy) -> KnowledgeLimits:
-        """The limits an imp's effective ``[knowledge]`` policy sets."""
-        return cls(max_file_chars=policy.max_file_chars, max_repo_bytes=policy.max_repo_bytes)
+        """The limits an imp's effective ``[knowledge]`` policy sets (a candidate never keeps
+        more than the repository could hold)."""
+        return cls(
+            max_file_chars=policy.max_file_chars,
+            max_repo_bytes=policy.max_repo_bytes,
+            candidate_max_bytes=min(policy.candidate_max_bytes, policy.max_repo_bytes),
+        )
 
     @property
     def max_file_bytes(self) -> int:

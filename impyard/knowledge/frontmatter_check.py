@@ -43,8 +43,12 @@ class FrontmatterCheck:
     partial_receipts: list[str] = field(default_factory=list)
 
 
-def check_frontmatter(text: str, expected_id: str) -> FrontmatterCheck:
-    """A record's frontmatter checked against the id its file name spells."""
+def check_frontmatter(text: str, expected_id: str | None) -> FrontmatterCheck:
+    """A record's frontmatter checked against the id its file name spells.
+
+    ``expected_id`` is None when the file name spells no valid id of this run (that name
+    is refused on its own): every other rule is still checked, so one listing shows all
+    a fix needs, and the id only has to be present and single."""
     front = parse_frontmatter(text)
     errors = list(front.errors)
     if not front.complete:
@@ -56,7 +60,7 @@ def check_frontmatter(text: str, expected_id: str) -> FrontmatterCheck:
         errors.append("frontmatter 'id' is missing")
     elif isinstance(note_id, list):
         errors.append("frontmatter 'id' must be a single value, not a list")
-    elif isinstance(note_id, str) and note_id != expected_id:
+    elif isinstance(note_id, str) and expected_id is not None and note_id != expected_id:
         errors.append(
             f"frontmatter id {show_value(note_id)} must equal the file name's id {expected_id!r}"
         )

@@ -1,10 +1,12 @@
 """Preserving refused work off main: quarantine and the candidate commits the lane keeps.
 
-A preserved commit holds the base tree plus the readable part of the change.
-Entries the snapshot refused (links, special files, bad names, oversize files)
-and paths no tree may hold (Git metadata, hidden or instruction files — which
-``git fsck --strict`` or an owner's own agent tooling would trip over) are
-listed in the message, never stored. ``main`` is never touched.
+A preserved commit holds the base tree plus every regular file of the change,
+refused ones included (a retry under a changed policy can land only what is kept).
+Entries the snapshot did not read (links, special files, bad names, files past
+``candidate_max_bytes``) and paths no tree may hold (Git metadata, hidden or
+instruction files — which ``git fsck --strict`` or an owner's own agent tooling
+would trip over) are listed by path and reason under ``NOT_KEPT`` in the message,
+never stored. ``main`` is never touched.
 
 A file a run landed at a checkpoint and then deleted is not in the run's base, so
 the tree alone cannot say it went: such a commit names it in an ``Impyard-Deleted``
@@ -20,13 +22,18 @@ from typing import cast
 import pygit2
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.change import Change, FileState
+from impyard.knowledge.change import Change, FileState, Violation
 from impyard.knowledge.pathnames import is_storable_path
 from impyard.knowledge.repo import host_signature
 from impyard.knowledge.trees import PathConflict, build_tree
+from impyard.knowledge.violations import digest
 from impyard.names import check_run_id
 
 DELETED_TRAILER = "Impyard-Deleted"
+#: The message paragraph listing what a preserved commit does not hold.
+NOT_KEPT = "Not kept (not in this commit):"
+#: Headings older preserved commits used for the same list.
+_OLD_NOT_KEPT = ("Refused entries (not stored):", "Not stored (unsafe path or clash):")
 
 
 def quarantine_ref(run_id: str) -> str:
@@ -62,7 +69,9 @@ def preserved_commit(
     author: pygit2.Signature,
     trailers: Sequence[str],
 ) -> str:
-    """A commit (parent ``base``) of base tree + the storable part of ``change``; not on any ref."""
+    """A commit (parent ``base``) of base tree + the storable part of ``change``; not on any
+    ref. The message lists what of the change it does not hold: ``change.problems`` (never
+    read) and paths no tree may hold or that clash."""
     base_commit = cast(pygit2.Commit, repo[base])
     written: dict[str, FileState] = {}
     omitted: list[str] = []
@@ -85,10 +94,12 @@ def preserved_commit(
                 written.pop(path)
                 omitted.append(path)
     parts = [summary, *details]
-    if omitted:
-        parts.append(
-            "Not stored (unsafe path or clash):\n" + "\n".join(f"- {p!r}" for p in omitted)
-        )
+    not_kept = [
+        *change.problems,
+        *(Violation(p, "not-stored", "a path no tree may hold, or a clash") for p in omitted),
+    ]
+    if not_kept:
+        parts.append(NOT_KEPT + "\n" + "\n".join(digest(not_kept).lines()))
     parts.append("\n".join(trailers))
     message = "\n\n".join(parts) + "\n"
     oid = repo.create_commit(None, author, host_signature(), message, tree, [base_commit.id])
@@ -100,11 +111,6 @@ def quarantine(repo: pygit2.Repository, run_id: str, base: str, change: Change, 
     check_run_id(run_id)
     first = reason.splitlines()[0] if reason.strip() else "abnormal exit"
     details = [reason] if reason.strip() and reason.strip() != first else []
-    if change.problems:
-        details.append(
-            "Refused entries (not stored):\n"
-            + "\n".join(f"- {v.path!r}: {v.rule}: {v.message}" for v in change.problems)
-        )
     commit = preserved_commit(
         repo,
         base,
@@ -116,3 +122,14 @@ def quarantine(repo: pygit2.Repository, run_id: str, base: str, change: Change, 
     )
     repo.references.create(quarantine_ref(run_id), pygit2.Oid(hex=commit), force=True)
     return commit
+
+
+def not_kept_lines(message: str) -> list[str]:
+    """The ``- path: rule: reason`` lines of what a preserved commit's message says it
+    does not hold (empty when it holds the whole change)."""
+    found: list[str] = []
+    for paragraph in message.split("\n\n"):
+        heading, _, rest = paragraph.partition("\n")
+        if heading in (NOT_KEPT, *_OLD_NOT_KEPT):
+            found.extend(line for line in rest.splitlines() if line.strip())
+    return found

@@ -71,11 +71,103 @@ def claimed_namespace(path: str) -> str | None:
     return match["namespace"] if match else None
 
 
+@dataclass(frozen=True)
+class NameShape:
+    """A record path taken apart: what is wrong with each part, and the namespace it claims.
+
+    The namespace itself is not judged here (only the caller knows the run's), so a
+    name whose only fault is another namespace has no ``faults``."""
+
+    faults: list[str]
+    #: The ``n_...`` namespace the ``--`` suffix spells, whatever its form; None if none.
+    namespace: str | None
+
+
+_SUFFIX = re.compile(r"(?P<namespace>n_.*)_(?P<number>[^_]*)")
+_SEGMENT_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _segment_faults(part: str, value: str) -> list[str]:
+    """Why a topic or slug is not lowercase ``[a-z0-9-]`` starting with a letter or digit."""
+    if not value:
+        return [f"the {part} is empty"]
+    bits: list[str] = []
+    if any("A" <= ch <= "Z" for ch in value):
+        bits.append("upper case")
+    if " " in value:
+        bits.append("a space")
+    others = sorted(
+        {ch for ch in value if ch not in _SEGMENT_CHARACTERS and ch != " " and not "A" <= ch <= "Z"}
+    )
+    if others:
+        bits.append(", ".join(repr(ch) for ch in others))
+    if value.startswith("-"):
+        bits.append("a leading '-'")
+    return [f"the {part} {value!r} has {' and '.join(bits)}"] if bits else []
+
+
+def _suffix_faults(suffix: str) -> tuple[list[str], str | None]:
+    """Why the part after ``--`` is not ``<namespace>_<number>``, and the namespace it claims."""
+    match = _SUFFIX.fullmatch(suffix)
+    if match is None:
+        return [f"the suffix {suffix!r} after '--' is not the namespace and a number"], None
+    number = match["number"]
+    if not number.isascii() or not number.isdigit():
+        return [f"the number {number!r} after the namespace is not decimal digits"], match[
+            "namespace"
+        ]
+    namespace = match["namespace"]
+    if int(number) == 0:
+        return [f"the number {number!r} is not 1 or more"], namespace
+    if number.startswith("0"):
+        return [f"the number {number!r} starts with 0 (write {int(number)})"], namespace
+    return [], namespace
+
+
+def record_name_shape(path: str) -> NameShape:
+    """Each part of a ``records/`` path that breaks the record-name rule, said plainly.
+
+    A name is judged part by part (topic directory, slug, namespace suffix, extension)
+    so the author learns everything a rename has to fix, not just that it is wrong."""
+    parts = path.split("/")[1:]
+    faults: list[str] = []
+    if len(parts) == 1:
+        faults.append("it is directly under records/, not in a topic directory")
+    elif len(parts) > 2:
+        faults.append(f"it is {len(parts) - 1} directories deep; use exactly one topic directory")
+    if len(parts) > 1:
+        faults.extend(_segment_faults("topic", parts[0]))
+    filename = parts[-1]
+    extension: list[str] = []  # said last, in the order the parts appear in the path
+    if filename.endswith(".md"):
+        stem = filename[: -len(".md")]
+    elif filename.lower().endswith(".md"):
+        stem = filename[: -len(".md")]
+        extension.append(f"the extension {filename[-3:]!r} is not lowercase '.md'")
+    elif "." in filename.lstrip("."):
+        stem, other = filename.rsplit(".", 1)
+        extension.append(f"the extension '.{other}' is not '.md'")
+    else:
+        stem = filename
+        extension.append("the file name has no '.md' extension")
+    if "--" not in stem:
+        faults.extend(_segment_faults("slug", stem))
+        faults.append(
+            "the file name has no namespace suffix ('--' then the namespace and a number)"
+        )
+        return NameShape(faults + extension, None)
+    slug, suffix = stem.rsplit("--", 1)
+    faults.extend(_segment_faults("slug", slug))
+    suffix_faults, namespace = _suffix_faults(suffix)
+    return NameShape(faults + suffix_faults + extension, namespace)
+
+
 __all__ = [
     "ORGANIZATION",
     "RECORDS",
     "Frontmatter",
     "FrontmatterCheck",
+    "NameShape",
     "RecordName",
     "check_frontmatter",
     "claimed_namespace",
@@ -84,4 +176,5 @@ __all__ = [
     "is_utc_timestamp",
     "parse_frontmatter",
     "parse_record_path",
+    "record_name_shape",
 ]

@@ -14,6 +14,13 @@ What is read follows what changed: the overlay upper dir holds only the run's
 change; the copy fallback lstat-walks the tree and hashes only files whose
 recorded identity (inode, size, mtime, ctime) differs.
 
+A file over the size limit is refused by validation, not here: a snapshot that stores
+(a checkpoint, the exit) reads and keeps it while the files over the limit total at most
+``candidate_max_bytes``, so a candidate or quarantine holds what a retry under a raised
+limit can land (a refused note that was never read was lost, and its retry "landed"
+nothing). Past that bound a file is not read at all (listed as not kept); a check keeps
+none of them.
+
 New blobs are written together when the walk ends (``packs.ObjectBatch``): one
 fsynced pack for a large change instead of an fsynced file per blob, loose
 objects for a small one. Either way they are durable when ``snapshot`` returns.
@@ -100,7 +107,7 @@ def snapshot(
     base = commit_at(repo, checkout.base, SnapshotError).tree
     batch: ObjectBatch | _InMemory = ObjectBatch(repo) if store else _InMemory(CHECK_MEMORY_BYTES)
     with batch:
-        walker = _Walker(repo, limits, batch)
+        walker = _Walker(repo, limits, batch, keep=limits.candidate_max_bytes if store else 0)
         try:
             root_fd = os.open(checkout.root, _DIR_FLAGS)
         except OSError as exc:
@@ -124,12 +131,15 @@ def snapshot(
 
 class _Walker:
     def __init__(
-        self, repo: pygit2.Repository, limits: Limits, batch: ObjectBatch | _InMemory
+        self, repo: pygit2.Repository, limits: Limits, batch: ObjectBatch | _InMemory, *, keep: int
     ) -> None:
         self.repo = repo
         self.batch = batch
         self.stored = ExistenceProbe(repo)
         self.limit = limits.max_file_bytes
+        # Bytes of files over ``limit`` this snapshot may still read and keep.
+        self.keep_left = keep
+        self.keep_bound = keep
         self.change = Change()
         # Paths holding a regular file after the run (copy mode: a base path not
         # here was deleted).
@@ -272,11 +282,12 @@ class _Walker:
         if st.st_nlink > 1:
             self._problem(path, "hard-link", f"file has {st.st_nlink} links")
             return
+        most = self.limit
         if st.st_size > self.limit:
-            self._problem(
-                path, "file-too-large", f"{st.st_size} bytes, over the {self.limit}-byte limit"
-            )
-            return
+            if st.st_size > self.keep_left:
+                self._not_kept(path, st.st_size)
+                return
+            most = self.keep_left
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
@@ -287,12 +298,14 @@ class _Walker:
             if not _same_inode(now, st, stat.S_ISREG) or now.st_nlink != 1:
                 self._problem(path, "special-file", "entry changed while being read")
                 return
-            data = _read_at_most(fd, self.limit + 1)
+            data = _read_at_most(fd, most + 1)
         finally:
             os.close(fd)
-        if len(data) > self.limit:
-            self._problem(path, "file-too-large", f"over the {self.limit}-byte limit")
+        if len(data) > most:  # it grew while being read
+            self._not_kept(path, len(data))
             return
+        if len(data) > self.limit:
+            self.keep_left -= len(data)  # validation refuses it by its size
         executable = bool(now.st_mode & 0o111)
         oid = pygit2.hash(data)
         if (
@@ -304,6 +317,15 @@ class _Walker:
         if oid.raw not in self.batch and oid not in self.stored:
             self.batch.add(_BLOB, data, oid.raw)
         self.change.written[path] = FileState(blob=str(oid), size=len(data), executable=executable)
+
+    def _not_kept(self, path: str, size: int) -> None:
+        detail = f"{size} bytes, over the {self.limit}-byte limit"
+        if self.keep_bound:
+            detail += (
+                f"; not kept: files over it may total {self.keep_bound} bytes "
+                "(knowledge.candidate_max_bytes)"
+            )
+        self._problem(path, "file-too-large", detail)
 
     def _refuse_special(self, st: os.stat_result, path: str) -> None:
         if stat.S_ISLNK(st.st_mode):

@@ -56,8 +56,8 @@ from impyard.knowledge.records import (
     ORGANIZATION,
     RECORDS,
     check_frontmatter,
-    claimed_namespace,
     parse_record_path,
+    record_name_shape,
 )
 from impyard.knowledge.repo import TREE_MODE
 from impyard.knowledge.sizes import size_delta, tree_bytes
@@ -237,39 +237,42 @@ def _record(
     citations: dict[str, list[Citation]],
 ) -> list[Violation]:
     """Rules for a record the run added: name, namespace, frontmatter, unique id, cited
-    receipts (the citations that hold go into ``citations``)."""
+    receipts (the citations that hold go into ``citations``).
+
+    A bad name does not stop the other checks: a fix has to deal with all of them, and
+    a listing that hid a frontmatter error behind the name cost a second round."""
+    found: list[Violation] = []
     name = parse_record_path(path)
-    if name is None:
-        claimed = claimed_namespace(path)
-        if claimed is not None and claimed != namespace:
-            return [
-                Violation(
-                    path,
-                    "namespace",
-                    f"file name claims namespace {claimed!r}; "
-                    f"this run's namespace is {namespace!r}",
-                )
-            ]
-        return [
-            Violation(
-                path, "bad-record-name", f"must be records/<topic>/<slug>--{namespace}_<number>.md"
-            )
-        ]
-    if name.namespace != namespace:
-        return [
+    shape = record_name_shape(path)
+    claimed = name.namespace if name is not None else shape.namespace
+    if claimed is not None and claimed != namespace:
+        found.append(
             Violation(
                 path,
                 "namespace",
-                f"file name claims namespace {name.namespace!r}; "
-                f"this run's namespace is {namespace!r}",
+                f"file name claims namespace {claimed!r}; this run's namespace is {namespace!r}",
             )
-        ]
-    found: list[Violation] = []
-    first = seen_ids.setdefault(name.note_id, path)
-    if first != path:
-        found.append(Violation(path, "duplicate-id", f"id {name.note_id} is also used by {first}"))
+        )
+    if name is None and (shape.faults or not found):
+        said = "; ".join(shape.faults) or "the name does not have the record shape"
+        found.append(
+            Violation(
+                path,
+                "bad-record-name",
+                f"{said}; expected records/<topic>/<slug>--{namespace}_<n>.md "
+                "(topic and slug in lowercase a-z, 0-9 and '-')",
+            )
+        )
+    expected_id: str | None = None
+    if name is not None and name.namespace == namespace:
+        expected_id = name.note_id
+        first = seen_ids.setdefault(name.note_id, path)
+        if first != path:
+            found.append(
+                Violation(path, "duplicate-id", f"id {name.note_id} is also used by {first}")
+            )
     if text is not None:
-        front = check_frontmatter(text, name.note_id)
+        front = check_frontmatter(text, expected_id)
         if front.escape:
             found.append(Violation(path, "path-escape", "frontmatter id contains '/' or '..'"))
         found.extend(Violation(path, "frontmatter", error) for error in front.errors)

@@ -117,6 +117,11 @@ class KnowledgePolicy(_Strict):
     max_repo_bytes: Annotated[int, Field(gt=0), LOWER] = Field(
         default=1_000_000_000, description="Largest total size of the knowledge tree, in bytes."
     )
+    candidate_max_bytes: Annotated[int, Field(gt=0), LOWER] = Field(
+        default=100_000_000,
+        description="Most bytes of files over max_file_chars a candidate or quarantine keeps "
+        "(never more than max_repo_bytes).",
+    )
     checkpoint_on_clean_exit: Annotated[bool, DISABLE] = Field(
         default=True, description="Validate and integrate the checkout when the box exits 0."
     )

@@ -22,7 +22,7 @@ from impyard.knowledge.change import Change, FileState, Violation
 from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.lane import candidate_ref
-from impyard.knowledge.quarantine import deleted_by_trailers, quarantine_ref
+from impyard.knowledge.quarantine import deleted_by_trailers, not_kept_lines, quarantine_ref
 from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.names import RUN_ID, check_run_id
 from impyard.runs import manifest as manifests
@@ -69,6 +69,11 @@ class Preserved:
             more = self.violations_total - 1
             return f"{first.rule}: {first.path}" + (f" (and {more} more)" if more else "")
         return self.summary
+
+    @property
+    def not_kept(self) -> list[str]:
+        """What the run wrote that this commit does not hold, a line each with its reason."""
+        return not_kept_lines(self.message)
 
     @property
     def violations(self) -> list[Violation]:

@@ -8,13 +8,21 @@ followed or opened), or the quarantine ref's tree when the checkout is gone (or 
 
 Policy: the imp's CURRENT effective policy sets the limits, not the ones the run was
 admitted under: a change refused for a limit the owner has since raised (and deployed)
-lands. ``checkpoint_on_clean_exit`` does not apply: a retry is the owner's own decision.
+lands. That is what a retry is for: it re-validates the same files, so a change refused
+for its content is refused again until the task is re-run. ``checkpoint_on_clean_exit``
+does not apply: a retry is the owner's own decision.
+
+Nothing to land: a preserved change holding nothing the run has not already landed is
+refused before anything is written, and its ref stays. Deleting it there (as an "empty"
+landing) lost the only copy of what a run was refused for, and its reasons.
 
 Exactly once: the retry lands under the run's next checkpoint number (an exit trailer),
 recorded ``pending`` in the manifest before the lane acts. A host that dies after main
 moved leaves that record; the next retry reuses the number, and the lane finds the
-commit on main instead of landing it again. A refused retry writes nothing to Git: the
-preserved ref, main and the candidate stay as they were.
+commit on main instead of landing it again. The preserved ref is removed only after
+that: once main holds the commit and the manifest says so, and only if the ref still
+names the commit this retry read. A refused retry writes nothing to Git: the preserved
+ref, main and the candidate stay as they were.
 """
 
 from __future__ import annotations
@@ -49,6 +57,12 @@ from impyard.runs.landing import integrate_run, trailers
 from impyard.runs.model import EXIT_CODES, Manifest, RepairRecord
 from impyard.settings import Settings
 
+#: What a refused retry's owner is told: a retry cannot fix what the box wrote.
+RETRY_ADVICE = (
+    "retry re-validates the same files against today's policy, so it only helps after a "
+    "policy change (edit the policy, then `impyard deploy`); to fix the content, re-run the task"
+)
+
 
 @dataclass
 class RetryResult:
@@ -71,6 +85,11 @@ class RetryResult:
         return self.outcome in ("integrated", "empty")
 
     @property
+    def advice(self) -> str | None:
+        """What to do next when the change was refused for its content again."""
+        return RETRY_ADVICE if self.outcome == "rejected" else None
+
+    @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.outcome]
 
@@ -88,6 +107,7 @@ class RetryResult:
             "violations": [v.as_dict() for v in self.violations],
             "candidate_ref": self.candidate_ref,
             "warnings": self.warnings,
+            "advice": self.advice,
         }
 
 
@@ -114,6 +134,9 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
         number = earlier.checkpoint if earlier and earlier.checkpoint else _next_number(repo, m)
         landed = _landed(repo, m, excluding=number)
         change, source = _change(repo, m, kind, sha, limits, landed, from_ref=from_ref)
+        parts = split(change, landed)
+        if parts.increment.is_empty and not parts.touched:
+            raise ImpyardError(_nothing_to_land(m, kind, ref, change))
         if earlier is None:
             record = records.new_record("retry", kind, ref, checkpoint=number, detail=source)
             records.begin(home, m, record)
@@ -150,7 +173,6 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
             warnings=warnings,
         )
         if result.landed:
-            parts = split(change, landed)
             if parts.touched:  # files the run had landed stay refused, kept as the box left them
                 result.candidate_ref = keep_candidate(
                     repo,
@@ -160,7 +182,7 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
                     lane.violations,
                     gone=parts.gone,
                 ).candidate_ref
-            _settle_landed(home, repo, m, record, result)
+            _settle_landed(home, repo, m, record, result, sha)
         else:
             record.outcome, record.violations = outcome, len(lane.violations)
             manifests.write(home, m)
@@ -169,10 +191,17 @@ def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False
 
 
 def _settle_landed(
-    home: Home, repo: pygit2.Repository, m: Manifest, record: RepairRecord, result: RetryResult
+    home: Home,
+    repo: pygit2.Repository,
+    m: Manifest,
+    record: RepairRecord,
+    result: RetryResult,
+    read: str,
 ) -> None:
     """Record the landing, then remove what is no longer needed: the manifest first, so a
-    host that dies between finds the change landed and the next retry only cleans up."""
+    host that dies between finds the change landed and the next retry only cleans up.
+    Called only once main holds the change (``result.commit``): the ref is the one copy
+    until then."""
     record.outcome, record.commit = result.outcome, result.commit
     record.violations = len(result.violations) or None
     if result.commit is not None:
@@ -186,8 +215,8 @@ def _settle_landed(
         m.candidate_ref = result.candidate_ref or m.candidate_ref
     manifests.write(home, m)
     records.journal(home, record, run_id=m.run_id, imp=m.imp, violations=result.violations)
-    if result.candidate_ref != result.ref:
-        repo.references.delete(result.ref)
+    if result.candidate_ref != result.ref and result.commit is not None:
+        _remove_ref(repo, result.ref, read, result.warnings)
     backup.notify(home, m.imp)
     if result.kind == "quarantine" and kept.has_space(m):
         try:
@@ -197,6 +226,33 @@ def _settle_landed(
                 f"the kept checkout of run {m.run_id} could not be removed ({exc}); "
                 f"`impyard quarantine drop {m.run_id}` removes it"
             )
+
+
+def _remove_ref(repo: pygit2.Repository, ref: str, read: str, warnings: list[str]) -> None:
+    """Delete ``ref`` only if it still names ``read``, the commit this retry landed from
+    (the run's owner lock keeps other repairs out; anything else moving it is kept)."""
+    reference = repo.references.get(ref)
+    if reference is None:
+        return
+    now = str(reference.peel(pygit2.Commit).id)
+    if now != read:
+        warnings.append(f"{ref} moved to {now} during the retry (it was {read}): it is kept")
+        return
+    reference.delete()
+
+
+def _nothing_to_land(m: Manifest, kind: Kind, ref: str, change: Change) -> str:
+    """Why a retry refused to act: the preserved change adds nothing to main."""
+    noun = "candidates" if kind == "candidate" else "quarantine"
+    what = (
+        "holds no change against the run's base"
+        if change.is_empty
+        else "holds nothing the run has not already landed"
+    )
+    return (
+        f"nothing to land: {ref} {what}; it is kept (`impyard {noun} show {m.run_id}` "
+        f"says why it was preserved, `impyard {noun} drop {m.run_id}` removes it)"
+    )
 
 
 def _change(

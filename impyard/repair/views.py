@@ -48,6 +48,7 @@ def details(found: Preserved, repo: pygit2.Repository) -> dict[str, Any]:
             "mode": m.mode if m is not None else None,
             "namespace": m.namespace if m is not None else None,
             "violations": [v.as_dict() for v in found.violations],
+            "not_kept": found.not_kept,
             "message": found.message.splitlines()[2:] if found.message else [],
             "status_counts": dict(sorted(Counter(f.status for f in files).items())),
             "files": [f.as_dict() for f in files[:MAX_FILES]],

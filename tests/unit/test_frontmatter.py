@@ -450,3 +450,16 @@ def test_whatever_the_parser_accepts_yaml_reads_the_same(text: str) -> None:
     if parsed.errors:
         return
     assert_yaml_reads_the_same(text, parsed)
+
+
+def test_without_an_id_from_the_file_name_every_other_rule_is_still_checked() -> None:
+    # A record whose name is refused spells no id to compare with, but its
+    # frontmatter's other faults still have to be listed in the same round.
+    text = front("id: anything", "created_at: yesterday", "title: x")
+    errors = check_frontmatter(text, None).errors
+    assert not any("must equal" in e for e in errors), errors
+    assert any("'title'" in e for e in errors), errors
+    assert any("created_at 'yesterday'" in e for e in errors), errors
+    assert any(
+        "'id' is missing" in e for e in check_frontmatter(front(f"created_at: {WHEN}"), None).errors
+    )

@@ -28,9 +28,12 @@ def test_example_overlay_is_never_picked_up_as_a_policy_file() -> None:
 
 def test_knowledge_limits_come_from_the_policy() -> None:
     policy = Policy.model_validate({"knowledge": {"max_file_chars": 10, "max_repo_bytes": 99}})
+    # A candidate never keeps more than the repository could hold.
     assert KnowledgeLimits.of(policy.knowledge) == KnowledgeLimits(
-        max_file_chars=10, max_repo_bytes=99
+        max_file_chars=10, max_repo_bytes=99, candidate_max_bytes=99
     )
+    roomy = Policy.model_validate({"knowledge": {"candidate_max_bytes": 5000}})
+    assert KnowledgeLimits.of(roomy.knowledge).candidate_max_bytes == 5000
 
 
 def test_every_key_has_exactly_one_overlay_rule() -> None:

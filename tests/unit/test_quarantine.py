@@ -9,7 +9,7 @@ import pytest
 
 from impyard.errors import UsageError
 from impyard.knowledge.change import Violation
-from impyard.knowledge.quarantine import quarantine, quarantine_ref
+from impyard.knowledge.quarantine import not_kept_lines, quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (
@@ -45,6 +45,12 @@ def test_quarantine_keeps_readable_files_and_lists_the_rest(tmp_path: Path) -> N
     assert "records/README.md" not in paths
     assert not any(".git" in p or "AGENTS" in p or "passwd" in p for p in paths)
     assert "'.git/hooks/post-checkout'" in commit.message
+    # One list of what the commit does not hold, each entry with its path and reason.
+    assert set(not_kept_lines(commit.message)) == {
+        "- 'records/t/passwd.md': symlink: link to /etc/passwd",
+        "- '.git/hooks/post-checkout': not-stored: a path no tree may hold, or a clash",
+        "- 'records/t/AGENTS.md': not-stored: a path no tree may hold, or a clash",
+    }
     origin_refs = git("-C", home.origin("yuko"), "for-each-ref", "--format=%(refname)").stdout
     assert origin_refs.split() == ["refs/heads/main"]
     assert_fsck_clean(home.repo("yuko"))

@@ -16,10 +16,10 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge import runspace
-from impyard.knowledge.change import Change, KnowledgeLimits
+from impyard.knowledge.change import Change, KnowledgeLimits, Violation
 from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.increments import landed_by
-from impyard.knowledge.lane import Trailers, candidate_ref, integrate
+from impyard.knowledge.lane import Trailers, candidate_ref, integrate, keep_candidate
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
@@ -188,6 +188,8 @@ def test_a_retry_whose_host_died_after_main_moved_does_not_land_twice(
         patch.setattr(retry, "_settle_landed", die)
         assert cli("candidates", "retry", RUN, env=OWNER).code == 130
     [landed] = run_commits_on_main(home)
+    # Main moved, the retry was not settled: the ref, the one other copy, is still there.
+    assert candidate_ref(RUN) in repo.references
     pending = manifests.read(home, RUN).repairs
     assert [(r.outcome, r.checkpoint) for r in pending] == [("pending", 1)]
 
@@ -219,11 +221,15 @@ def test_a_still_invalid_candidate_changes_nothing_and_prints_every_reason(
     for rule in ("credential", "namespace", "organization-in-append"):
         assert rule in refused.stdout
     assert f"{candidate_ref(RUN)} is kept as it was" in refused.stdout
+    # The owner learns that retrying cannot fix content, in one line.
+    [advice] = [line for line in refused.stdout.splitlines() if "policy change" in line]
+    assert "re-validates the same files" in advice and "re-run the task" in advice
     assert refs(repo) == before and main_commit(repo) == head
     as_json = cli("candidates", "retry", RUN, "--json", env=OWNER)
     assert as_json.code == 3
     found = json.loads(as_json.stdout)
     assert found["landed"] is False and found["outcome"] == "rejected"
+    assert "re-run the task" in found["advice"]
     assert {v["rule"] for v in found["violations"]} >= {
         "credential",
         "namespace",
@@ -231,6 +237,81 @@ def test_a_still_invalid_candidate_changes_nothing_and_prints_every_reason(
     }
     assert refs(repo) == before and main_commit(repo) == head
     assert [r.outcome for r in manifests.read(home, RUN).repairs] == ["rejected", "rejected"]
+
+
+def test_a_retry_with_nothing_to_land_keeps_the_candidate_and_fails(tmp_path: Path) -> None:
+    # A candidate whose commit holds no file (what the box wrote was not kept) used to
+    # "land" as empty, exit 0 and delete the ref: the record of the refusal was gone.
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    base = main_commit(repo)
+    refused = [Violation(note_path(), "file-too-large", "300 bytes, over the 240-byte limit")]
+    keep_candidate(
+        repo, Change(), Trailers("yuko", RUN, "task-1", None, base, "append"), "rejected", refused
+    )
+    write_manifest(
+        home,
+        base,
+        checkpoint="rejected",
+        candidate_ref=candidate_ref(RUN),
+        validation_errors=refused,
+    )
+    before = refs(repo)
+    for args in ((), ("--json",)):
+        done = cli("candidates", "retry", RUN, *args, env=OWNER)
+        assert done.code == 1, done.stdout + done.stderr
+        assert done.stdout == ""
+        [line] = done.stderr.splitlines()
+        assert "nothing to land" in line and candidate_ref(RUN) in line and "kept" in line
+        assert refs(repo) == before and main_commit(repo) == base
+    assert manifests.read(home, RUN).repairs == []
+    shown = cli("candidates", "show", RUN)
+    assert shown.code == 0 and "file-too-large" in shown.stdout
+
+
+def test_a_quarantine_with_nothing_new_to_land_is_kept(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    quarantined(home, repo, lambda root: (root / "records").mkdir())
+    before = refs(repo)
+    done = cli("quarantine", "retry", RUN, env=OWNER)
+    assert done.code == 1, done.stdout + done.stderr
+    assert "nothing to land" in done.stderr and quarantine_ref(RUN) in done.stderr
+    assert refs(repo) == before
+    assert home.run_checkout(RUN).is_dir()
+
+
+def test_a_landing_retry_keeps_a_ref_that_moved_while_it_ran(
+    long_note: tuple[Home, pygit2.Repository, Cli], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from impyard.repair import retry
+
+    home, repo, cli = long_note
+    set_max_file_chars(home, 1000)
+    deploy(cli)
+    base = main_commit(repo)
+    integrate_run = retry.integrate_run
+
+    def and_move_the_ref(*args: Any, **kwargs: Any) -> Any:
+        result = integrate_run(*args, **kwargs)
+        repo.references[candidate_ref(RUN)].set_target(base)
+        return result
+
+    monkeypatch.setattr(retry, "integrate_run", and_move_the_ref)
+    done = cli("candidates", "retry", RUN, env=OWNER)
+    assert done.code == 0, done.stdout + done.stderr
+    assert "moved" in done.stderr and "kept" in done.stderr
+    assert str(repo.lookup_reference(candidate_ref(RUN)).target) == base
+    assert note_path() in tree_paths(repo)
+
+
+def test_retry_help_says_it_is_for_a_policy_change(tmp_path: Path) -> None:
+    home, _repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    for noun in ("candidates", "quarantine"):
+        shown = cli(noun, "retry", "--help")
+        text = " ".join(shown.stdout.split())
+        assert "policy since changed" in text and "re-run the task" in text, text
 
 
 def test_list_show_diff_of_a_candidate_against_the_current_main(

@@ -28,7 +28,8 @@ from tests.helpers.checkout import (
 )
 from tests.helpers.git import git
 
-LIMITS = KnowledgeLimits()
+# Files over max_file_chars are kept up to 1 MiB in all: the 10 MiB file below is not read.
+LIMITS = KnowledgeLimits(candidate_max_bytes=2**20)
 ACME = "records/vendors/acme--n_000000000000_1.md"
 GLOBEX = "records/vendors/globex--n_000000000000_2.md"
 ATTENTION = "records/papers/attention--n_000000000000_3.md"
@@ -203,6 +204,32 @@ def test_adversarial_entries_are_refused_not_followed(tmp_path: Path, kind: str)
     odb = run.repo.odb
     for data in (secret, big, Path("/etc/passwd").read_bytes(), b"one\n", b"inner\n"):
         assert not odb.exists(pygit2.hash(data))
+
+
+def test_files_over_the_limit_are_kept_up_to_the_candidate_bound_and_never_read_past_it(
+    tmp_path: Path, kind: str
+) -> None:
+    # 800,000 bytes is the default max_file_chars' byte limit; 1 MiB the bound here.
+    first, second = b"a" * 900_000, b"b" * 900_000
+    with box(tmp_path, kind) as (run, kdir):
+        (kdir / "records" / "first.md").write_bytes(first)
+        (kdir / "records" / "second.md").write_bytes(second)
+    change = run.snap()
+    # The walk order decides which one fits; exactly one is kept, the other listed.
+    [kept] = list(change.written)
+    [refused] = change.problems
+    assert {kept, refused.path} == {"records/first.md", "records/second.md"}
+    assert refused.rule == "file-too-large" and "not kept" in refused.message
+    assert "candidate_max_bytes" in refused.message
+    assert change.written[kept].size == 900_000
+    odb = run.repo.odb
+    assert odb.exists(pygit2.hash(first if kept.endswith("first.md") else second))
+    assert not odb.exists(pygit2.hash(second if kept.endswith("first.md") else first))
+    # A check keeps nothing over the limit: the size alone refuses it.
+    checked = snapshot(run.repo, run.checkout, LIMITS, store=False)
+    assert checked.written == {}
+    assert {p.rule for p in checked.problems} == {"file-too-large"}
+    assert len(checked.problems) == 2
 
 
 def test_a_symlink_replacing_a_base_file_is_a_deletion_and_a_problem(

@@ -113,6 +113,56 @@ def test_each_rule_names_its_path(
     assert (path, rule) in check(repo, change_of(repo, {path: data}))
 
 
+def messages(repo: pygit2.Repository, change: Change) -> dict[tuple[str, str], str]:
+    found = validate(repo, main_commit(repo), change, namespace=NS, mode="append", limits=LIMITS)
+    return {(v.path, v.rule): v.message for v in found}
+
+
+def test_a_bad_name_does_not_hide_the_other_faults_of_the_file(repo: pygit2.Repository) -> None:
+    path = f"records/Linux FS/mounts--{NS}_1.md"
+    text = note_text(f"{NS}_1").replace("created_at:", "title: Mounts\ncreated_at:")
+    found = messages(repo, change_of(repo, {path: text.encode()}))
+    assert set(found) == {(path, "bad-record-name"), (path, "frontmatter")}
+    said = found[path, "bad-record-name"]
+    assert "the topic 'Linux FS' has upper case and a space" in said, said
+    assert f"expected records/<topic>/<slug>--{NS}_<n>.md" in said, said
+    assert "'title'" in found[path, "frontmatter"]
+
+
+@pytest.mark.parametrize(
+    ("path", "fragment"),
+    [
+        (f"records/vendors/Acme--{NS}_1.md", "the slug 'Acme' has upper case"),
+        (f"records/vendors/acme sso--{NS}_1.md", "the slug 'acme sso' has a space"),
+        ("records/vendors/acme.md", "no namespace suffix"),
+        ("records/vendors/acme--v2.md", "the suffix 'v2' after '--' is not the namespace"),
+        (f"records/vendors/acme--{NS}_01.md", "the number '01' starts with 0 (write 1)"),
+        (f"records/vendors/acme--{NS}_1.txt", "the extension '.txt' is not '.md'"),
+        (f"records/vendors/acme--{NS}_1.MD", "the extension '.MD' is not lowercase '.md'"),
+        (f"records/vendors/acme--{NS}_1", "no '.md' extension"),
+        (f"records/acme--{NS}_1.md", "not in a topic directory"),
+        (f"records/a/b/acme--{NS}_1.md", "2 directories deep"),
+        (f"records/vendors/acme_x--{NS}_1.md", "the slug 'acme_x' has '_'"),
+    ],
+)
+def test_a_bad_record_name_says_which_part_is_wrong(
+    repo: pygit2.Repository, path: str, fragment: str
+) -> None:
+    data = note_text(f"{NS}_1").encode()
+    said = messages(repo, change_of(repo, {path: data}))[path, "bad-record-name"]
+    assert fragment in said, said
+    assert f"records/<topic>/<slug>--{NS}_<n>.md" in said, said
+
+
+def test_a_foreign_namespace_and_a_bad_name_are_both_listed(repo: pygit2.Repository) -> None:
+    path = f"records/Vendors/acme--{OTHER_NS}_1.md"
+    found = messages(repo, change_of(repo, {path: note_text(f"{OTHER_NS}_1").encode()}))
+    # The file name's own id is not this run's, so the frontmatter id is not compared.
+    assert set(found) == {(path, "namespace"), (path, "bad-record-name")}
+    assert "Vendors" in found[path, "bad-record-name"]
+    assert OTHER_NS not in found[path, "bad-record-name"]
+
+
 def test_executable_record_is_refused(repo: pygit2.Repository) -> None:
     path, data = note()
     assert check(repo, change_of(repo, {path: (data, True)})) == {(path, "executable")}
