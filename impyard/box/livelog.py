@@ -207,6 +207,10 @@ class LogReader:
             return []
         return self._read_live(layout)
 
+    def started(self) -> bool:
+        """A writer began this log (its live directory exists)."""
+        return self._live.exists()
+
     def legacy(self) -> bool:
         """The log was written without a live directory (a run from before it existed)."""
         return not self._live.exists() and self._path.exists()

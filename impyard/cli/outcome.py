@@ -87,15 +87,21 @@ class OutputStreamer:
         self._run_id = run_id
         self._output = output
         self._stop = threading.Event()
+        #: Set when the run has ended, so an idle follower reads the rest at once.
+        self._ended = threading.Event()
         self._thread = threading.Thread(target=self._stream, name="box-output", daemon=True)
         self._thread.start()
 
     def _stream(self) -> None:
-        for chunk in box_output(self._home, self._run_id, stopped=self._stop.is_set):
+        chunks = box_output(
+            self._home, self._run_id, stopped=self._stop.is_set, wait=self._ended.wait
+        )
+        for chunk in chunks:
             self._output.write(chunk)
 
     def finish(self, timeout: float = 30.0) -> None:
         """After the run ended: the rest of its output, then a clean line end."""
+        self._ended.set()
         self._thread.join(timeout)
         self._stop.set()
         self._thread.join(5)

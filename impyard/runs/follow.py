@@ -29,9 +29,11 @@ def box_output(
     *,
     poll_seconds: float = POLL_SECONDS,
     stopped: Callable[[], bool] = lambda: False,
+    wait: Callable[[float], object] = time.sleep,
 ) -> Iterator[bytes]:
     """The run's box output from its first byte, as it arrives, until the log has ended
-    and the run is finished (or ``stopped()`` turns true)."""
+    and the run is finished (or ``stopped()`` turns true). ``wait`` is how an idle
+    follower waits (one in the run's own process is woken when the run ends)."""
     reader = LogReader(home.box_log(run_id))
     unended_since: float | None = None
     while not stopped():
@@ -43,16 +45,21 @@ def box_output(
             continue
         if finished(home, run_id):
             # The end may have been written between the read and this look.
-            yield from reader.read()
+            while more := reader.read():
+                yield from more
             if reader.ended:
                 return
             if reader.legacy():
                 yield from reader.read_whole()
                 return
+            if not reader.started():
+                return  # the run ended before a box printed anything
             unended_since = unended_since or time.monotonic()
             if time.monotonic() - unended_since > _UNENDED_GRACE_SECONDS:
                 return
-        time.sleep(poll_seconds)
+            time.sleep(poll_seconds)  # not ``wait``: it may return at once from now on
+            continue
+        wait(poll_seconds)
 
 
 def finished(home: Home, run_id: str) -> bool:
