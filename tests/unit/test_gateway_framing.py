@@ -293,3 +293,35 @@ def test_inside_an_inspected_tunnel_the_same_rules_hold(
     assert site.connections == 0 and site.seen == b""
     inner = [e for e in s.journal.read(event="gateway.request") if e["method"] == "GET"]
     assert [(e["status"], e["rule"]) for e in inner] == [(400, "http")]
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+        (b"GET / HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431),
+        (b"GET / HTTP/1.1\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n", 431),
+        (b"GET /  HTTP/1.1\r\n\r\n", 400),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),
+    ],
+    ids=["http2-preface", "long-line", "many-fields", "large-section", "two-spaces", "tls"],
+)
+def test_a_head_outside_the_grammar_or_its_bounds_is_refused(
+    tmp_path: Path, upstream: Upstream, raw: RawUpstream, request_bytes: bytes, status: int
+) -> None:
+    s = serve(tmp_path, upstream, raw, "GET")
+    answer = exchange(s.port, request_bytes)
+    s.gateway.close()
+    assert status_of(answer) == status, answer[:200]
+    assert raw.connections == 0
+
+
+def test_one_empty_line_before_a_request_line_is_skipped(
+    tmp_path: Path, upstream: Upstream, raw: RawUpstream
+) -> None:
+    s = serve(tmp_path, upstream, raw, "GET")
+    request = f"\r\nGET {raw.url('/after-crlf')} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    answer = exchange(s.port, request.encode())
+    s.gateway.close()
+    assert status_of(answer) == 200 and raw.seen.startswith(b"GET /after-crlf HTTP/1.1\r\n")
