@@ -19,15 +19,8 @@ import ssl
 from typing import TYPE_CHECKING
 
 from impyard.gateway.fetch import Fetch
-from impyard.gateway.framing import (
-    CHUNK,
-    Body,
-    Malformed,
-    ResponseHead,
-    end_to_end,
-    read_response_head,
-    request_head,
-)
+from impyard.gateway.framing import CHUNK, Body, Malformed, ResponseHead, read_response_head
+from impyard.gateway.headers import end_to_end, request_head
 from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.receipts import RECEIPT_HEADER, receipt_url
 from impyard.gateway.rules import request_cap

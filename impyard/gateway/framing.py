@@ -25,8 +25,9 @@ bytes after a ``;`` as an extension; closing those from outside it takes a secon
 reader of the same bytes, and two readers of one message are what a smuggle needs.
 
 The gateway never passes a client's framing on: it reads a body by the framing
-read here and sends one it wrote, on a fresh connection per request, so bytes past
-the end of a body can only become the next request the gateway itself judges.
+read here and sends one it wrote (``headers``), on a fresh connection per request,
+so bytes past the end of a body can only become the next request the gateway itself
+judges.
 """
 
 from __future__ import annotations
@@ -39,21 +40,6 @@ from http.client import HTTPMessage
 from io import BufferedIOBase
 from typing import Literal
 
-# Headers about one connection, not the message: never forwarded in either direction.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "expect",  # answered here (100-continue); never forwarded
-    }
-)
 CHUNK = 65536
 #: The longest request or status line (a longer request line is answered 414).
 MAX_START_LINE = 65536
@@ -67,19 +53,18 @@ MAX_INTERIM = 10
 
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
 _VCHAR = rb"[\x21-\x7e\x80-\xff]"
-_TOKEN_RE = re.compile(_TOKEN)
+TOKEN_RE = re.compile(_TOKEN)
 _REQUEST_LINE = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])" % _TOKEN)
 # The reason phrase may be missing, as some servers send it.
 _STATUS_LINE = re.compile(rb"HTTP/([0-9])\.([0-9]) ([0-9]{3})(?: ([\t\x20-\x7e\x80-\xff]*))?")
 _FIELD_VALUE = rb"(?:%s+(?:[ \t]+%s+)*)?" % (_VCHAR, _VCHAR)
-_FIELD_VALUE_RE = re.compile(_FIELD_VALUE)
+FIELD_VALUE_RE = re.compile(_FIELD_VALUE)
 _FIELD_LINE = re.compile(rb"(%s):[ \t]*(%s)[ \t]*" % (_TOKEN, _FIELD_VALUE))
 _QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
 _CHUNK_EXT = rb"(?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|%s))?)*" % (_TOKEN, _TOKEN, _QUOTED)
 # Whitespace before the CRLF is outside the grammar but common from servers, and harmless.
 _CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})%s[ \t]*\r\n" % _CHUNK_EXT)
 _DIGITS = re.compile(r"[0-9]{1,18}")
-_TARGET = re.compile(r"[\x21-\x7e]+")
 
 
 class Malformed(Exception):
@@ -177,7 +162,7 @@ def _field(line: bytes) -> tuple[str, str]:
         return found[1].decode("ascii"), found[2].decode("latin-1")
     # Name only what is known to be a token: a value may hold a secret.
     name = line.partition(b":")[0]
-    if _TOKEN_RE.fullmatch(name) is None:
+    if TOKEN_RE.fullmatch(name) is None:
         raise Malformed("a header field name that is not a token")
     raise Malformed(f"header field {name.decode('ascii')} has a value with control characters")
 
@@ -214,7 +199,7 @@ def _codings(fields: list[tuple[str, str]]) -> list[str]:
         if name.lower() == "transfer-encoding"
         for item in value.split(",")
     ]
-    if any(_TOKEN_RE.fullmatch(coding.encode()) is None for coding in codings):
+    if any(TOKEN_RE.fullmatch(coding.encode()) is None for coding in codings):
         raise Malformed("malformed Transfer-Encoding")
     return codings
 
@@ -273,40 +258,6 @@ def read_response_head(stream: BufferedIOBase, method: str) -> ResponseHead:
             framing = Framing("close") if length is None else Framing("length", length)
         return ResponseHead(code, reason, headers_of(fields), framing, length)
     raise Malformed(f"more than {MAX_INTERIM} interim responses")
-
-
-def request_head(method: str, target: str, fields: Iterable[tuple[str, str]]) -> bytes:
-    """A request head to send upstream, every part checked against the same grammar (a
-    route's secret or path comes from the host, and must not break the framing either)."""
-    if _TARGET.fullmatch(target) is None:
-        raise Malformed("a request target with spaces or control characters")
-    lines = [f"{method} {target} HTTP/1.1"]
-    for name, value in fields:
-        try:
-            encoded = value.encode("latin-1")
-        except UnicodeEncodeError as exc:
-            raise Malformed(f"header field {name} is not Latin-1") from exc
-        if _TOKEN_RE.fullmatch(name.encode()) is None or not _FIELD_VALUE_RE.fullmatch(encoded):
-            raise Malformed(f"header field {name[:40]!r} cannot be sent as it is")
-        lines.append(f"{name}: {value}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def connection_tokens(headers: Message) -> set[str]:
-    return {
-        token.strip().lower()
-        for value in headers.get_all("Connection", [])
-        for token in value.split(",")
-    }
-
-
-def end_to_end(headers: Message, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, str]]:
-    """The headers to pass on: none that are hop-by-hop, named in Connection, or in ``skip``
-    (lowercase names)."""
-    dropped = HOP_BY_HOP | connection_tokens(headers) | skip
-    for name, value in headers.items():
-        if name.lower() not in dropped:
-            yield name, value
 
 
 class Body:

@@ -18,13 +18,13 @@ from impyard.gateway.forward import forward
 from impyard.gateway.framing import (
     Framing,
     Malformed,
-    connection_tokens,
     headers_of,
     read_exact,
     read_fields,
     read_request_line,
     request_framing,
 )
+from impyard.gateway.headers import connection_tokens
 from impyard.gateway.inspect import inspect_tunnel
 from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.rules import Decision, Endpoint, decide, normalize_host, route_header
