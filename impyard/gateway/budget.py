@@ -103,15 +103,14 @@ class RunBudget:
             self.requests += 1
             return None
 
-    def bytes_left(self) -> int:
+    def take_bytes(self, count: int) -> int:
+        """Charge response bytes about to reach the box: all ``count``, or what the run's
+        byte budget has left. The caller relays only what was granted, so a body is cut
+        at the budget's last byte, and two bodies relayed at once cannot pass it."""
         with self._lock:
-            return max(0, self.limits.response_bytes_per_run - self.response_bytes)
-
-    def add_bytes(self, count: int) -> bool:
-        """Charge response bytes; False once the run's byte budget is exceeded."""
-        with self._lock:
-            self.response_bytes += count
-            return self.response_bytes <= self.limits.response_bytes_per_run
+            granted = min(count, max(0, self.limits.response_bytes_per_run - self.response_bytes))
+            self.response_bytes += granted
+            return granted
 
     def bytes_refusal(self) -> Refusal:
         return Refusal(
@@ -124,15 +123,14 @@ class RunBudget:
         with self._lock:
             return max(0, self.limits.request_bytes_per_run - self.request_bytes)
 
-    def take_request_bytes(self, count: int) -> bool:
-        """Charge ``count`` bytes about to go upstream, or charge nothing and say False when
-        they would pass the run's upload budget: refused bytes are never sent, so an upstream
-        sees at most the budget."""
+    def take_request_bytes(self, count: int) -> int:
+        """Charge request bytes about to go upstream: all ``count``, or what the run's upload
+        budget has left. The caller sends only what was granted, so an upstream sees at most
+        the budget, to the byte."""
         with self._lock:
-            if self.request_bytes + count > self.limits.request_bytes_per_run:
-                return False
-            self.request_bytes += count
-            return True
+            granted = min(count, max(0, self.limits.request_bytes_per_run - self.request_bytes))
+            self.request_bytes += granted
+            return granted
 
     def upload_refusal(self) -> Refusal:
         return Refusal(

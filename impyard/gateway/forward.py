@@ -3,8 +3,8 @@ relay its answer.
 
 Each request gets its own upstream connection. Its body is held to the allow
 rule's per-request cap and the run's upload budget as it is sent (``upload``).
-The response is relayed while the run's byte budget is charged, and cut when
-it is spent; every relayed response leaves a fetch receipt, and its body goes
+The response is relayed while the run's byte budget is charged, and cut at
+the budget's last byte; every relayed response leaves a fetch receipt, and its body goes
 to the source archive when policy turns that on (``fetch``). Bodies stream a
 piece at a time in both directions; none is held whole in memory.
 """
@@ -12,21 +12,15 @@ piece at a time in both directions; none is held whole in memory.
 from __future__ import annotations
 
 import contextlib
-import http.client
+import io
 import select
 import socket
 import ssl
 from typing import TYPE_CHECKING
 
 from impyard.gateway.fetch import Fetch
-from impyard.gateway.framing import (
-    CHUNK,
-    content_length,
-    end_to_end,
-    is_chunked,
-    read_chunked,
-    read_exact,
-)
+from impyard.gateway.framing import CHUNK, Body, Malformed, ResponseHead, read_response_head
+from impyard.gateway.headers import end_to_end, request_head
 from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.receipts import RECEIPT_HEADER, receipt_url
 from impyard.gateway.rules import request_cap
@@ -37,8 +31,9 @@ from impyard.gateway.upstream import UpstreamError, open_connection
 if TYPE_CHECKING:
     from impyard.gateway.handler import GatewayHandler
 
-# Only the gateway names a receipt: an upstream's header of that name is dropped.
-_OWN_HEADERS = frozenset({RECEIPT_HEADER.lower()})
+# Only the gateway names a receipt: an upstream's header of that name is dropped. Its
+# Content-Length is written from the framing read, never copied.
+_OWN_HEADERS = frozenset({RECEIPT_HEADER.lower(), "content-length"})
 
 
 def forward(
@@ -53,12 +48,15 @@ def forward(
     """Send the client's request to ``host:port`` as ``target``, with ``extra`` (a route's
     credential header) replacing any header of that name the client sent."""
     gw = client.gateway
-    headers = client.headers
-    chunked = is_chunked(headers)
-    length = content_length(headers)
+    framing = client.framing
+    assert framing is not None  # the handler read the head
     meter = UploadMeter(gw.budget, rec, _cap(client, rec, host, port))
-    if length and not chunked:
-        meter.check_declared(length)  # before a byte of it goes upstream
+    if framing.kind == "length":
+        meter.check_declared(framing.length)  # before a byte of it goes upstream
+    body = Body(client.rfile, framing)
+    # The body's first piece is read before the upstream is reached: a chunked body
+    # malformed from its first line is refused with the upstream having seen nothing.
+    first = body.read1()
     # A route's upstream may be https while the box spoke plain http to the gateway.
     scheme = "https" if tls else rec.scheme
     fetch = Fetch(
@@ -69,43 +67,74 @@ def forward(
         route=rec.route,
         archive=gw.archive,
     )
+    head = _request_head(client, rec, host, port, tls, target, extra)
     try:
         sock = open_connection(
             host, port, timeout=gw.upstream_timeout, tls=tls, context=gw.upstream_tls
         )
     except UpstreamError as exc:
         raise Refused.by_upstream(exc, rec.rule) from exc
-    default_port = 443 if tls else 80
-    conn = http.client.HTTPConnection(host, port, timeout=gw.upstream_timeout)
-    conn.sock = sock
-    # The box may not supply or override the route's header; the body is re-framed below.
-    skip = frozenset({"host", "content-length"} | ({extra[0].lower()} if extra else set()))
-    with gw.tracked(sock), contextlib.closing(conn):
+    chunked = framing.kind == "chunked"
+    # Buffered a relay piece deep: a chunk-size line read fills it, and the data after it
+    # is then relayed from the buffer in one piece.
+    stream = io.BufferedReader(socket.SocketIO(sock, "rb"), CHUNK)
+    with gw.tracked(sock), contextlib.closing(sock), stream:
         try:
-            conn.putrequest(rec.method, target, skip_host=True, skip_accept_encoding=True)
-            conn.putheader("Host", host if port == default_port else f"{host}:{port}")
-            for name, value in end_to_end(headers, skip):
-                conn.putheader(name, value)
-            if extra is not None:
-                conn.putheader(*extra)
+            sock.sendall(head)
+            piece = first
+            while piece:
+                # Past a limit the rest is never sent: the upstream gets a cut body.
+                granted = meter.charge(len(piece))
+                if granted:
+                    sent = piece[:granted] if granted < len(piece) else piece
+                    sock.sendall(b"%x\r\n%s\r\n" % (granted, sent) if chunked else sent)
+                if granted < len(piece):
+                    raise meter.refusal()
+                piece = body.read1()
             if chunked:
-                conn.putheader("Transfer-Encoding", "chunked")
-            elif length is not None:
-                conn.putheader("Content-Length", str(length))
-            conn.endheaders()
-            body = read_chunked(client.rfile) if chunked else read_exact(client.rfile, length or 0)
-            for piece in body:
-                # A refusal here leaves the upstream with a cut body, never the excess.
-                meter.charge(len(piece))
-                conn.send(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-            if chunked:
-                conn.send(b"0\r\n\r\n")
-            response = conn.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
-            raise Refused(
-                502, rec.rule, f"upstream {host}:{port} failed: {_describe(exc)}", "failed"
-            ) from exc
-        _relay_response(client, rec, response, fetch, sock)
+                sock.sendall(b"0\r\n\r\n")
+            response = read_response_head(stream, rec.method)
+        except Malformed as exc:
+            if not body.done:
+                raise  # the box's body broke the grammar: 400 to the box
+            raise _upstream_failed(rec, host, port, f"malformed answer: {exc.reason}") from exc
+        except OSError as exc:
+            raise _upstream_failed(rec, host, port, _describe(exc)) from exc
+        _relay_response(client, rec, response, Body(stream, response.framing), fetch, sock)
+
+
+def _request_head(
+    client: GatewayHandler,
+    rec: Record,
+    host: str,
+    port: int,
+    tls: bool,
+    target: str,
+    extra: tuple[str, str] | None,
+) -> bytes:
+    """The head sent upstream: the box's end-to-end headers (never its Host or framing, and
+    never the route's header name), the route's header, and framing the gateway wrote."""
+    framing = client.framing
+    assert framing is not None
+    skip = {"host", "content-length"} | ({extra[0].lower()} if extra else set())
+    default_port = 443 if tls else 80
+    fields = [("Host", host if port == default_port else f"{host}:{port}")]
+    fields += end_to_end(client.headers, frozenset(skip))
+    if extra is not None:
+        fields.append(extra)
+    if framing.kind == "chunked":
+        fields.append(("Transfer-Encoding", "chunked"))
+    elif framing.kind == "length":
+        fields.append(("Content-Length", str(framing.length)))
+    try:
+        return request_head(rec.method, target, fields)
+    except Malformed as exc:
+        reason = f"cannot send to {host}:{port}: {exc.reason}"
+        raise Refused(502, rec.rule, reason, "failed") from exc
+
+
+def _upstream_failed(rec: Record, host: str, port: int, what: str) -> Refused:
+    return Refused(502, rec.rule, f"upstream {host}:{port} failed: {what}", "failed")
 
 
 def _cap(client: GatewayHandler, rec: Record, host: str, port: int) -> RequestCap | None:
@@ -119,38 +148,38 @@ def _cap(client: GatewayHandler, rec: Record, host: str, port: int) -> RequestCa
 def _relay_response(
     client: GatewayHandler,
     rec: Record,
-    response: http.client.HTTPResponse,
+    response: ResponseHead,
+    body: Body,
     fetch: Fetch,
     upstream: socket.socket,
 ) -> None:
-    budget = client.gateway.budget
-    if response.length is not None and response.length > budget.bytes_left():
-        # Refused before a byte is relayed, while a legible 429 can still be sent.
-        raise Refused.by_budget(budget.bytes_refusal())
     rec.status = response.status
     client.send_response_only(response.status, response.reason)
     for name, value in end_to_end(response.headers, _OWN_HEADERS):
         client.send_header(name, value)
     client.send_header(RECEIPT_HEADER, fetch.id)
-    bodiless = rec.method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
-    known = response.length is not None or bodiless
+    kind = response.framing.kind
+    bodiless = kind == "none"
+    if response.length is not None and kind in ("none", "length"):
+        client.send_header("Content-Length", str(response.length))
     # Unknown length: chunked to an HTTP/1.1 client, so a body the gateway cuts (a spent
     # budget, a failed upstream) lacks its last chunk and the box can tell it is short.
-    chunked = not known and client.request_version == "HTTP/1.1"
+    chunked = kind in ("chunked", "close") and client.request_version == "HTTP/1.1"
     if chunked:
         client.send_header("Transfer-Encoding", "chunked")
-    elif not known or client.close_connection:
+    elif kind in ("chunked", "close") or client.close_connection:
         # Older clients: the end of the body is the end of the connection.
         client.send_header("Connection", "close")
         client.close_connection = True
     client.end_headers()
     client.responded = True
     content_type = response.headers.get("Content-Type")
-    fetch.begin(response.status, content_type, response.length, not bodiless)
+    length = response.length if kind == "length" else None
+    fetch.begin(response.status, content_type, length, not bodiless)
     complete = False
     try:
         if not bodiless:
-            _relay_body(client, rec, response, fetch, chunked, upstream)
+            _relay_body(client, rec, body, fetch, chunked, upstream)
         complete = True
     finally:
         # Cut or not, the box got these bytes: the receipt says which and how many.
@@ -160,53 +189,53 @@ def _relay_response(
 def _relay_body(
     client: GatewayHandler,
     rec: Record,
-    response: http.client.HTTPResponse,
+    body: Body,
     fetch: Fetch,
     chunked: bool,
     upstream: socket.socket,
 ) -> None:
-    """The body as the upstream sent it: read1 undoes chunking but no content coding, so
-    what is relayed, hashed and archived are the entity's own bytes (gzip stays gzip)."""
+    """The body as the upstream sent it: transfer coding undone, content coding kept (gzip
+    stays gzip), so what is relayed, hashed and archived are the entity's own bytes. Each
+    piece is charged before it is relayed, and only what the budget grants goes out: the
+    box gets at most the run's budget, to the byte, and the receipt says exactly that."""
     budget = client.gateway.budget
     while True:
         try:
-            piece = _read_available(response, upstream)
-        except (OSError, http.client.HTTPException) as exc:
+            piece = _read_available(body, upstream)
+        except (OSError, Malformed) as exc:
+            what = exc.reason if isinstance(exc, Malformed) else _describe(exc)
             raise Refused(
-                502, rec.rule, f"upstream {rec.host} failed mid-body: {_describe(exc)}", "failed"
+                502, rec.rule, f"upstream {rec.host} failed mid-body: {what}", "failed"
             ) from exc
         if not piece:
             break
-        client.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-        fetch.add(piece)
-        rec.bytes += len(piece)
-        if not budget.add_bytes(len(piece)):
+        granted = budget.take_bytes(len(piece))
+        if granted:
+            relayed = piece if granted == len(piece) else piece[:granted]
+            client.wfile.write(b"%x\r\n%s\r\n" % (granted, relayed) if chunked else relayed)
+            fetch.add(relayed)
+            rec.bytes += granted
+        if granted < len(piece):
             raise Refused.by_budget(budget.bytes_refusal(), "truncated")
-    if response.length:
-        # read1 does not raise when the upstream closes before its Content-Length: the box
-        # must not wait for bytes that will never come.
-        raise Refused(
-            502,
-            rec.rule,
-            f"upstream {rec.host} ended the body {response.length} bytes short",
-            "failed",
-        )
     if chunked:
         client.wfile.write(b"0\r\n\r\n")
 
 
-def _read_available(response: http.client.HTTPResponse, upstream: socket.socket) -> bytes:
+def _read_available(body: Body, upstream: socket.socket) -> bytes:
     """The next piece of the body: what one read gives (a TLS read gives one 16 KiB record),
     plus whatever else has already arrived, up to ``CHUNK``. Never waits for more than
     the first read does, so a stream (server-sent events) is relayed as it comes, while a
     bulk download is relayed, hashed and encrypted in fewer, larger pieces."""
-    piece = response.read1(CHUNK)
+    piece = body.read1(CHUNK)
     if not piece or len(piece) >= CHUNK:
         return piece
     pieces = [piece]
     size = len(piece)
-    while size < CHUNK and _has_input(upstream):
-        more = response.read1(CHUNK - size)
+    while size < CHUNK and not body.done and _has_input(upstream):
+        try:
+            more = body.read1(CHUNK - size)
+        except (OSError, Malformed):
+            break  # what came before the failure is relayed; the next read raises it
         if not more:
             break
         pieces.append(more)

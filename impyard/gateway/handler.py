@@ -15,7 +15,16 @@ from urllib.parse import urlsplit
 from impyard.gateway.control import is_control, serve_control
 from impyard.gateway.errors import GatewayError
 from impyard.gateway.forward import forward
-from impyard.gateway.framing import content_length, is_chunked, read_exact
+from impyard.gateway.framing import (
+    Framing,
+    Malformed,
+    headers_of,
+    read_exact,
+    read_fields,
+    read_request_line,
+    request_framing,
+)
+from impyard.gateway.headers import connection_tokens
 from impyard.gateway.inspect import inspect_tunnel
 from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.rules import Decision, Endpoint, decide, normalize_host, route_header
@@ -26,15 +35,14 @@ if TYPE_CHECKING:
     from impyard.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
-
-_MAX_REQUEST_LINE = 65536
 # A refused request's body up to this size is read and dropped so the refusal arrives.
 _DISCARD_LIMIT = 1024 * 1024
 
 
 class GatewayHandler(BaseHTTPRequestHandler):
-    """The stdlib parses request lines and headers (and answers 100-continue); everything a
-    request may reach is decided here."""
+    """The stdlib's handler writes answers; heads are read by ``framing``'s grammar (which
+    refuses what RFC 9112 does not frame for certain), and everything a request may reach
+    is decided here."""
 
     protocol_version = "HTTP/1.1"
     server_version = "impyard-gateway"
@@ -44,6 +52,8 @@ class GatewayHandler(BaseHTTPRequestHandler):
         self.gateway = gateway
         # Once a status line went out, a refusal can only cut the connection.
         self.responded = False
+        #: How the current request's body is framed (None until its head is read).
+        self.framing: Framing | None = None
         # The stdlib handler never consults ``server`` for what this class does.
         super().__init__(conn, ("box", 0), cast(BaseServer, None))
 
@@ -58,25 +68,28 @@ class GatewayHandler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         try:
-            self.raw_requestline = self.rfile.readline(_MAX_REQUEST_LINE + 1)
+            line = read_request_line(self.rfile)
         except (TimeoutError, ConnectionError):
             self.close_connection = True
             return
-        if not self.raw_requestline:
+        except Malformed as bad:
+            self.send_error(bad.status, bad.reason)
+            return
+        if line is None:
             self.close_connection = True
             return
-        if len(self.raw_requestline) > _MAX_REQUEST_LINE:
-            self.send_error(414, "request line too long")
-            return
+        self.command, self.path, self.request_version = line.method, line.target, line.version
+        self.requestline = f"{line.method} {line.target} {line.version}"
         self.responded = False
         # Whether this request's body was read (or handed to the code that reads it).
         self.body_read = False
-        if not self.parse_request():
-            return
+        self.framing = None
         rec = Record(method=self.command.upper())
         try:
+            self._read_head()
             self._serve(rec)
-        except Refused as refusal:
+        except (Refused, Malformed) as exc:
+            refusal = exc if isinstance(exc, Refused) else Refused(exc.status, "http", exc.reason)
             rec.rule, rec.reason, rec.decision = refusal.rule, refusal.reason, refusal.decision
             if self.responded:
                 self.close_connection = True  # mid-body: cutting the connection is the signal
@@ -91,18 +104,31 @@ class GatewayHandler(BaseHTTPRequestHandler):
         finally:
             self.gateway.record(rec)
 
+    def _read_head(self) -> None:
+        """The header section and the body's framing; ``Malformed`` when either breaks the
+        grammar, before anything of the request has gone anywhere."""
+        fields = read_fields(self.rfile)
+        self.headers = headers_of(fields)
+        self.framing = request_framing(fields, self.request_version)
+        # Persistence as RFC 9112 has it: HTTP/1.1 keeps the connection unless told to
+        # close, HTTP/1.0 closes it unless told to keep it.
+        tokens = connection_tokens(self.headers)
+        http10 = self.request_version == "HTTP/1.0"
+        self.close_connection = "close" in tokens or (http10 and "keep-alive" not in tokens)
+        expect = (self.headers.get("Expect") or "").strip().lower()
+        if expect == "100-continue" and not http10:
+            self.send_response_only(100)
+            self.end_headers()
+
     def _discard_small_body(self) -> None:
         """Read (never forward) a small unread request body before refusing: closing a
         connection with unread bytes resets it, and the client would lose the refusal."""
-        if self.body_read or is_chunked(self.headers):
+        framing = self.framing
+        if self.body_read or framing is None or framing.kind != "length":
             return
-        try:
-            length = content_length(self.headers) or 0
-        except Refused:
-            return
-        if 0 < length <= _DISCARD_LIMIT:
-            with contextlib.suppress(OSError, ConnectionError):
-                for _ in read_exact(self.rfile, length):
+        if 0 < framing.length <= _DISCARD_LIMIT:
+            with contextlib.suppress(OSError, ConnectionError, Malformed):
+                for _ in read_exact(self.rfile, framing.length):
                     pass
         self.body_read = True
 

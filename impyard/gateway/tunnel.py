@@ -2,8 +2,9 @@
 
 TLS is not terminated, so a tunnel is judged by host and port alone; bytes
 from the upstream are charged to the run's response byte budget, bytes towards
-it to the run's upload budget, and the tunnel is cut once either is spent,
-when the gateway closes, or after an idle timeout.
+it to the run's upload budget, and the tunnel is cut at the byte where either is
+spent (what fits is relayed, nothing past it), when the gateway closes, or after
+an idle timeout.
 """
 
 from __future__ import annotations
@@ -37,10 +38,7 @@ def tunnel(client: GatewayHandler, rec: Record, host: str, port: int) -> None:
         pending = buffered_client_bytes(client)
         if pending:
             # Sent along with the CONNECT: upload bytes like any other.
-            if not gw.budget.take_request_bytes(len(pending)):
-                raise Refused.by_budget(gw.budget.upload_refusal(), "truncated")
-            rec.request_bytes += len(pending)
-            upstream.sendall(pending)
+            _pass_on(client, rec, pending, upstream, upload=True)
         _relay(client, rec, upstream)
 
 
@@ -84,13 +82,22 @@ def _relay(client: GatewayHandler, rec: Record, upstream: socket.socket) -> None
                     with contextlib.suppress(OSError):
                         peers[source].shutdown(socket.SHUT_WR)
                     continue
-                if source is conn and not gw.budget.take_request_bytes(len(data)):
-                    # Not sent: the upstream sees at most the run's upload budget.
-                    raise Refused.by_budget(gw.budget.upload_refusal(), "truncated")
-                peers[source].sendall(data)
-                if source is conn:
-                    rec.request_bytes += len(data)
-                else:
-                    rec.bytes += len(data)
-                    if not gw.budget.add_bytes(len(data)):
-                        raise Refused.by_budget(gw.budget.bytes_refusal(), "truncated")
+                _pass_on(client, rec, data, peers[source], upload=source is conn)
+
+
+def _pass_on(
+    client: GatewayHandler, rec: Record, data: bytes, to: socket.socket, *, upload: bool
+) -> None:
+    """Send what the run's budget grants of ``data``; past it the tunnel ends, so a peer
+    receives at most the budget, to the byte."""
+    budget = client.gateway.budget
+    granted = budget.take_request_bytes(len(data)) if upload else budget.take_bytes(len(data))
+    if granted:
+        to.sendall(data if granted == len(data) else data[:granted])
+    if upload:
+        rec.request_bytes += granted
+    else:
+        rec.bytes += granted
+    if granted < len(data):
+        spent = budget.upload_refusal() if upload else budget.bytes_refusal()
+        raise Refused.by_budget(spent, "truncated")

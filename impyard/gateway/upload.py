@@ -2,9 +2,9 @@
 run's upload budget.
 
 A body whose Content-Length is over either limit is refused before the
-gateway connects upstream. A chunked body is counted as it streams; the piece
-that would pass a limit is never sent, so an upstream sees at most the limit,
-and the refusal cuts the upstream connection mid-body.
+gateway connects upstream. A chunked body is counted as it streams and cut at
+the limit's byte: what fits is sent, nothing past it, and the refusal cuts the
+upstream connection mid-body.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class UploadMeter:
         self.budget = budget
         self.rec = rec
         self.cap = cap
+        self._capped = False
 
     def check_declared(self, length: int) -> None:
         """Refuse a body announced larger than a limit allows, before anything is sent."""
@@ -38,14 +39,21 @@ class UploadMeter:
         if length > self.budget.request_bytes_left():
             raise Refused.by_budget(self.budget.upload_refusal())
 
-    def charge(self, count: int) -> None:
-        """Count ``count`` bytes about to be sent; refuse (charging nothing) past a limit."""
+    def charge(self, count: int) -> int:
+        """Count ``count`` bytes about to be sent; how many of them may go. Fewer than
+        ``count`` means a limit is reached: send those, then raise ``refusal()``."""
         sent = self.rec.request_bytes
-        if self.cap is not None and sent + count > self.cap.limit:
-            raise self._over_cap("request body passed")
-        if not self.budget.take_request_bytes(count):
-            raise Refused.by_budget(self.budget.upload_refusal())
-        self.rec.request_bytes = sent + count
+        allowed = count if self.cap is None else min(count, max(0, self.cap.limit - sent))
+        granted = self.budget.take_request_bytes(allowed)
+        self.rec.request_bytes = sent + granted
+        self._capped = granted == allowed < count
+        return granted
+
+    def refusal(self) -> Refused:
+        """Why the last ``charge`` granted less than it was asked."""
+        if self._capped:
+            return self._over_cap("request body passed")
+        return Refused.by_budget(self.budget.upload_refusal())
 
     def _over_cap(self, what: str) -> Refused:
         assert self.cap is not None

@@ -243,7 +243,9 @@ class GatewayBudget(_Strict):
         default=500, description="Requests one run may make (then 429)."
     )
     response_bytes_per_run: Annotated[int, Field(gt=0), LOWER] = Field(
-        default=104_857_600, description="Response bytes one run may receive (then 429)."
+        default=104_857_600,
+        description="Response bytes one run may receive (a body is cut at the last one; "
+        "later requests get 429).",
     )
     requests_per_imp_per_day: Annotated[int, Field(gt=0), LOWER] = Field(
         default=5000, description="Requests all runs of one imp may make per UTC day."

@@ -8,18 +8,27 @@ transfer coding), ``gzip=1`` (the bytes gzip-compressed, ``Content-Encoding: gzi
 sends, as the bytes of the entity (no transfer coding, content coding kept), and
 ``entity_sha256`` its hash, computed a piece at a time. Every other path answers a short
 text naming the request; ``/big`` answers 1000 bytes.
+
+``RawUpstream`` is an upstream on a raw socket that records every byte it receives
+(plain or inside TLS) and answers with bytes a test wrote, so a test can say an upstream
+saw nothing at all, or hand the gateway a response no HTTP server library would send.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.tls_server import make_ca_and_leaf
 
 PIECE = 65536
 # Every byte value, in an order that does not repeat within a piece.
@@ -194,3 +203,86 @@ class Upstream:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(10)
+
+
+RAW_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+
+
+def raw_answer(body: bytes, *, chunked: bool = False, piece: int = PIECE) -> bytes:
+    """A 200 carrying ``body``, by Content-Length or in ``piece``-byte chunks."""
+    if not chunked:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + piece]), body[i : i + piece])
+        for i in range(0, len(body), piece)
+    )
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+
+
+class RawUpstream:
+    """Records every byte any connection sends it (``received``, ``connections``); answers
+    a connection with ``answer`` once a head's blank line has arrived, then reads on until
+    the peer closes. With ``tls_dir`` it speaks TLS with a leaf for ``127.0.0.1`` signed by
+    a CA of its own (``ca_file``), and records the bytes inside."""
+
+    def __init__(self, answer: bytes = RAW_OK, *, tls_dir: Path | None = None) -> None:
+        self.answer = answer
+        self.received = bytearray()
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._context: ssl.SSLContext | None = None
+        self.ca_file: Path | None = None
+        if tls_dir is not None:
+            self.ca_file, leaf, key = make_ca_and_leaf(tls_dir, "127.0.0.1")
+            self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self._context.load_cert_chain(leaf, key)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.port = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    @property
+    def seen(self) -> bytes:
+        with self._lock:
+            return bytes(self.received)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(10)
+        data = b""
+        answered = False
+        try:
+            if self._context is not None:
+                conn = self._context.wrap_socket(conn, server_side=True)
+            while piece := conn.recv(65536):
+                with self._lock:
+                    self.received += piece
+                data += piece
+                if not answered and b"\r\n\r\n" in data:
+                    conn.sendall(self.answer)
+                    answered = True
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._listener.close()

@@ -31,7 +31,7 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.policy.models import GatewayPolicy
 from tests.helpers.images import BOX_IMAGE
-from tests.helpers.upstream import Upstream
+from tests.helpers.upstream import RawUpstream, Upstream
 
 pytestmark = pytest.mark.docker
 
@@ -174,6 +174,29 @@ def test_refusals_from_the_box(harness: Harness, upstream: Upstream) -> None:
     assert {e["status"] for e in entries} == {403}
     assert {e["decision"] for e in entries} == {"refused"}
     assert BODY_SENTINEL not in result.journal.path.read_text()
+
+
+def test_a_folded_header_smuggle_from_the_box_reaches_no_upstream(harness: Harness) -> None:
+    """A GET-only host; the folded Transfer-Encoding would make a lenient upstream read the
+    body as a second request (a POST no rule judged). The upstream records every byte."""
+    raw = RawUpstream()
+    try:
+        request = (
+            f"GET {raw.url('/fold')} HTTP/1.1\\r\\nHost: 127.0.0.1:{raw.port}\\r\\n"
+            "X-Note: a\\r\\n Transfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n"
+            "POST /smuggled-by-fold HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n"
+            "Content-Length: 0\\r\\n\\r\\n"
+        )
+        rule = {"host": "127.0.0.1", "ports": [raw.port], "methods": ["GET", "HEAD"]}
+        script = f"printf '{request}' | nc 127.0.0.1 {GATEWAY_PORT}; echo\n"
+        result = harness.run(script, harness.rules(allow=[rule]))
+    finally:
+        raw.close()
+    assert "HTTP/1.1 400 Bad Request" in result.output, result.output
+    assert "impyard gateway: obsolete line folding" in result.output
+    assert raw.connections == 0 and raw.seen == b""
+    [entry] = result.journal.read(event="gateway.request")
+    assert (entry["method"], entry["status"], entry["rule"]) == ("GET", 400, "http")
 
 
 def test_credential_route_never_shows_the_secret_to_the_box(

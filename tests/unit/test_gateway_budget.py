@@ -21,11 +21,20 @@ def test_response_bytes_per_run(tmp_path: Path) -> None:
         GatewayBudget(response_bytes_per_run=100), DailyCounter(Home(tmp_path), "yuko")
     )
     assert budget.admit() is None
-    assert budget.bytes_left() == 100
-    assert budget.add_bytes(60)
-    assert not budget.add_bytes(60)
+    assert budget.take_bytes(60) == 60
+    assert budget.take_bytes(60) == 40  # what is left, not a byte more
+    assert budget.take_bytes(1) == 0 and budget.response_bytes == 100
     refusal = budget.admit()
     assert refusal is not None and refusal.rule == "gateway.budget.response_bytes_per_run"
+
+
+def test_request_bytes_per_run_grant_what_is_left(tmp_path: Path) -> None:
+    budget = RunBudget(
+        GatewayBudget(request_bytes_per_run=100), DailyCounter(Home(tmp_path), "yuko")
+    )
+    assert budget.take_request_bytes(70) == 70
+    assert budget.take_request_bytes(70) == 30
+    assert budget.take_request_bytes(1) == 0 and budget.request_bytes == 100
 
 
 def test_daily_counter_persists_across_runs_and_days(tmp_path: Path) -> None:

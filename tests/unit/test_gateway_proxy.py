@@ -113,7 +113,10 @@ def test_byte_budget(tmp_path: Path, upstream: Upstream) -> None:
     s = serve_on_loopback(tmp_path, upstream, budget={"response_bytes_per_run": 1500})
     try:
         assert via_proxy(s.port, "GET", upstream.url("/big"))[0] == 200
-        # 1000 bytes announced, 500 left: refused before any byte is relayed.
+        # 1000 bytes announced, 500 left: the box gets those 500, then the connection ends.
+        with pytest.raises(http.client.IncompleteRead) as cut:
+            via_proxy(s.port, "GET", upstream.url("/big"))
+        assert cut.value.partial == b"x" * 500
         status, _, body = via_proxy(s.port, "GET", upstream.url("/big"))
         assert status == 429 and b"response_bytes_per_run" in body
     finally:

@@ -1,7 +1,7 @@
 """Upload budgets (no Docker): request bodies are held to an allow rule's ``request_bytes``
 cap (413) and the run's ``gateway.budget.request_bytes_per_run`` (429). A body announced
 too large is refused before anything goes upstream; a chunked body or a tunnel is cut
-where the limit falls, so the upstream sees at most the limit."""
+at the limit's byte, so the upstream sees exactly the limit and nothing past it."""
 
 from __future__ import annotations
 
@@ -96,15 +96,15 @@ def test_a_chunked_body_is_cut_where_the_run_budget_falls(
 ) -> None:
     s = posting(tmp_path, upstream, budget=100_000)
     with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
-        # Four 30,000-byte chunks: three fit, the fourth would pass the budget.
+        # Four 30,000-byte chunks: three fit, the fourth passes the budget 10,000 bytes in.
         sock.sendall(post_head(upstream) + b"".join(chunk(b"u" * 30_000) for _ in range(4)))
         status, headers, body = answer_of(sock)
     assert status == 429 and headers["X-Impyard-Gateway-Rule"] == RUN_RULE
     assert RUN_RULE.encode() in body
     wait_for(lambda: len(upstream.seen) == 1)
-    assert upstream.received == 90_000 and not upstream.seen[0].complete  # cut mid-body
+    assert upstream.received == 100_000 and not upstream.seen[0].complete  # cut at the byte
     [entry] = journal(s)
-    assert entry["request_bytes"] == 90_000 and entry["rule"] == RUN_RULE
+    assert entry["request_bytes"] == 100_000 and entry["rule"] == RUN_RULE
 
 
 def test_a_rule_cap_refuses_a_larger_body_with_413(tmp_path: Path, upstream: Upstream) -> None:
@@ -125,11 +125,11 @@ def test_a_rule_cap_refuses_a_larger_body_with_413(tmp_path: Path, upstream: Ups
         status, headers, body = answer_of(sock)
     assert status == 413 and b"passed the 1000-byte cap" in body
     wait_for(lambda: len(upstream.seen) == 2)
-    assert upstream.received == 1000 + 800  # the third chunk never left
+    assert upstream.received == 1000 + 1000  # the third chunk's last 200 bytes never left
     entries = {e["path"]: (e["status"], e["request_bytes"]) for e in journal(s)}
-    assert entries == {"/fits": (200, 1000), "/x": (413, 0), "/up": (413, 800)}
+    assert entries == {"/fits": (200, 1000), "/x": (413, 0), "/up": (413, 1000)}
     # The cap is per request: the run's budget is charged only what was sent.
-    assert s.gateway.budget.request_bytes == 1800
+    assert s.gateway.budget.request_bytes == 2000
 
 
 def test_inspected_https_bodies_are_held_to_the_same_limits(
@@ -199,11 +199,11 @@ def test_a_tunnel_is_cut_once_the_run_has_sent_its_budget(
             rest += piece
     assert rest == b""  # the upstream never answered: it never got its body
     wait_for(lambda: bool(upstream.seen))
-    assert len(inner) + upstream.received <= 1000 and upstream.received >= 500
+    assert len(inner) + upstream.received == 1000  # the budget, to the byte
     assert not upstream.seen[0].complete
     [entry] = journal(s)
     assert entry["method"] == "CONNECT" and entry["decision"] == "truncated"
-    assert entry["rule"] == RUN_RULE and entry["request_bytes"] == len(inner) + 500
+    assert entry["rule"] == RUN_RULE and entry["request_bytes"] == 1000
 
 
 def test_bytes_sent_along_with_the_connect_count_against_the_budget(
@@ -225,9 +225,12 @@ def test_bytes_sent_along_with_the_connect_count_against_the_budget(
     finally:
         s.gateway.close()
     assert data.startswith(b"HTTP/1.1 200") and b"upstream" not in data.split(b"\r\n\r\n", 1)[1]
-    assert upstream.seen == [] and upstream.received == 0
+    # The budget's 100 bytes went on (the head and the body's first bytes), nothing more.
+    wait_for(lambda: bool(upstream.seen))
+    assert upstream.received == 100 - len(inner) and not upstream.seen[0].complete
     (entry,) = [e for e in journal(s) if e["method"] == "CONNECT"]
     assert entry["rule"] == "gateway.budget.request_bytes_per_run"
+    assert entry["request_bytes"] == 100
 
 
 def wait_for(condition: Any, seconds: float = 10) -> None:
