@@ -1,9 +1,17 @@
-"""`just bench`: every benchmark, one after another (`python -m bench [name ...]`)."""
+"""`just bench`: every benchmark at full size, one after another (`python -m bench [name ...]`).
+
+`python -m bench --smoke [name ...]` runs each at a size of seconds, in a process of its own,
+as the tests do: figures are not judged, only that every bench still runs and its own
+checks hold (a refactor cannot break one unseen). Exit 1 names the benches that failed.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
+import time
 
 BENCHES = (
     "checkout_bench",
@@ -20,18 +28,77 @@ BENCHES = (
     "startup_bench",
 )
 
+#: Each bench's smoke size: its arguments, and the environment variables it reads.
+SMOKE: dict[str, tuple[list[str], dict[str, str]]] = {
+    "checkout_bench": (["--sizes", "200", "--reps", "1"], {}),
+    "lane_bench": (
+        ["--sizes", "500", "--repeat", "1", "--burst", "20", "--burst-records", "500"],
+        {},
+    ),
+    "bigchange_bench": (["--records", "1,300", "--base", "100", "--repeat", "1"], {}),
+    "launch_bench": (["2"], {}),
+    "run_bench": ([], {"IMPYARD_BENCH_SIZES": "0", "IMPYARD_BENCH_REPS": "1"}),
+    "serve_bench": ([], {"IMPYARD_BENCH_RECORDS": "100", "IMPYARD_BENCH_TASKS": "4"}),
+    "agent_bench": ([], {"IMPYARD_BENCH_REPS": "1"}),
+    "control_bench": (["--records", "200", "--samples", "3", "--pending", "1"], {}),
+    "backup_bench": (["--runs", "2", "--blocks", "1"], {}),
+    "inspect_bench": (["--mb", "2", "--repeat", "1", "--samples", "3"], {}),
+    "soak_bench": (
+        [
+            "--tasks",
+            "12",
+            "--imps",
+            "2",
+            "--concurrency",
+            "2",
+            "--keep-seconds",
+            "5",
+            "--gc-seconds",
+            "2",
+            "--sample-seconds",
+            "1",
+        ],
+        {},
+    ),
+    "startup_bench": (["--reps", "2"], {}),
+}
+
 
 def main() -> None:
-    chosen = sys.argv[1:] or list(BENCHES)
+    args = sys.argv[1:]
+    smoke = "--smoke" in args
+    chosen = [a for a in args if a != "--smoke"] or list(BENCHES)
     unknown = [name for name in chosen if name not in BENCHES]
     if unknown:
         raise SystemExit(f"unknown bench {', '.join(unknown)}; choose from {', '.join(BENCHES)}")
+    if smoke:
+        run_smoke(chosen)
+        return
     # Each bench reads its own options from sys.argv: the names chosen here are not theirs.
     sys.argv = sys.argv[:1]
     for name in chosen:
         module = importlib.import_module(f"bench.{name}")
         print(f"\n# {name}", flush=True)
         module.main()
+
+
+def run_smoke(chosen: list[str]) -> None:
+    failed = []
+    for name in chosen:
+        argv, env = SMOKE[name]
+        print(f"\n# {name} (smoke: {' '.join(argv) or env})", flush=True)
+        started = time.monotonic()
+        # The console command the benches time is the one beside this interpreter.
+        path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+        code = subprocess.call(
+            [sys.executable, "-m", f"bench.{name}", *argv],
+            env={**os.environ, **env, "PATH": path},
+        )
+        print(f"# {name}: exit {code} in {time.monotonic() - started:.1f} s", flush=True)
+        if code != 0:
+            failed.append(name)
+    if failed:
+        raise SystemExit(f"bench smoke failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

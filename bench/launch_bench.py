@@ -7,6 +7,7 @@ sides alike; prints medians in ms, the ratio, and the API path per phase.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -101,8 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         ", ".join(f"{name} {statistics.median(p[name] for p in phases):.1f}" for name in phases[0])
     )
-    log.unlink(missing_ok=True)
-    log.parent.rmdir()
+    shutil.rmtree(log.parent)  # box.log and the live directory beside it
 
 
 if __name__ == "__main__":
