@@ -209,4 +209,4 @@ def _original_prompt(home: Home, m: Manifest, parent: tasks.Task | None) -> str:
         data = os.read(fd, PROMPT_BYTES)
     finally:
         os.close(fd)
-    return data.decode("utf-8", "replace")
+    return data.decode("utf-8", "replace").rstrip("\n")
