@@ -158,7 +158,7 @@ def task_text(origin: ReworkOrigin, prompt: str, namespace: str, plan: SeedPlan 
     lines = [
         f"# Rework of run {origin.of}",
         "",
-        f"This is a rework task. Run {origin.of} did this task, and its work was refused "
+        f"This is a rework task. Run {origin.of} did this task, and {_fate(origin)} "
         f"({origin.kind} {origin.ref}). Your knowledge checkout already holds the files it "
         f"wrote, renamed into your namespace {namespace} where a record name requires it. "
         "Fix every violation listed below (rename, edit or delete the files), run "
@@ -193,6 +193,12 @@ def task_text(origin: ReworkOrigin, prompt: str, namespace: str, plan: SeedPlan 
             lines += ["", "## Deleted by that run (not repeated here)", ""]
             lines += [visible(f"- {path}") for path in plan.deleted]
     return "\n".join(lines) + "\n"
+
+
+def _fate(origin: ReworkOrigin) -> str:
+    if origin.kind == "candidate":
+        return "its work was refused"
+    return "its box did not finish cleanly, so its work was kept off main"
 
 
 def _original_prompt(home: Home, m: Manifest, parent: tasks.Task | None) -> str:

@@ -1,15 +1,26 @@
 """Rework without a box: the policy key an overlay may only lower, the names and ids a
-rework checkout's files get, and an older queue file gaining the rework columns."""
+rework checkout's files get (and that the snapshot reads them as the run's own change),
+and an older queue file gaining the rework columns."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
-from impyard.knowledge.seed import rename_into, rewrite_id
+import pygit2
+import pytest
+
+from impyard.home import Home
+from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.checkout import CheckoutKind, prepare_checkout
+from impyard.knowledge.seed import plan_seed, rename_into, rewrite_id, seed_checkout
+from impyard.knowledge.snapshot import snapshot
 from impyard.queue import tasks
 from impyard.queue.db import connect
+from tests.helpers.checkout import BASE_FILES, IMP, OWNER, commit, make_repo
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org
 
@@ -92,3 +103,35 @@ def test_an_older_queue_file_gains_the_rework_columns(tmp_path: Path) -> None:
         assert [t.id for t in tasks.reworks_of(conn, "run-x")] == [added.id]
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("kind", ["overlay", "copy"])
+def test_seeded_files_are_the_runs_own_change_in_either_checkout(
+    tmp_path: Path, kind: CheckoutKind
+) -> None:
+    home = Home(tmp_path / "home")
+    repo = make_repo(home)
+    base = commit(repo, dict(BASE_FILES))
+    acme = "records/vendors/acme--n_000000000000_1.md"
+    refused = commit(
+        repo,
+        {
+            acme: b"acme, edited\n",  # an existing record: its fix is to undo this
+            f"records/vendors/initech--{OLD}_1.md": f"---\nid: {OLD}_1\n---\nx\n".encode(),
+            "records/.hidden.md": b"never written\n",
+        },
+        parent=base,
+    )
+    plan = plan_seed(repo, refused, OLD, NEW)
+    assert plan.skipped == [("records/.hidden.md", "hidden-path: hidden path segment '.hidden.md'")]
+    checkout = prepare_checkout(home, IMP, "run-1", base, kind, OWNER)
+    seed_checkout(repo, checkout, plan, OWNER)
+
+    change = snapshot(repo, checkout, KnowledgeLimits())
+    renamed = f"records/vendors/initech--{NEW}_1.md"
+    assert sorted(change.written) == [acme, renamed]
+    assert change.problems == [] and change.deleted == set()
+    blob = repo[change.written[renamed].blob]
+    assert isinstance(blob, pygit2.Blob) and blob.data == f"---\nid: {NEW}_1\n---\nx\n".encode()
+    st = os.lstat(checkout.root / renamed)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (*OWNER, 0o644)
