@@ -117,7 +117,7 @@ def _group(kind: Kind) -> typer.Typer:
             """Land a candidate refused under a policy since changed (e.g. a raised limit).
 
             Re-validates the same files against the current main and policy, then lands
-            through the lane; it cannot fix content (re-run the task for that). Exit 0
+            through the lane; it cannot fix content (`rework` or re-run the task). Exit 0
             landed (the ref is removed after main moved), 3 rejected, 5 conflict, 1
             nothing to land (the ref stays as it was in all three)."""
             retry(ctx, run_id, as_json, False)
@@ -137,9 +137,36 @@ def _group(kind: Kind) -> typer.Typer:
 
             Re-validates a fresh snapshot of the kept checkout (or the ref's tree when it is
             gone) against the current main and policy, then lands through the lane; it
-            cannot fix content (re-run the task for that). Exit 0 landed, 3 rejected, 5
+            cannot fix content (`rework` or re-run the task). Exit 0 landed, 3 rejected, 5
             conflict, 1 nothing to land (everything stays as it was in all three)."""
             retry(ctx, run_id, as_json, from_ref)
+
+    @group.command("rework")
+    def rework_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
+        note: str | None = typer.Option(
+            None, "--note", help="What the agent should know besides the violations."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the task as JSON."),
+    ) -> None:
+        """Queue a rework task: the same imp fixes the refused files and tries again.
+
+        Its box starts with the files in its checkout (records renamed into its namespace)
+        and a task that quotes the original prompt, every violation and --note; what it
+        leaves is validated like any run (`impyard serve` runs it). The ref stays."""
+        from impyard.repair.preserved import preserved_run
+        from impyard.repair.rework import rework
+
+        home = initialized_home(ctx)
+        task = rework(home, kind, preserved_run(home, run_id), note)
+        if as_json:
+            print_json(task.as_dict())
+            return
+        echo(
+            f"queued {task.id}: rework of {task.rework_of} (attempt {task.rework_attempt}); "
+            "`impyard serve` runs it"
+        )
 
     @group.command("drop")
     def drop_command(
@@ -309,5 +336,6 @@ def repair_line(r: dict[str, Any]) -> str:
     if r.get("violations"):
         line += f", {r['violations']} violation(s)"
     if r.get("detail"):
-        line += f" ({'from the' if r['action'] == 'retry' else 'to'} {r['detail']})"
+        word = {"retry": "from the", "rework": "as"}.get(r["action"], "to")
+        line += f" ({word} {r['detail']})"
     return line

@@ -40,6 +40,13 @@ def public_record(manifest: Manifest) -> dict[str, Any]:
     }
 
 
+def _rework_cell(rework: dict[str, Any]) -> str:
+    """A rework of the run: its run (and checkpoint) once it ran, else its queued task."""
+    if rework["run"]:
+        return f"{rework['run']} ({rework['checkpoint'] or rework['state']})"
+    return f"{rework['task']} ({rework['state']})"
+
+
 def register(app: typer.Typer) -> None:
     runs_app = typer.Typer(help="Inspect runs.", no_args_is_help=True)
     app.add_typer(runs_app, name="runs")
@@ -91,13 +98,15 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Show one run: knowledge mode, base, namespace, checkpoint, commit, errors."""
+        from impyard.queue.tasks import reworked_by
         from impyard.runs import manifest
         from impyard.runs.lookup import resolve_run
 
         home = initialized_home(ctx)
         m = manifest.read(home, resolve_run(home, run_id))
+        reworks = reworked_by(home, m.run_id)
         if as_json:
-            print_json(public_record(m))
+            print_json(public_record(m) | {"reworked_by": reworks})
             return
         rows: list[tuple[str, Any]] = [
             ("run", m.run_id),
@@ -115,6 +124,8 @@ def register(app: typer.Typer) -> None:
             ("timed out", m.timed_out),
             ("reason", m.reason or "-"),
             ("candidate ref", m.candidate_ref or "-"),
+            ("rework of", m.rework_of or "-"),
+            ("reworked by", ", ".join(_rework_cell(r) for r in reworks) or "-"),
             ("quarantine ref", m.quarantine_ref or "-"),
             ("container", m.container_id or "-"),
             ("image", m.image or "-"),

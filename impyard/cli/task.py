@@ -73,7 +73,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json([t.as_dict() for t in found])
             return
-        table = Table("task", "imp", "state", "mode", "checkpoint", "run", "prompt", box=None)
+        table = Table(
+            "task", "imp", "state", "mode", "checkpoint", "run", "rework of", "prompt", box=None
+        )
         for t in found:
             table.add_row(
                 t.id,
@@ -82,6 +84,7 @@ def register(app: typer.Typer) -> None:
                 "reorganize" if t.reorganize else "append",
                 t.checkpoint or t.error or "",
                 t.run_id or "",
+                t.rework_of or "",
                 t.prompt.splitlines()[0][:40] if t.prompt else "",
             )
         Console(width=200).print(table)

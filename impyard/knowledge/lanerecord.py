@@ -42,6 +42,8 @@ class Trailers:
     checkpoint: int = 1
     #: The exit checkpoint, or one the box asked for while it ran.
     at_exit: bool = True
+    #: A rework run: the rejected run whose files it started from.
+    rework_of: str | None = None
 
     def lines(self) -> list[str]:
         values = {
@@ -53,6 +55,8 @@ class Trailers:
             "Impyard-Mode": self.mode,
             "Impyard-Checkpoint": f"{self.checkpoint} ({'exit' if self.at_exit else 'mid-run'})",
         }
+        if self.rework_of is not None:
+            values["Impyard-Rework-Of"] = self.rework_of
         for key, value in values.items():
             if not value or any(ch in value for ch in "\r\n") or value != value.strip():
                 raise UsageError(f"trailer {key} has an unusable value {value!r}")

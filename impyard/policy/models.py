@@ -42,6 +42,9 @@ __all__ = [
 ]
 
 
+#: Most automatic reworks one task may get: each is a whole box run.
+MAX_REWORK_ATTEMPTS = 10
+
 # Docker refuses a container memory limit below 6 MiB.
 MIN_MEMORY_BYTES = 6 * 1024 * 1024
 
@@ -210,6 +213,16 @@ class RetentionPolicy(_Strict):
     )
 
 
+class ReviewPolicy(_Strict):
+    """What follows a run whose change the lane refused."""
+
+    rework_attempts: Annotated[int, Field(ge=0, le=MAX_REWORK_ATTEMPTS), LOWER] = Field(
+        default=0,
+        description="Rework tasks queued after a rejection, at most this many per original "
+        "task: each starts from the refused files and quotes every violation (0: none).",
+    )
+
+
 class BackupPolicy(_Strict):
     """Where every imp's knowledge is pushed after each change. Org only."""
 
@@ -228,6 +241,7 @@ class Policy(_Strict):
     knowledge: KnowledgePolicy = Field(default_factory=KnowledgePolicy)
     box: BoxPolicy = Field(default_factory=BoxPolicy)
     gateway: GatewayPolicy = Field(default_factory=GatewayPolicy)
+    review: ReviewPolicy = Field(default_factory=ReviewPolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
     backup: BackupPolicy = Field(default_factory=BackupPolicy)
 

@@ -30,7 +30,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     finished_at TEXT,
     run_id      TEXT,
     checkpoint  TEXT,
-    error       TEXT
+    error       TEXT,
+    rework_of      TEXT,
+    rework_root    TEXT,
+    rework_attempt INTEGER,
+    rework         TEXT
 );
 CREATE INDEX IF NOT EXISTS tasks_state_seq ON tasks(state, seq);
 CREATE TABLE IF NOT EXISTS leases (
@@ -45,6 +49,17 @@ CREATE TABLE IF NOT EXISTS namespaces (
     run_id    TEXT NOT NULL UNIQUE
 );
 """
+
+#: Columns added to ``tasks`` since it was first created, added to an older file as it is
+#: opened. A rework task names the run it reworks (``rework_of``), the first task of its
+#: chain (``rework_root``), how many reworks the chain holds with it (``rework_attempt``)
+#: and what it starts from (``rework``, JSON).
+ADDED_TASK_COLUMNS = (
+    ("rework_of", "TEXT"),
+    ("rework_root", "TEXT"),
+    ("rework_attempt", "INTEGER"),
+    ("rework", "TEXT"),
+)
 
 
 @contextlib.contextmanager
@@ -82,10 +97,28 @@ def connect(path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> sqlite
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(SCHEMA)
+        migrate(conn)
     except BaseException:
         conn.close()  # a locked file fails here: the connection must not leak
         raise
     return conn
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Add the columns an older ``tasks`` table lacks. Checked and altered under the write
+    lock, so two processes opening an old file at once add each column once."""
+    index = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'tasks_rework_of'"
+    if not _missing_columns(conn) and conn.execute(index).fetchone():
+        return
+    with transaction(conn):
+        for name, kind in _missing_columns(conn):
+            conn.execute(f"ALTER TABLE tasks ADD COLUMN {name} {kind}")
+        conn.execute("CREATE INDEX IF NOT EXISTS tasks_rework_of ON tasks(rework_of)")
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    have = {str(row[1]) for row in conn.execute("PRAGMA table_info(tasks)")}
+    return [(name, kind) for name, kind in ADDED_TASK_COLUMNS if name not in have]
 
 
 def is_locked(exc: sqlite3.Error) -> bool:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import sqlite3
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from impyard.errors import NotFoundError, UsageError
+from impyard.home import Home
 from impyard.names import check_channel, utc_now
-from impyard.queue.db import transaction
+from impyard.queue.db import opened, transaction
 
 TaskState = Literal["queued", "running", "done", "cancelled"]
 TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "cancelled")
@@ -33,6 +35,12 @@ class Task:
     run_id: str | None
     checkpoint: str | None
     error: str | None
+    #: A rework task: the run it reworks, the first task of its chain, how many reworks
+    #: the chain holds up to this one, and what it starts from (see ``runs.rework``).
+    rework_of: str | None = None
+    rework_root: str | None = None
+    rework_attempt: int | None = None
+    rework: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Task:
@@ -49,6 +57,10 @@ class Task:
             run_id=row["run_id"],
             checkpoint=row["checkpoint"],
             error=row["error"],
+            rework_of=row["rework_of"],
+            rework_root=row["rework_root"],
+            rework_attempt=row["rework_attempt"],
+            rework=json.loads(row["rework"]) if row["rework"] else None,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -59,6 +71,17 @@ def new_task_id() -> str:
     return f"task-{secrets.token_hex(6)}"
 
 
+@dataclass(frozen=True)
+class ReworkLink:
+    """Where a rework task sits in its chain: the run it reworks, the chain's first task
+    (None: this task starts the chain), its attempt number, and what it starts from."""
+
+    of: str
+    root: str | None
+    attempt: int
+    details: dict[str, Any]
+
+
 def add(
     conn: sqlite3.Connection,
     imp: str,
@@ -66,19 +89,47 @@ def add(
     *,
     reorganize: bool = False,
     channel: str | None = None,
+    rework: ReworkLink | None = None,
 ) -> Task:
     if not prompt.strip():
         raise UsageError("the task prompt is empty")
     check_channel(channel)
     task_id = new_task_id()
+    link: tuple[str | None, str | None, int | None, str | None] = (None, None, None, None)
+    if rework is not None:
+        details = json.dumps(rework.details, sort_keys=True)
+        link = (rework.of, rework.root or task_id, rework.attempt, details)
     with transaction(conn):
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks").fetchone()[0]
         conn.execute(
-            "INSERT INTO tasks (id, imp, prompt, reorganize, channel, state, created_at, seq)"
-            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-            (task_id, imp, prompt, int(reorganize), channel, utc_now(), seq),
+            "INSERT INTO tasks (id, imp, prompt, reorganize, channel, state, created_at, seq,"
+            " rework_of, rework_root, rework_attempt, rework)"
+            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+            (task_id, imp, prompt, int(reorganize), channel, utc_now(), seq, *link),
         )
     return get(conn, task_id)
+
+
+def reworks_of(conn: sqlite3.Connection, run_id: str) -> list[Task]:
+    """The rework tasks queued for ``run_id``, oldest first."""
+    rows = conn.execute("SELECT * FROM tasks WHERE rework_of = ? ORDER BY seq", (run_id,))
+    return [Task.from_row(row) for row in rows.fetchall()]
+
+
+def reworked_by(home: Home, run_id: str) -> list[dict[str, Any]]:
+    """The rework tasks of ``run_id`` and their runs, oldest first (what the queue still
+    holds: gc removes old finished tasks)."""
+    with opened(home.db) as conn:
+        found = reworks_of(conn, run_id)
+    return [
+        {"task": t.id, "run": t.run_id, "state": t.state, "checkpoint": t.checkpoint} for t in found
+    ]
+
+
+def find(conn: sqlite3.Connection, task_id: str) -> Task | None:
+    """The task, or None when there is none (any more: gc removes old finished ones)."""
+    row = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    return None if row is None else Task.from_row(row)
 
 
 def get(conn: sqlite3.Connection, task_id: str) -> Task:

@@ -60,7 +60,8 @@ from impyard.settings import Settings
 #: What a refused retry's owner is told: a retry cannot fix what the box wrote.
 RETRY_ADVICE = (
     "retry re-validates the same files against today's policy, so it only helps after a "
-    "policy change (edit the policy, then `impyard deploy`); to fix the content, re-run the task"
+    "policy change (edit the policy, then `impyard deploy`); to fix the content, re-run the "
+    "task, or queue a rework for the imp to fix it: `impyard {noun} rework {run}`"
 )
 
 
@@ -87,7 +88,10 @@ class RetryResult:
     @property
     def advice(self) -> str | None:
         """What to do next when the change was refused for its content again."""
-        return RETRY_ADVICE if self.outcome == "rejected" else None
+        if self.outcome != "rejected":
+            return None
+        noun = "candidates" if self.kind == "candidate" else "quarantine"
+        return RETRY_ADVICE.format(noun=noun, run=self.run_id)
 
     @property
     def exit_code(self) -> int:

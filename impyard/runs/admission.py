@@ -88,6 +88,8 @@ def new_manifest(
         mode=mode,
         base_commit=base,
         namespace=namespace,
+        rework_of=request.rework.of if request.rework else None,
+        rework_origin=request.rework.origin if request.rework else None,
         created_at=names.utc_now(),
         timeout_seconds=box_timeout(request, policy),
         limits=KnowledgeLimits.of(policy.knowledge),

@@ -16,9 +16,11 @@ from impyard.gateway.boxside import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV
 from impyard.home import Home
 from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.imps import read_imp_settings
+from impyard.knowledge.seed import SeedPlan
 from impyard.memory.block import memory_block
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.model import Manifest, RunRequest
+from impyard.runs.rework import task_text
 
 BOX_KNOWLEDGE = "/opt/impyard/knowledge"
 BOX_ORIGIN = "/opt/impyard/origin.git"
@@ -32,10 +34,15 @@ def box_timeout(request: RunRequest, policy: EffectivePolicy) -> float:
     return min(request.timeout_seconds, ceiling) if request.timeout_seconds else ceiling
 
 
-def write_task_file(home: Home, request: RunRequest, manifest: Manifest) -> None:
-    """The prompt, plus the channel's Memory block (interaction memory, never knowledge)."""
+def write_task_file(
+    home: Home, request: RunRequest, manifest: Manifest, seed: SeedPlan | None = None
+) -> None:
+    """The prompt (a rework run's quotes it with every violation it must fix), plus the
+    channel's Memory block (interaction memory, never knowledge)."""
     path = home.run_task(manifest.run_id)
     text = request.prompt.rstrip("\n") + "\n"
+    if request.rework is not None:
+        text = task_text(request.rework, request.prompt, manifest.namespace, seed)
     if request.channel:
         block = memory_block(home, manifest.imp, request.channel)
         if block:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from impyard import backup
@@ -27,6 +28,7 @@ from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.violations import ViolationDigest, digest
+from impyard.runs import rework
 from impyard.runs.beside import Beside
 from impyard.runs.landing import integrate_run, landed_files, trailers
 from impyard.runs.model import Manifest
@@ -147,8 +149,22 @@ def checkpoint(run: Run) -> None:
         **digest_fields(found),
     )
     backup.notify(run.home, m.imp)  # queued: a remote that is down never holds the lane
+    if outcome == "rejected":
+        queue_rework(run)
     if next_base is not None:
         next_base.result()
+
+
+def queue_rework(run: Run) -> None:
+    """After a rejection, the rework ``review.rework_attempts`` asks for, if any. The run
+    has ended either way: a rework that cannot be queued is logged, never its failure."""
+    try:
+        task = rework.after_rejection(run.home, run.manifest, run.policy.review.rework_attempts)
+    except (ImpyardError, sqlite3.Error) as exc:
+        log.warning("could not queue a rework of run %s: %s", run.manifest.run_id, exc)
+        return
+    if task is not None:
+        run.save()  # the repair record naming the rework task
 
 
 def quarantine_run(run: Run) -> None:

@@ -34,6 +34,7 @@ def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
         mode=m.mode,
         checkpoint=number,
         at_exit=at_exit,
+        rework_of=m.rework_of,
     )
 
 

@@ -33,6 +33,27 @@ EXIT_CODES: dict[str, int] = {
 }
 
 
+class ReworkOrigin(BaseModel):
+    """What a rework run starts from: the rejected run, the preserved commit holding its
+    files (read by oid), the namespace they were named in, and why they were refused.
+    Recorded with the rework task when it is queued (the run's record may be gone by the
+    time the task runs)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    #: The run this one reworks, and the first run of the chain.
+    of: str
+    origin: str
+    kind: Literal["candidate", "quarantine"]
+    ref: str
+    commit: str
+    namespace: str
+    reason: str | None = None
+    note: str | None = None
+    violations: list[Violation] = Field(default_factory=list)
+    violations_total: int = 0
+
+
 @dataclass(frozen=True)
 class RunRequest:
     imp: str
@@ -42,6 +63,8 @@ class RunRequest:
     command: str | None = None  # owner override, run as /bin/sh -c CMD
     timeout_seconds: float | None = None
     task_id: str | None = None
+    #: A rework task's run: it starts from these files and quotes these violations.
+    rework: ReworkOrigin | None = None
 
 
 class CheckpointRecord(BaseModel):
@@ -63,7 +86,7 @@ class CheckpointRecord(BaseModel):
 #: How many paths a checkpoint record lists in the manifest (all count in file_count).
 MAX_LISTED = 1000
 
-RepairAction = Literal["retry", "drop", "export"]
+RepairAction = Literal["retry", "drop", "export", "rework"]
 
 
 class RepairRecord(BaseModel):
@@ -86,7 +109,7 @@ class RepairRecord(BaseModel):
     checkpoint: int | None = None
     commit: str | None = None
     violations: int | None = None
-    #: Where the change came from (a retry) or went (an export).
+    #: Where the change came from (a retry) or went (an export, a rework's task).
     detail: str | None = None
 
 
@@ -107,6 +130,10 @@ class Manifest(BaseModel):
     mode: Mode
     base_commit: str
     namespace: str
+    #: A rework run: the run whose rejected files it started from.
+    rework_of: str | None = None
+    #: The first run of its rework chain (itself when it is no rework).
+    rework_origin: str | None = None
     state: RunState = "created"
     checkpoint: Checkpoint = "pending"
     exit_code: int | None = None

@@ -47,12 +47,14 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge import runspace
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits
-from impyard.knowledge.checkout import mount_options, prepare_checkout
+from impyard.knowledge.checkout import Checkout, CheckoutKind, mount_options, prepare_checkout
 from impyard.knowledge.runspace import RunSpace
+from impyard.knowledge.seed import SeedPlan
 from impyard.policy.models import EffectivePolicy
 from impyard.queue import leases
 from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
+from impyard.runs import rework
 from impyard.runs.beside import Beside
 from impyard.runs.boxspec import box_command, box_spec, write_task_file
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
@@ -103,6 +105,8 @@ class Run:
         #: The image id the box runs (resolved while the run prepares).
         self.image_id: str | None = None
         self.teardown: Beside[None] | None = None
+        #: A rework run's files to start from (planned while it prepares).
+        self.seed: SeedPlan | None = None
         #: The next run's spare space, formatted while this box runs.
         self.spare: Beside[None] | None = None
         #: One checkpoint at a time: the box's mid-run ones (on gateway threads) and the
@@ -146,7 +150,9 @@ class Run:
             # and volume (disk and engine): none needs another, and start needs them all.
             image = Beside("run-image", functools.partial(self.resolve_image, request))
             try:
-                write_task_file(self.home, request, m)
+                if self.policy.knowledge.enabled:  # a rework run starts from refused files
+                    self.seed = rework.seed_plan(self.home, m, request)
+                write_task_file(self.home, request, m, self.seed)
                 if self.policy.knowledge.enabled:  # else nothing is mounted or integrated
                     self.prepare_knowledge()
             except BaseException:
@@ -157,16 +163,20 @@ class Run:
 
     def prepare_knowledge(self) -> None:
         m = self.manifest
-        kind = select_checkout_kind(self.ctx.settings, self.home)
-        checkout = prepare_checkout(
-            self.home, m.imp, m.run_id, m.base_commit, kind, self.policy.box.user
-        )
+        checkout = self.new_checkout(select_checkout_kind(self.ctx.settings, self.home))
         m.checkout = checkout
         if checkout.kind == "overlay":
             m.volume = f"impyard-{m.run_id}"
             self.save()
             labels = box_labels(m.run_id, m.imp)
             create_overlay_volume(m.volume, mount_options(checkout), labels=labels)
+
+    def new_checkout(self, kind: CheckoutKind) -> Checkout:
+        """The run's checkout of its base; a rework run's holds the files it starts from."""
+        m, user = self.manifest, self.policy.box.user
+        checkout = prepare_checkout(self.home, m.imp, m.run_id, m.base_commit, kind, user)
+        rework.seed(self.home, m.imp, checkout, self.seed, user)
+        return checkout
 
     def resolve_image(self, request: RunRequest) -> str:
         """The id of the image the box runs, and the trust bundle made for it."""
@@ -255,9 +265,7 @@ class Run:
         self.drop_volume()
         m.volume = None
         self.save()
-        m.checkout = prepare_checkout(
-            self.home, m.imp, m.run_id, m.base_commit, "copy", self.policy.box.user
-        )
+        m.checkout = self.new_checkout("copy")
         self.save()
 
     def open_gateway(self) -> None:

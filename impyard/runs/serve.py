@@ -35,7 +35,7 @@ from impyard.queue import leases, tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
-from impyard.runs import heap, serve_events
+from impyard.runs import heap, rework, serve_events
 from impyard.runs.admission import execute
 from impyard.runs.manifest import read_or_none
 from impyard.runs.model import Manifest, RunRequest
@@ -338,6 +338,7 @@ class Server:
             reorganize=task.reorganize,
             channel=task.channel,
             task_id=task.id,
+            rework=rework.origin_of(task),
         )
         try:
             outcome = execute(self.ctx, request)

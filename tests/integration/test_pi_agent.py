@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
+from tests.helpers.images import PI_IMAGE
 from tests.helpers.policy import edit_org
 from tests.model_server import (
     NAMESPACE,
@@ -423,3 +424,86 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
         if e["event"] == "gateway.request" and e.get("path") == "/impyard/check"
     ]
     assert checks == [("GET", "impyard.control", "allowed", 200)] * 2, events
+
+
+REWORK_SLUG = "reworked-note"
+TITLED_MARKER = "written-with-a-title-5c2a"
+
+
+def titled_then_rework_script() -> Script:
+    """First run: write a note with a ``title:`` key records may not have, and finish
+    without checking (the run is rejected). A rework run (its prompt says so, and names
+    the violation under this run's namespace): rewrite that note without the title, run
+    impyard-check, and finish once it prints ok."""
+
+    def script(conversation: Conversation) -> Reply:
+        match = NAMESPACE.search(conversation.system())
+        if match is None:
+            return Reply.say("UNEXPECTED: no namespace in the system prompt.")
+        namespace = match.group(0)
+        relative = f"records/pi/{REWORK_SLUG}--{namespace}_1.md"
+        url = f"https://example.com/{REWORK_SLUG}"
+        if "# Rework of run" not in conversation.user():
+            if conversation.turn == 0:
+                titled = (
+                    f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
+                    f"title: Reworked\nsource_urls:\n- {url}\n---\n\n{TITLED_MARKER}\n"
+                )
+                where = f"/opt/impyard/knowledge/{relative}"
+                return Reply.call("write", path=where, content=titled)
+            return Reply.say("Wrote one note.")
+        if conversation.turn == 0:
+            if f"- {relative}: frontmatter: " not in conversation.user():
+                return Reply.say("UNEXPECTED: the rework task does not name the note.")
+            return write_note(namespace, "pi", REWORK_SLUG, url, f"{FIXED_MARKER}\n")
+        if conversation.turn == 1:
+            return Reply.call("bash", command="impyard-check")
+        if "impyard-check: ok" in conversation.last_tool_result():
+            return Reply.say("Fixed every listed violation; impyard-check prints ok.")
+        return Reply.say(f"UNEXPECTED at turn {conversation.turn}")
+
+    return script
+
+
+@pytest.mark.usefixtures("pi_image")
+def test_a_rejected_pi_note_is_reworked_by_pi_and_lands_once(cli: Cli) -> None:
+    with ModelServer(titled_then_rework_script()) as model:
+        set_up_owner(cli, model.url, imps=())
+        # The image under test (IMPYARD_TEST_PI_IMAGE): its adapter holds the contract.
+        assert cli("imp", "create", "yuko", "--agent", "pi", "--image", PI_IMAGE).code == 0
+        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
+        assert cli("deploy").code == 0
+        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
+        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+        assert served.code == 0, served.stdout + served.stderr
+        turns = [Conversation(t.body["messages"]) for t in model.completions()]
+
+    first, second = json.loads(cli("task", "list", "--json").stdout)
+    assert first["checkpoint"] == "rejected", first
+    assert second["rework_of"] == first["run_id"], second
+    assert second["checkpoint"] == "integrated", second
+    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
+    path = f"records/pi/{REWORK_SLUG}--{namespace}_1.md"
+
+    # What Pi was told in the rework run: what a rework is, and the violation by its new name.
+    reworked = [c for c in turns if "# Rework of run" in c.user()]
+    assert len(reworked) == 3, [c.user()[:80] for c in turns]
+    told = reworked[0].user()
+    assert f"# Rework of run {first['run_id']}" in told
+    assert "> Write one note." in told
+    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
+    contract = " ".join(reworked[0].system().split())
+    assert "A rework task" in contract
+    assert "do not finish until impyard-check prints ok" in contract
+    assert "impyard-check: ok" in reworked[-1].last_tool_result()
+
+    repo = cli("knowledge", "yuko").stdout.strip()
+    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/pi").stdout.split()
+    assert len(landed) == 1
+    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
+    assert f"Impyard-Rework-Of: {first['run_id']}" in message
+    assert git("-C", repo, "ls-tree", "-r", "--name-only", "main", "records/pi").stdout.split() == [
+        path
+    ]
+    note = git("-C", repo, "show", f"main:{path}").stdout
+    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
