@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from impyard.web import auth, routes_runs
+from impyard.web import auth, routes_review, routes_runs
 from impyard.web.console import Console
 from impyard.web.headers import SecurityHeaders
 from impyard.web.metrics import metrics_route
@@ -50,6 +50,7 @@ def build_app(console: Console) -> Starlette:
         Route("/login", login_post, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         *routes_runs.routes(console),
+        *routes_review.routes(console),
         metrics_route(console),
         Mount("/static", StaticFiles(directory=static_dir()), name="static"),
     ]
