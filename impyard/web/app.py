@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from impyard.web import auth, routes_review, routes_runs
+from impyard.web import auth, routes_knowledge, routes_review, routes_runs
 from impyard.web.console import Console
 from impyard.web.headers import SecurityHeaders
 from impyard.web.metrics import metrics_route
@@ -51,6 +51,7 @@ def build_app(console: Console) -> Starlette:
         Route("/logout", logout, methods=["POST"]),
         *routes_runs.routes(console),
         *routes_review.routes(console),
+        *routes_knowledge.routes(console),
         metrics_route(console),
         Mount("/static", StaticFiles(directory=static_dir()), name="static"),
     ]
