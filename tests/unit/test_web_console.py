@@ -142,3 +142,10 @@ def test_the_token_file_is_never_followed_through_a_link(home: Cli) -> None:
     refused = home("web", "--print-url")
     assert refused.code != 0
     assert "web-token" in refused.stderr
+
+
+def test_serve_refuses_a_non_loopback_console_before_any_task(home: Cli) -> None:
+    refused = home("serve", "--once", "--web", "0.0.0.0:8470")
+    assert refused.code != 0
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "--allow-remote" in refused.stderr
