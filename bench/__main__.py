@@ -18,6 +18,7 @@ BENCHES = (
     "inspect_bench",
     "soak_bench",
     "startup_bench",
+    "web_bench",
 )
 
 
