@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from impyard.web import auth, routes_knowledge, routes_review, routes_runs
 from impyard.web.console import Console
@@ -25,7 +26,13 @@ def static_dir() -> Path:
     return Path(str(importlib.resources.files("impyard.web").joinpath("static")))
 
 
-def build_app(console: Console) -> Starlette:
+def build_app(console: Console) -> ASGIApp:
+    """The console's app, wrapped in the security headers outermost, so even a response
+    Starlette makes for an unexpected error (500) carries them."""
+    return SecurityHeaders(_starlette(console))
+
+
+def _starlette(console: Console) -> Starlette:
     async def login_get(request: Request) -> Response:
         return await auth.login_get(console, request)
 
@@ -57,9 +64,6 @@ def build_app(console: Console) -> Starlette:
     ]
     return Starlette(
         routes=routes,
-        middleware=[
-            Middleware(SecurityHeaders),
-            Middleware(auth.RequireSession, console=console),
-        ],
+        middleware=[Middleware(auth.RequireSession, console=console)],
         exception_handlers={HTTPException: http_error},
     )

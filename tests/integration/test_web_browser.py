@@ -67,6 +67,14 @@ def test_no_session_and_no_csrf_token_are_refused(cli: Cli, driver: WebDriver) -
         assert status == 403, "a session but no CSRF token: refused"
         driver.get(base + "/review")
         assert driver.find_element(By.CSS_SELECTOR, "h1").text.startswith("Review")
+        # A phone-width screen: the pages reflow instead of scrolling sideways.
+        driver.set_window_size(390, 844)
+        for page in ("/", "/review", "/knowledge"):
+            driver.get(base + page)
+            overflow = driver.execute_script(
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 0, f"{page} is wider than a phone's screen by {overflow}px"
 
 
 def test_a_hostile_note_renders_as_text_and_runs_no_script(

@@ -159,3 +159,19 @@ def test_a_missing_run_is_a_404_page(home: Cli) -> None:
     assert client.get("/runs/run-20260101T000000Z-0000000000").status_code == 404
     assert client.get("/runs/..%2Fetc").status_code == 404
     assert manifests.read_or_none(Home(home.home), RUN_A) is None
+
+
+def test_an_unexpected_error_still_carries_the_security_headers(home: Cli) -> None:
+    from starlette.testclient import TestClient
+
+    from impyard.web.app import build_app
+
+    console, _ = console_for(home.home)
+    client = TestClient(build_app(console), raise_server_exceptions=False)
+    log_in(console, client)
+    Home(home.home).run_dir(RUN_A).mkdir(parents=True)
+    Home(home.home).manifest(RUN_A).write_text("{ not json")
+    broken = client.get(f"/runs/{RUN_A}")
+    assert broken.status_code == 500
+    assert "default-src 'none'" in broken.headers["content-security-policy"]
+    assert broken.headers["x-content-type-options"] == "nosniff"
