@@ -26,6 +26,7 @@ BENCHES = (
     "inspect_bench",
     "soak_bench",
     "startup_bench",
+    "web_bench",
 )
 
 #: Each bench's smoke size: its arguments, and the environment variables it reads.

@@ -201,6 +201,16 @@ class Home:
         return self.root / "impyard.db"
 
     @property
+    def web_token(self) -> Path:
+        """The console's access token (mode 0600); ``impyard web --print-url`` shows it."""
+        return self.root / "web-token"
+
+    @property
+    def exports_dir(self) -> Path:
+        """Where the console exports a preserved change (``exports/<run-id>``)."""
+        return self.root / "exports"
+
+    @property
     def error_log(self) -> Path:
         return self.root / "impyard-error.log"
 
@@ -267,7 +277,9 @@ def init_home(home: Home) -> bool:
         deploy(home)
     from impyard.gateway.ca import ensure_ca
     from impyard.queue.db import connect
+    from impyard.web.token import ensure_token
 
     connect(home.db).close()  # creates the schema, so other tools can read it at once
     ensure_ca(home.gateway_ca_dir)  # the key stays here, readable by this user only
+    ensure_token(home.web_token)  # the console's login secret, readable by this user only
     return fresh

@@ -9,6 +9,14 @@ cd "$top"
 
 bash scripts/engine.sh
 
+# The console's browser tests drive Debian's chromium through its chromedriver (never a
+# browser a test tool downloads).
+if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
+    echo "bootstrap: installing chromium and chromium-driver"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
     echo "bootstrap: creating .venv"
     python3 -m venv .venv

@@ -107,8 +107,17 @@ def _report(imp: str, found: NoteProvenance, logged: dict[str, Receipt]) -> dict
         "partial_receipts": found.partial_receipts,
         "commit": found.commit,
         "run": found.run,
+        "independent_sources": found.independent_sources,
         "receipts": receipts,
     }
+
+
+def sources_line(count: int) -> str:
+    """What a note's trust rests on, in words (the console says the same)."""
+    if not count:
+        return "no fetched source"
+    plural = "s" if count > 1 else ""
+    return f"{count} independent source{plural} (distinct hosts of its verified receipts)"
 
 
 def _lines(report: dict[str, Any]) -> list[str]:
@@ -116,6 +125,7 @@ def _lines(report: dict[str, Any]) -> list[str]:
         f"path     {report['path']}",
         f"commit   {report['commit']}",
         f"run      {report['run'] or '-'}",
+        f"trust    {sources_line(report['independent_sources'])}",
     ]
     lines.extend(f"source   {url}" for url in report["source_urls"])
     recorded = {row["id"] for row in report["receipts"]}

@@ -29,6 +29,7 @@ from impyard.cli import (
     service,
     status,
     task,
+    web,
 )
 from impyard.errors import ImpyardError
 from impyard.home import Home, resolve_home
@@ -86,6 +87,7 @@ for group in (
     status,
     service,
     backup,
+    web,
 ):
     group.register(app)
 

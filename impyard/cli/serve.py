@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 
 import typer
@@ -20,6 +21,17 @@ def register(app: typer.Typer) -> None:
             None, "--concurrency", min=1, help="Boxes at once (default: settings, 2 per core)."
         ),
         once: bool = typer.Option(False, "--once", help="Drain the queue, then exit 0."),
+        web: str | None = typer.Option(
+            None, "--web", metavar="ADDR", help="Also serve the console on ADDR (HOST:PORT)."
+        ),
+        allow_remote: bool = typer.Option(
+            False, "--allow-remote", help="With --web: allow a non-loopback address."
+        ),
+        tls_cert: Path | None = typer.Option(None, "--tls-cert", help="With --web: TLS cert."),
+        tls_key: Path | None = typer.Option(None, "--tls-key", help="With --web: TLS key."),
+        metrics_public: bool = typer.Option(
+            False, "--metrics-public", help="With --web: /metrics without a login."
+        ),
     ) -> None:
         """Run queued tasks; SIGINT/SIGTERM stop gracefully, a second signal kills boxes."""
         import logging
@@ -34,6 +46,20 @@ def register(app: typer.Typer) -> None:
 
         home = initialized_home(ctx)
         settings = state(ctx).settings
+        console = None
+        if web is not None:
+            # Checked and bound before any task starts: a bad address fails serve at once.
+            from impyard.web.background import start_console
+
+            console = start_console(
+                home,
+                settings,
+                web,
+                allow_remote=allow_remote,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                metrics_public=metrics_public,
+            )
         logging.basicConfig(level=logging.WARNING, format="impyard: %(levelname)s: %(message)s")
         # The same lines with or without a terminal (a log or journalctl gets exactly
         # those); a terminal also gets the live status line.
@@ -60,3 +86,5 @@ def register(app: typer.Typer) -> None:
             lines.put(stop_line(final, datetime.now(UTC)))
         finally:
             lines.close()
+            if console is not None:
+                console.stop()

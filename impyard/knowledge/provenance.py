@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import cast
+from urllib.parse import urlsplit
 
 import pygit2
 
@@ -35,6 +36,14 @@ class NoteProvenance:
     run: str | None
     #: Its ``Source-Receipt`` trailers for the receipts this note cites.
     citations: list[Citation]
+
+    @property
+    def independent_sources(self) -> int:
+        """What the note's trust rests on: the distinct hosts among the receipts the lane
+        verified for it (its ``Source-Receipt`` trailers), fetches cut short left out.
+        Zero reads "no fetched source"."""
+        hosts = {_host(c.url) for c in self.citations if not c.partial}
+        return len(hosts - {None})
 
 
 def note_provenance(home: Home, imp: str, path: str) -> NoteProvenance:
@@ -81,6 +90,13 @@ def _last_change(head: pygit2.Commit, path: str, entry: pygit2.Object) -> pygit2
             return current
         current = parent
     return current
+
+
+def _host(url: str) -> str | None:
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
+        return None
 
 
 def _key(entry: pygit2.Object) -> tuple[pygit2.Oid, int]:

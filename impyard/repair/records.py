@@ -13,6 +13,7 @@ import contextlib
 import os
 import pwd
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from impyard import names
@@ -33,8 +34,26 @@ EVENTS: dict[RepairAction, str] = {
 }
 
 
+#: Who acts instead of this process's user, inside ``acting_as`` (the console: ``web``).
+_ACTING: ContextVar[str | None] = ContextVar("impyard_acting_owner", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(name: str) -> Iterator[None]:
+    """Repairs inside the block are recorded as done by ``name``."""
+    token = _ACTING.set(name)
+    try:
+        yield
+    finally:
+        _ACTING.reset(token)
+
+
 def acting_owner() -> str:
-    """Who is acting: ``$USER``, else the name of this process's uid, else ``uid <n>``."""
+    """Who is acting: the name ``acting_as`` set, else ``$USER``, else the name of this
+    process's uid, else ``uid <n>``."""
+    named = _ACTING.get()
+    if named:
+        return named
     user = os.environ.get("USER", "").strip()
     if user and user.isprintable():
         return user

@@ -88,6 +88,7 @@ def test_provenance_as_json(landed: tuple[Cli, Receipt, str]) -> None:
         "partial_receipts": [],
         "commit": commit,
         "run": RUN,
+        "independent_sources": 1,
         "receipts": [
             {
                 "id": receipt.id,
@@ -113,6 +114,7 @@ def test_provenance_as_text(landed: tuple[Cli, Receipt, str]) -> None:
         f"path     {note_path()}",
         f"commit   {commit}",
         f"run      {RUN}",
+        "trust    1 independent source (distinct hosts of its verified receipts)",
         f"source   {URL}",
         "source   https://example.com/more",
         f"receipt  {receipt.id} {URL} sha256={receipt.sha256}",

@@ -1,0 +1,42 @@
+"""The console inside ``impyard serve --web``: checked, bound and started on a thread
+before the worker takes its first task, stopped after it ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from impyard.home import Home
+from impyard.settings import Settings
+from impyard.web.console import Console
+from impyard.web.listen import checked_listen
+from impyard.web.server import Background, bind, bound_port
+from impyard.web.token import ensure_token
+
+
+def start_console(
+    home: Home,
+    settings: Settings,
+    address: str,
+    *,
+    allow_remote: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    metrics_public: bool,
+) -> Background:
+    listen = checked_listen(
+        address,
+        allow_remote=allow_remote,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        metrics_public=metrics_public,
+    )
+    sock = bind(listen)
+    listen = dataclasses.replace(listen, port=bound_port(sock))
+    running = Background(Console(home, settings, listen, ensure_token(home.web_token)), sock)
+    running.start()
+    # On stderr: serve's stdout is its event lines, one per task event.
+    sys.stderr.write(f"impyard: console: {listen.url} (log in: impyard web --print-url)\n")
+    sys.stderr.flush()
+    return running

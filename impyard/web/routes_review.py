@@ -1,0 +1,84 @@
+"""Review routes: the queue, one item with its diff, a preview per action, and the POST
+that does it."""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from impyard.errors import ImpyardError, NotFoundError
+from impyard.names import RUN_ID
+from impyard.repair.preserved import Kind
+from impyard.web import auth, review
+from impyard.web.console import Console
+
+
+def routes(console: Console) -> list[Route]:
+    home = console.home
+
+    async def queue_page(request: Request) -> Response:
+        found = await run_in_threadpool(review.queue, home)
+        return console.pages.page(request, "review.html", q=found)
+
+    async def item_page(request: Request) -> Response:
+        kind, run_id = _target(request)
+        try:
+            found = await run_in_threadpool(review.item, home, kind, run_id)
+        except NotFoundError as exc:
+            raise HTTPException(404, exc.message) from exc
+        return console.pages.page(request, "review_item.html", i=found, actions=review.ACTIONS)
+
+    async def confirm_page(request: Request) -> Response:
+        kind, run_id = _target(request)
+        action = _action(request)
+        try:
+            shown = await run_in_threadpool(review.preview, home, kind, run_id, action)
+        except NotFoundError as exc:
+            raise HTTPException(404, exc.message) from exc
+        return console.pages.page(request, "review_confirm.html", p=shown)
+
+    async def do(request: Request) -> Response:
+        await auth.form(request)
+        kind, run_id = _target(request)
+        action = _action(request)
+        try:
+            result = await run_in_threadpool(
+                review.act, home, console.settings, kind, run_id, action
+            )
+            error = None
+        except ImpyardError as exc:
+            result, error = {}, exc.message
+        return console.pages.page(
+            request,
+            "review_done.html",
+            status_code=200 if error is None else 409,
+            action=action,
+            kind=kind,
+            run_id=run_id,
+            result=result,
+            error=error,
+        )
+
+    return [
+        Route("/review", queue_page),
+        Route("/review/{kind}/{run_id}", item_page),
+        Route("/review/{kind}/{run_id}/{action}", confirm_page, methods=["GET"]),
+        Route("/review/{kind}/{run_id}/{action}", do, methods=["POST"]),
+    ]
+
+
+def _target(request: Request) -> tuple[Kind, str]:
+    kind, run_id = str(request.path_params["kind"]), str(request.path_params["run_id"])
+    if kind not in review.KINDS or not RUN_ID.fullmatch(run_id):
+        raise HTTPException(404, "no such candidate or quarantine")
+    return kind, run_id
+
+
+def _action(request: Request) -> review.Action:
+    action = str(request.path_params["action"])
+    if action not in review.ACTIONS:
+        raise HTTPException(404, f"no action {action!r}")
+    return action

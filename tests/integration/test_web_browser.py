@@ -1,0 +1,160 @@
+"""The console in a real headless browser (Debian's chromium): logging in with the token,
+the overview following a run that lands under ``serve`` without a reload, a rejected
+run in Review retried after a policy change, hostile note content rendered as text with
+no script run, and requests without a session or a CSRF token refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from impyard.home import Home
+from tests.helpers import browser as chromium
+from tests.helpers.cli import Cli
+from tests.helpers.hostile import SCRIPT, commit_hostile_note
+from tests.helpers.repo import NS, RUN, make_imp, note_path, note_text
+from tests.unit.test_repair import LONG_BODY, deploy, rejected_candidate, set_max_file_chars
+
+_missing = chromium.missing()
+pytestmark = pytest.mark.skipif(
+    _missing is not None and os.environ.get("CI") != "true", reason=_missing or ""
+)
+#: The README's screenshot, made by the test that shows a run landing.
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
+#: What ``fetch`` answers for a POST to the console without the CSRF token.
+POST_WITHOUT_CSRF = """
+const done = arguments[arguments.length - 1];
+fetch(arguments[0], {method: "POST", credentials: "same-origin",
+  headers: {"content-type": "application/x-www-form-urlencoded"}, body: "confirm=1"})
+  .then(r => done(r.status), e => done(String(e)));
+"""
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[WebDriver]:
+    assert _missing is None, _missing
+    with chromium.browser(tmp_path / "profile") as d:
+        yield d
+
+
+def log_in(driver: WebDriver, base: str, home: Path) -> None:
+    """Log in as an owner does: the token typed into the login form."""
+    driver.get(base + "/")
+    assert driver.current_url == base + "/login", "no session: the console asks for a login"
+    token = (home / "web-token").read_text().strip()
+    driver.find_element(By.NAME, "token").send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    chromium.wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "h1"))
+    assert driver.find_element(By.CSS_SELECTOR, "h1").text == "Overview"
+
+
+def test_no_session_and_no_csrf_token_are_refused(cli: Cli, driver: WebDriver) -> None:
+    assert cli("init").code == 0
+    with chromium.console_process(cli.home, "web", "--listen", "127.0.0.1:0") as base:
+        driver.get(base + "/review")
+        assert driver.current_url == base + "/login"
+        status = driver.execute_async_script(POST_WITHOUT_CSRF, base + "/logout")
+        assert status == 401, "no session: refused"
+        log_in(driver, base, cli.home)
+        status = driver.execute_async_script(POST_WITHOUT_CSRF, base + "/logout")
+        assert status == 403, "a session but no CSRF token: refused"
+        driver.get(base + "/review")
+        assert driver.find_element(By.CSS_SELECTOR, "h1").text.startswith("Review")
+        # A phone-width screen: the pages reflow instead of scrolling sideways.
+        driver.set_window_size(390, 844)
+        for page in ("/", "/review", "/knowledge"):
+            driver.get(base + page)
+            overflow = driver.execute_script(
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 0, f"{page} is wider than a phone's screen by {overflow}px"
+
+
+def test_a_hostile_note_renders_as_text_and_runs_no_script(
+    cli: Cli, driver: WebDriver, tmp_path: Path
+) -> None:
+    assert cli("init").code == 0 and cli("imp", "create", "yuko").code == 0
+    path = commit_hostile_note(Home(cli.home), "yuko", tmp_path / "work")
+    with chromium.console_process(cli.home, "web", "--listen", "127.0.0.1:0") as base:
+        log_in(driver, base, cli.home)
+        driver.get(base + "/knowledge/yuko")
+        history = driver.find_element(By.ID, "history").text
+        assert f"owner: {SCRIPT}" in history
+        driver.find_element(By.PARTIAL_LINK_TEXT, "records").click()
+        driver.find_element(By.PARTIAL_LINK_TEXT, "vendors").click()
+        driver.find_element(By.PARTIAL_LINK_TEXT, "<img src=x").click()
+        body = driver.find_element(By.ID, "note-body").text
+        assert SCRIPT in body and "<img src=x onerror=window.__pwned=2>" in body
+        assert driver.find_elements(By.TAG_NAME, "img") == []
+        assert driver.find_element(By.ID, "trust").text == "no fetched source"
+        links = [a.get_attribute("href") for a in driver.find_elements(By.TAG_NAME, "a")]
+        assert not any(href and href.startswith("javascript") for href in links)
+        outside = driver.find_element(By.PARTIAL_LINK_TEXT, "https://example.com/")
+        assert outside.get_attribute("rel") == "noopener noreferrer"
+        for page in ("/knowledge/yuko", f"/knowledge/yuko/note?path={path}"):
+            driver.get(base + page)
+            assert driver.execute_script("return typeof window.__pwned") == "undefined"
+
+
+def test_a_rejected_run_is_in_review_and_a_retry_lands_it_after_a_policy_change(
+    driver: WebDriver, tmp_path: Path
+) -> None:
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    set_max_file_chars(home, 300)
+    deploy(cli)
+    rejected_candidate(home, repo, {note_path(): note_text(f"{NS}_1", body=LONG_BODY).encode()})
+    with chromium.console_process(home.root, "web", "--listen", "127.0.0.1:0") as base:
+        log_in(driver, base, home.root)
+        driver.find_element(By.LINK_TEXT, "Review").click()
+        row = driver.find_element(By.ID, "review").text
+        assert RUN in row and "file-too-large" in row
+        driver.find_element(By.LINK_TEXT, RUN).click()
+        driver.find_element(By.LINK_TEXT, "Retry…").click()
+        assert "Retry has no dry run" in driver.find_element(By.ID, "preview").text
+        driver.find_element(By.CSS_SELECTOR, "form.actions button").click()
+        assert driver.find_element(By.ID, "outcome").text == "rejected"
+        set_max_file_chars(home, 1000)
+        deploy(cli)
+        driver.get(f"{base}/review/candidate/{RUN}/retry")
+        driver.find_element(By.CSS_SELECTOR, "form.actions button").click()
+        assert driver.find_element(By.ID, "outcome").text.startswith("integrated")
+        driver.get(base + "/review")
+        assert "Nothing waits for review" in driver.find_element(By.TAG_NAME, "main").text
+
+
+@pytest.mark.docker
+def test_the_overview_shows_a_run_landing_under_serve_without_a_reload(
+    cli: Cli, driver: WebDriver
+) -> None:
+    assert cli("init").code == 0 and cli("imp", "create", "yuko").code == 0
+    serve = ("serve", "--concurrency", "1", "--web", "127.0.0.1:0")
+    with chromium.console_process(cli.home, *serve, stream="stderr") as base:
+        log_in(driver, base, cli.home)
+        before = driver.execute_script("return performance.timeOrigin")
+        added = subprocess.run(
+            [*_impyard(cli.home), "task", "add", "yuko", "--prompt", "the console watched this"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert added.stdout.strip()
+        chromium.wait(driver, 120).until(
+            lambda d: "integrated" in d.find_element(By.ID, "outcomes").text
+        )
+        assert driver.execute_script("return performance.timeOrigin") == before, "no reload"
+        outcome = driver.find_element(By.ID, "outcomes").text
+        assert "yuko" in outcome
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        driver.save_screenshot(str(SCREENSHOT))
+
+
+def _impyard(home: Path) -> list[str]:
+    return [sys.executable, "-m", "impyard", "--home", str(home)]

@@ -1,0 +1,115 @@
+"""The console's review queue over HTTP: a refused change is listed with its reasons and
+diff, each action shows its preview first, refuses a POST without the CSRF token, and
+does what the CLI's command does, recorded as done by ``web``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from impyard.home import Home
+from impyard.knowledge.lane import candidate_ref
+from impyard.knowledge.repo import main_commit
+from impyard.runs import manifest as manifests
+from tests.helpers.cli import Cli
+from tests.helpers.repo import NS, RUN, note_path, note_text
+from tests.helpers.web import console_for, log_in
+from tests.unit.test_repair import LONG_BODY, deploy, rejected_candidate, set_max_file_chars
+
+HOSTILE_NAME = note_path(slug="x<img src=x onerror=alert(1)>")
+
+
+@pytest.fixture
+def refused(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
+    from tests.helpers.repo import make_imp
+
+    home, repo = make_imp(tmp_path)
+    cli = Cli(home=home.root)
+    set_max_file_chars(home, 300)
+    deploy(cli)
+    text = note_text(f"{NS}_1", body=LONG_BODY + "<script>window.__pwned=1</script>\n")
+    rejected_candidate(home, repo, {note_path(): text.encode()})
+    return home, repo, cli
+
+
+def test_a_refused_change_is_listed_with_its_reasons_and_diff(
+    refused: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, _, _ = refused
+    console, client = console_for(home.root)
+    log_in(console, client)
+    queue = client.get("/review").text
+    assert f'href="/review/candidate/{RUN}"' in queue and "file-too-large" in queue
+    item = client.get(f"/review/candidate/{RUN}").text
+    assert f"{note_path()}</code>: file-too-large:" in item
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in item
+    assert "<script>window" not in item
+    for action in ("retry", "drop", "export"):
+        assert f'href="/review/candidate/{RUN}/{action}"' in item
+
+
+def test_each_action_previews_what_it_will_do(
+    refused: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, repo, _ = refused
+    console, client = console_for(home.root)
+    log_in(console, client)
+    retry = client.get(f"/review/candidate/{RUN}/retry").text
+    assert "Retry has no dry run" in retry and "file-too-large" in retry
+    assert f"against main ({main_commit(repo)[:12]})" in retry
+    drop = client.get(f"/review/candidate/{RUN}/drop").text
+    commit = str(repo.lookup_reference(candidate_ref(RUN)).target)
+    assert f"Deletes {candidate_ref(RUN)} ({commit[:12]}); main is untouched." in drop
+    assert candidate_ref(RUN) in repo.references, "a preview changes nothing"
+
+
+def test_a_retry_is_refused_without_csrf_and_lands_after_a_policy_change(
+    refused: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, repo, cli = refused
+    console, client = console_for(home.root)
+    csrf = log_in(console, client)
+    assert client.post(f"/review/candidate/{RUN}/retry", data={}).status_code == 403
+    assert manifests.read(home, RUN).repairs == []
+    again = client.post(f"/review/candidate/{RUN}/retry", data={"csrf": csrf})
+    assert again.status_code == 200
+    assert "rejected" in again.text and "file-too-large" in again.text
+    set_max_file_chars(home, 1000)
+    deploy(cli)
+    landed = client.post(f"/review/candidate/{RUN}/retry", data={"csrf": csrf})
+    assert "integrated" in landed.text
+    assert candidate_ref(RUN) not in repo.references
+    m = manifests.read(home, RUN)
+    assert [(r.action, r.by, r.outcome) for r in m.repairs] == [
+        ("retry", "web", "rejected"),
+        ("retry", "web", "integrated"),
+    ]
+    events = [json.loads(line) for line in home.journal.read_text().splitlines()]
+    retried = [e for e in events if e["event"] == "repair.retried"]
+    assert [(e["by"], e["outcome"]) for e in retried] == [
+        ("web", "rejected"),
+        ("web", "integrated"),
+    ]
+    assert "Nothing waits for review" in client.get("/review").text
+
+
+def test_drop_and_export_from_the_console(
+    refused: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, repo, _ = refused
+    console, client = console_for(home.root)
+    csrf = log_in(console, client)
+    exported = client.post(f"/review/candidate/{RUN}/export", data={"csrf": csrf})
+    assert exported.status_code == 200 and "exported to" in exported.text
+    written = list(home.exports_dir.glob(f"{RUN}/*/files/{note_path()}"))
+    assert len(written) == 1
+    dropped = client.post(f"/review/candidate/{RUN}/drop", data={"csrf": csrf})
+    assert f"dropped {candidate_ref(RUN)}" in dropped.text
+    assert candidate_ref(RUN) not in repo.references
+    gone = client.post(f"/review/candidate/{RUN}/drop", data={"csrf": csrf})
+    assert gone.status_code == 409 and "Refused:" in gone.text
+    by = [(r.action, r.by) for r in manifests.read(home, RUN).repairs]
+    assert by == [("export", "web"), ("drop", "web")]
