@@ -62,6 +62,7 @@ SMOKE: dict[str, tuple[list[str], dict[str, str]]] = {
         {},
     ),
     "startup_bench": (["--reps", "2"], {}),
+    "web_bench": (["--runs", "200", "--candidates", "3", "--samples", "2"], {}),
 }
 
 
