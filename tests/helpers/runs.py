@@ -30,7 +30,8 @@ class FakeRun:
     limits: KnowledgeLimits = field(default_factory=KnowledgeLimits)
     policy: Any = field(
         default_factory=lambda: SimpleNamespace(
-            knowledge=SimpleNamespace(checkpoint_on_clean_exit=True)
+            knowledge=SimpleNamespace(checkpoint_on_clean_exit=True),
+            review=SimpleNamespace(rework_attempts=0),
         )
     )
     checkpoint_lock: threading.Lock = field(default_factory=threading.Lock)
