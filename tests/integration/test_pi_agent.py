@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
+from tests.helpers.images import PI_IMAGE
 from tests.helpers.policy import edit_org
 from tests.model_server import (
     NAMESPACE,
@@ -57,7 +58,7 @@ def set_up_owner(
     deployed = cli("deploy")
     assert deployed.code == 0, deployed.stdout + deployed.stderr
     for imp in imps:
-        created = cli("imp", "create", imp, "--agent", "pi")
+        created = cli("imp", "create", imp, "--agent", "pi", "--image", PI_IMAGE)
         assert created.code == 0, created.stderr
 
 
