@@ -36,7 +36,7 @@ ESC_TITLE, ESC_CLEAR = "\x1b]0;pwned\x07", "\x1b[2J"
 SHOWN_TITLE, SHOWN_CLEAR = r"\x1b]0;pwned\x07", r"\x1b[2J"
 # Everything a terminal acts on but newline and tab: C0, DEL, C1 (UTF-8), bidi overrides.
 RAW = [chr(c) for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))]
-RAW += ["\u202e", "\u2066"]
+RAW += ["\u202e", "\u2066", "\u2028", "\u200f"]
 
 
 def assistant(*content: dict[str, Any], stop: str = "stop", **extra: Any) -> dict[str, Any]:
@@ -92,7 +92,7 @@ HOSTILE = session(
     ],
     [assistant(text("Done"))],
 )
-ANSWER = f"Done:\n\tout{ESC_TITLE} {ESC_CLEAR}\x7f\x00\n"
+ANSWER = f"Done:\n\tout{ESC_TITLE} {ESC_CLEAR}\x7f\x00\r\u2028\u200f\n"
 
 
 @dataclass
@@ -138,7 +138,7 @@ def test_each_step_is_one_bounded_line_and_nothing_raw_reaches_the_output(
     assert all(len(line) <= 160 for line in lines)
     assert lines == [
         rf"[pi] model turn 1 (0.0 s, 15 tokens): 1 tool call, says: Looking{SHOWN_CLEAR} "
-        r"\u{202e}evil",
+        r"\u202eevil",
         rf"[pi] tool bash: echo {SHOWN_TITLE}\nrm -rf /tmp/x",
         rf"[pi] result bash: 16 bytes, 2 lines: out{SHOWN_TITLE}",
         "[pi] model turn 2 (0.0 s, 15 tokens): 1 tool call",
@@ -152,7 +152,7 @@ def test_each_step_is_one_bounded_line_and_nothing_raw_reaches_the_output(
     ]
     # The answer in full after the last step: newlines and tabs kept, controls escaped.
     answer = done.stdout.decode().split(lines[-1] + "\n", 1)[1]
-    assert answer == f"Done:\n\tout{SHOWN_TITLE} {SHOWN_CLEAR}\\x7f\\x00\n"
+    assert answer == f"Done:\n\tout{SHOWN_TITLE} {SHOWN_CLEAR}\\x7f\\x00\\r\\u2028\\u200f\n"
 
 
 def test_a_long_step_is_cut_to_160_characters_with_an_ellipsis(tmp_path: Path) -> None:
@@ -166,6 +166,18 @@ def test_pis_exit_status_is_kept_and_a_signal_death_is_128_plus_n(tmp_path: Path
     assert render(tmp_path, Pi(HOSTILE, then="exit 7")).returncode == 7
     killed = render(tmp_path, Pi(HOSTILE, then="kill -TERM $$"))
     assert killed.returncode == 128 + signal.SIGTERM
+
+
+def test_a_process_pi_left_behind_does_not_keep_the_box_running(tmp_path: Path) -> None:
+    """A tool's background process inherits Pi's outputs; once Pi exits, pi-render waits
+    for them a moment only (render's own timeout would fail this test otherwise)."""
+    pidfile = tmp_path / "orphan.pid"
+    done = render(tmp_path, Pi(HOSTILE, ANSWER, then=f"sleep 120 & echo $! >{pidfile}; exit 0"))
+    try:
+        assert done.returncode == 0
+        assert steps(done.stdout)[-1] == "[pi] answer after 3 model turns and 3 tool calls:"
+    finally:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
 def test_a_model_error_is_a_step_and_pis_own_report_is_relayed_escaped(tmp_path: Path) -> None:
