@@ -10,12 +10,10 @@ import os
 import re
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV
 from tests.helpers.policy import edit_org
 from tests.integration.test_pi_agent import SECRET_ENV, set_up_owner
@@ -58,31 +56,25 @@ def start_run(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def live_log(home: Path) -> bytes:
-    logs = list((home / "runs").glob("*/box.log"))
-    return logs[0].read_bytes() if logs else b""
-
-
 @pytest.mark.usefixtures("pi_image")
 def test_pi_steps_show_live_and_escaped_and_the_step_count_is_recorded(cli: Cli) -> None:
     with ModelServer(hostile_script()) as model:
         set_up_owner(cli, model.url)
         proc = start_run(cli, "--prompt", "Print something and tell me what it said.")
-        seen_running = False
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            running = proc.poll() is None
-            if b"[pi] tool bash: " in live_log(cli.home):
-                seen_running = running
-                break
-            if not running:
-                break
-            time.sleep(0.1)
-        out, err = proc.communicate(timeout=180)
+        assert proc.stdout is not None
+        # The owner's terminal: `impyard run` streams the box's output as it comes.
+        seen: list[bytes] = []
+        tool_line_while_running = None
+        for line in proc.stdout:
+            seen.append(line)
+            if tool_line_while_running is None and line.startswith(b"[pi] tool bash: "):
+                tool_line_while_running = proc.poll() is None
+        err = proc.communicate(timeout=180)[1]
         assert len(model.completions()) == 2
+    out = b"".join(seen)
     assert proc.returncode == 0, (out + err).decode(errors="replace")
-    # The tool-call line was in box.log while the run was still in its box.
-    assert seen_running, live_log(cli.home).decode(errors="replace")
+    # The tool-call line reached the owner while the run was still in its box.
+    assert tool_line_while_running, out.decode(errors="replace")
 
     run_id = json.loads(cli("runs", "list", "--json").stdout)[0]["run_id"]
     on_disk = (cli.home / "runs" / run_id / "box.log").read_bytes()
@@ -92,7 +84,7 @@ def test_pi_steps_show_live_and_escaped_and_the_step_count_is_recorded(cli: Cli)
         assert not RAW_CONTROL.search(shown), shown
     text = on_disk.decode()
     assert TITLE_SHOWN in text and CLEAR_SHOWN in text
-    assert logs.stdout == text
+    assert text in out.decode() and text == logs.stdout
 
     steps = [line for line in text.splitlines() if line.startswith("[pi] ")]
     assert all(len(line) <= 160 for line in steps), steps
@@ -157,7 +149,7 @@ def test_a_box_reports_its_step_count_once_and_anything_else_is_refused(cli: Cli
     assert logs.count("wget=0") == 1
     shown = json.loads(cli("runs", "show", str(run["run_id"]), "--json").stdout)
     assert shown["agent_steps"] == 7
-    events = json.loads(cli("journal", "--run", str(run["run_id"]), "--json").stdout)
+    events = json_lines(cli("journal", "--run", str(run["run_id"]), "--json").stdout)
     reports = [
         (e["status"], e.get("reason", ""))
         for e in events
