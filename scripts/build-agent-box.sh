@@ -67,6 +67,7 @@ for tool in "$top"/box/*; do
     install -m 0755 "$tool" "$staging/opt/impyard/bin/$(basename "$tool")"
 done
 install -m 0644 "$top/box/pi/settings.json" "$staging/opt/impyard/pi/settings.json"
+install -m 0644 "$top/box/pi/steps.js" "$staging/opt/impyard/pi/steps.js"
 find "$staging" -exec chown -h 0:0 {} +
 chmod -R go-w "$staging"
 

@@ -4,7 +4,8 @@ Pi calls ``POST <baseUrl>/chat/completions`` with ``stream: true`` and reads
 Server-Sent Events of ``chat.completion.chunk``. This server answers the same
 wire protocol from a *script*: a function of the conversation so far (the
 messages Pi sent) that returns the next reply — text, tool calls, an HTTP
-error, or a hang. Tool-call arguments are streamed split across several
+error, or a hang — optionally after a pause (``Reply.after``), as a slow model
+thinks. Tool-call arguments are streamed split across several
 chunks, as real providers do, so Pi's incremental parser is exercised.
 
 Stdlib only: tests, the demo and the agent bench all use it. Run it alone with
@@ -22,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -35,12 +36,14 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Reply:
-    """What the model says next: text, tool calls, an HTTP error, or nothing at all (hang)."""
+    """What the model says next: text, tool calls, an HTTP error, or nothing at all (hang);
+    ``delay`` seconds pass before the answer starts."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     status: int = 200
     hang: bool = False
+    delay: float = 0.0
 
     @classmethod
     def say(cls, text: str) -> Reply:
@@ -57,6 +60,10 @@ class Reply:
     @classmethod
     def stall(cls) -> Reply:
         return cls(hang=True)
+
+    def after(self, seconds: float) -> Reply:
+        """This reply, once ``seconds`` have passed (the server stopping ends the wait)."""
+        return replace(self, delay=seconds)
 
 
 @dataclass
@@ -188,6 +195,8 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
                 return
             reply = server.script(Conversation(list(body.get("messages") or [])))
+            if reply.delay > 0:
+                server._released.wait(reply.delay)
             if reply.hang:
                 server._released.wait()
                 self.close_connection = True

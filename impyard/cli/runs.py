@@ -122,6 +122,7 @@ def register(app: typer.Typer) -> None:
             ("exit code", "-" if m.exit_code is None else m.exit_code),
             ("oom killed", m.oom_killed),
             ("timed out", m.timed_out),
+            ("agent steps", "-" if m.agent_steps is None else m.agent_steps),
             ("reason", m.reason or "-"),
             ("candidate ref", m.candidate_ref or "-"),
             ("rework of", m.rework_of or "-"),

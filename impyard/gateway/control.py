@@ -1,13 +1,14 @@
-"""The control API a box reaches on its own gateway: ``GET /impyard/check`` and
-``POST /impyard/checkpoint``.
+"""The control API a box reaches on its own gateway: ``GET /impyard/check``,
+``POST /impyard/checkpoint`` and ``POST /impyard/report``.
 
 The gateway belongs to one run, so the run is known from the host side of the
 listener; a box can only ask about itself. Nothing it sends (query, headers,
 body) names a run, imp, base or namespace: all of it is ignored, and a body is
-read and dropped. Requests are rate-limited per run and journaled like every
-other gateway request. Answers are JSON, or text (``?format=text`` or
-``Accept: text/plain``) for the box tools: a first line ``ok`` or ``fail``,
-then one line per violation, then a summary line.
+read and dropped, except a report's, which is one small JSON object with one
+field (``{"agent_steps": N}``, the agent's step count the run records). Requests
+are rate-limited per run and journaled like every other gateway request. Answers
+are JSON, or text (``?format=text`` or ``Accept: text/plain``) for the box tools:
+a first line ``ok`` or ``fail``, then one line per violation, then a summary line.
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ if TYPE_CHECKING:
 PREFIX = "/impyard/"
 RULE = "impyard.control"
 #: Endpoint -> the one method it answers.
-ENDPOINTS = {"check": "GET", "checkpoint": "POST"}
+ENDPOINTS = {"check": "GET", "checkpoint": "POST", "report": "POST"}
 # A control request carries no meaningful body; more than this is refused unread.
 _MAX_BODY = 65536
+# A report is one small JSON object; a larger body is refused unread.
+MAX_REPORT_BODY = 1024
+#: The most steps a report may claim (a count, not a measure: anything larger is a lie).
+MAX_AGENT_STEPS = 1_000_000
 
 
 class ControlRefused(Exception):
@@ -49,6 +54,8 @@ class RunControl(Protocol):
     def check(self) -> Mapping[str, Any]: ...
 
     def checkpoint(self) -> Mapping[str, Any]: ...
+
+    def report(self, agent_steps: int) -> Mapping[str, Any]: ...
 
 
 class ControlRate:
@@ -85,8 +92,8 @@ def serve_control(
 ) -> None:
     """Answer one control request, or raise ``Refused`` with the reason."""
     rec.route, rec.rule = "impyard", RULE
-    _drain_body(handler)
     name = path[len(PREFIX) :]
+    body = _read_body(handler, MAX_REPORT_BODY if name == "report" else 0)
     method = ENDPOINTS.get(name)
     if method is None:
         known = ", ".join(f"{m} {PREFIX}{n}" for n, m in ENDPOINTS.items())
@@ -98,7 +105,12 @@ def serve_control(
     if not rate.admit():
         raise Refused(429, RULE, f"over {rate.per_minute} control requests a minute for this run")
     try:
-        answer = control.check() if name == "check" else control.checkpoint()
+        if name == "report":
+            answer = control.report(parse_report(body))
+        elif name == "check":
+            answer = control.check()
+        else:
+            answer = control.checkpoint()
     except ControlRefused as exc:
         raise Refused(exc.status, RULE, exc.reason) from exc
     rec.decision = "allowed"
@@ -123,6 +135,8 @@ def render_text(name: str, answer: Mapping[str, Any]) -> str:
     """The box tools' format: ``ok``/``fail``, one line per violation, a summary."""
     violations = answer.get("violations") or []
     lines = [f"{v['path']}: {v['rule']}: {v['message']}".replace("\n", " ") for v in violations]
+    if name == "report":
+        return f"ok\nimpyard-report: recorded {answer.get('agent_steps')} agent step(s)\n"
     if name == "check":
         ok = bool(answer.get("ok"))
         summary = (
@@ -149,17 +163,52 @@ def render_text(name: str, answer: Mapping[str, Any]) -> str:
     return "\n".join(["ok" if ok else "fail", *lines, summary]) + "\n"
 
 
-def _drain_body(handler: GatewayHandler) -> None:
-    """Read and drop a request body, so the connection stays in step; never trust it."""
+def parse_report(body: bytes) -> int:
+    """The step count of a report body ``{"agent_steps": N}``; anything else is refused
+    with every reason."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise Refused(400, RULE, 'a report is a JSON object {"agent_steps": N}') from None
+    if not isinstance(doc, dict):
+        raise Refused(400, RULE, 'a report is a JSON object {"agent_steps": N}')
+    reasons = [f"unknown field {key[:40]!r}" for key in sorted(doc) if key != "agent_steps"]
+    steps = doc.get("agent_steps")
+    if "agent_steps" not in doc:
+        reasons.append("agent_steps is missing")
+    elif not isinstance(steps, int) or isinstance(steps, bool):
+        reasons.append("agent_steps is not a whole number")
+    elif not 0 <= steps <= MAX_AGENT_STEPS:
+        reasons.append(f"agent_steps is outside 0..{MAX_AGENT_STEPS}")
+    if reasons:
+        raise Refused(400, RULE, "report refused: " + "; ".join(reasons))
+    assert isinstance(steps, int)
+    return steps
+
+
+def _read_body(handler: GatewayHandler, keep: int) -> bytes:
+    """Read a request body, so the connection stays in step, and return at most ``keep``
+    bytes of it (a larger one is 413); never trust it. Without ``keep`` it is dropped."""
+    limit = keep or _MAX_BODY
+    kept: list[bytes] = []
+    seen = 0
     if is_chunked(handler.headers):
-        seen = 0
-        for piece in read_chunked(handler.rfile):
-            seen += len(piece)
-            if seen > _MAX_BODY:
-                raise Refused(413, RULE, "a control request has no body to speak of")
-        return
-    length = content_length(handler.headers) or 0
-    if length > _MAX_BODY:
-        raise Refused(413, RULE, "a control request has no body to speak of")
-    for _ in read_exact(handler.rfile, length):
-        pass
+        pieces = read_chunked(handler.rfile)
+    else:
+        length = content_length(handler.headers) or 0
+        if length > limit:
+            raise Refused(413, RULE, _too_large(keep))
+        pieces = read_exact(handler.rfile, length)
+    for piece in pieces:
+        seen += len(piece)
+        if seen > limit:
+            raise Refused(413, RULE, _too_large(keep))
+        if keep:
+            kept.append(piece)
+    return b"".join(kept)
+
+
+def _too_large(keep: int) -> str:
+    if keep:
+        return f"a report is a JSON object of at most {keep} bytes"
+    return "a control request has no body to speak of"

@@ -1,5 +1,6 @@
 """What a running box may ask of its host through its gateway: a check of its checkout
-as it is now (nothing is written), and a mid-run checkpoint through the lane.
+as it is now (nothing is written), a mid-run checkpoint through the lane, and a report
+of its agent's step count (recorded in the manifest, shown by ``runs show``).
 
 Both take the same snapshot as the exit checkpoint, while the box runs. A
 checkpoint is recorded in the manifest as ``pending`` before the lane acts and
@@ -162,6 +163,18 @@ class BoxControl:
             "violations": found.kept,
             "violations_total": found.total,
         }
+
+    def report(self, agent_steps: int) -> dict[str, Any]:
+        """Record the step count the box's agent adapter reports (the box's own word:
+        shown as reported, trusted for nothing)."""
+        run = self.run
+        with run.manifest_lock:
+            m = run.manifest
+            if m.state != "running":
+                raise ControlRefused(409, f"the run is {m.state}; it takes no report now")
+            m.agent_steps = agent_steps
+            run.save()
+        return {"agent_steps": agent_steps}
 
     def _running(self) -> Manifest:
         m = self.run.manifest

@@ -171,6 +171,9 @@ class Manifest(BaseModel):
     repairs: list[RepairRecord] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    #: The agent's step count as its adapter reported it at the end (POST /impyard/report);
+    #: None when nothing was reported (no gateway, or an agent that reports none).
+    agent_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -282,7 +282,7 @@ class Run:
             imp=self.manifest.imp,
             run_id=self.manifest.run_id,
             journal=self.ctx.journal,
-            control=BoxControl(self) if self.manifest.checkout is not None else None,
+            control=BoxControl(self),
             upstream_ca_file=self.policy.box.extra_ca_file,
         )
 

@@ -58,7 +58,7 @@ def set_up_owner(
     deployed = cli("deploy")
     assert deployed.code == 0, deployed.stdout + deployed.stderr
     for imp in imps:
-        created = cli("imp", "create", imp, "--agent", "pi")
+        created = cli("imp", "create", imp, "--agent", "pi", "--image", PI_IMAGE)
         assert created.code == 0, created.stderr
 
 

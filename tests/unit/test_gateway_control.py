@@ -45,6 +45,10 @@ class Answers:
             raise self.refuse
         return self.check_answer
 
+    def report(self, agent_steps: int) -> Mapping[str, Any]:
+        self.asked.append(f"report {agent_steps}")
+        return {"agent_steps": agent_steps}
+
     def checkpoint(self) -> Mapping[str, Any]:
         self.asked.append("checkpoint")
         return {
@@ -209,3 +213,52 @@ def test_control_requests_are_rate_limited_per_run(tmp_path: Path) -> None:
     assert codes == [200, 200, 429]
     assert status == 429 and b"over 2 control requests a minute" in body
     assert s.answers.asked == ["check", "check"]
+
+
+def test_a_report_records_the_step_count_in_json_or_text(served: Served) -> None:
+    status, headers, body = ask(served.port, "POST", "/impyard/report", b'{"agent_steps": 3}')
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert json.loads(body) == {"agent_steps": 3}
+    status, _, body = ask(
+        served.port, "POST", "/impyard/report?format=text", iter([b'{"agent_', b'steps":0}'])
+    )  # chunked
+    assert status == 200
+    assert body.decode() == "ok\nimpyard-report: recorded 0 agent step(s)\n"
+    assert served.answers.asked == ["report 3", "report 0"]
+
+
+@pytest.mark.parametrize(
+    ("body", "reasons"),
+    [
+        (b"three", ['a report is a JSON object {"agent_steps": N}']),
+        (b"[3]", ['a report is a JSON object {"agent_steps": N}']),
+        (b"{}", ["agent_steps is missing"]),
+        (b'{"agent_steps": true}', ["agent_steps is not a whole number"]),
+        (b'{"agent_steps": 2.5}', ["agent_steps is not a whole number"]),
+        (b'{"agent_steps": -1}', ["agent_steps is outside 0..1000000"]),
+        (b'{"agent_steps": 1000001}', ["agent_steps is outside 0..1000000"]),
+        (
+            b'{"run": "run-x", "agent_steps": "9", "imp": "other"}',
+            ["unknown field 'imp'", "unknown field 'run'", "agent_steps is not a whole number"],
+        ),
+    ],
+)
+def test_a_report_that_is_not_one_small_count_is_refused_with_every_reason(
+    served: Served, body: bytes, reasons: list[str]
+) -> None:
+    status, headers, answer = ask(served.port, "POST", "/impyard/report", body)
+    assert status == 400 and headers["X-Impyard-Gateway-Rule"] == "impyard.control"
+    line = answer.decode()
+    assert line.count("\n") == 1
+    for reason in reasons:
+        assert reason in line
+    assert served.answers.asked == []
+
+
+def test_a_large_report_is_refused_unread_and_a_report_is_posted(served: Served) -> None:
+    padded = b'{"agent_steps": 3' + b" " * 1024 + b"}"
+    status, _, body = ask(served.port, "POST", "/impyard/report", padded)
+    assert status == 413 and b"at most 1024 bytes" in body
+    status, _, body = ask(served.port, "GET", "/impyard/report")
+    assert status == 405 and b"answers POST only" in body
+    assert served.answers.asked == []
