@@ -170,14 +170,6 @@ def entry_name_rules(raw: bytes, *, directory: bool) -> dict[str, str]:
     return found
 
 
-def printable(text: str) -> str:
-    """``text`` fit for a terminal or a log line: anything not printable (controls, ignorable
-    code points, the surrogates of bytes that are not UTF-8) as its escape."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
-
-
 def is_storable_path(path: str) -> bool:
     """Whether a path may appear in any tree the host writes (candidate, quarantine, main)."""
     return not path_violations(path)

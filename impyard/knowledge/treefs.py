@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from impyard.contract import parse_user
 from impyard.errors import KnowledgeError
-from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules, printable
+from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules
+from impyard.textsafe import visible
 
 if TYPE_CHECKING:
     import pygit2
@@ -294,7 +295,7 @@ class _Plan:
             found.append(("special-file", f"mode {mode:o} is neither a file nor a directory"))
         elif tree and depth + 1 >= MAX_DEPTH:
             found.append(("too-deep", f"more than {MAX_DEPTH} directory levels"))
-        self.problems.extend((printable(where), rule, message) for rule, message in found)
+        self.problems.extend((visible(where), rule, message) for rule, message in found)
         return not found
 
     def run(

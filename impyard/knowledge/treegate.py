@@ -23,15 +23,16 @@ to billions of paths costs what its objects cost, never what its paths would.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import pygit2
 
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.gitfsck import TreeEntry, parse_tree
-from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules, normalize_segment, printable
+from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules, normalize_segment
 from impyard.knowledge.repo import TREE_CACHE_LIMIT
 from impyard.knowledge.treefs import MAX_FILES
+from impyard.textsafe import visible
 
 #: Problems kept in full; the rest are counted (a hostile tree can hold millions).
 MAX_PROBLEMS = 1_000
@@ -61,14 +62,25 @@ class TreeProblem:
 
 @dataclass(frozen=True)
 class GateLimits:
+    #: A file on main (max_file_chars, as bytes).
     max_file_bytes: int
+    #: A file any tree the host keeps may hold: a candidate keeps files over the limit,
+    #: up to ``candidate_max_bytes``, for a retry under a raised one.
+    max_kept_file_bytes: int
     max_repo_bytes: int
     max_files: int = MAX_FILES
     max_depth: int = MAX_DEPTH
 
     @classmethod
     def of(cls, limits: KnowledgeLimits) -> GateLimits:
-        return cls(max_file_bytes=limits.max_file_bytes, max_repo_bytes=limits.max_repo_bytes)
+        return cls(
+            max_file_bytes=limits.max_file_bytes,
+            max_kept_file_bytes=limits.max_file_bytes + limits.candidate_max_bytes,
+            max_repo_bytes=limits.max_repo_bytes,
+        )
+
+
+FileSizes = Literal["main", "kept", "any"]
 
 
 class Rules(NamedTuple):
@@ -76,17 +88,17 @@ class Rules(NamedTuple):
 
     executable_ok: bool  # candidates keep a refused change's executable bit as it was
     clashes: bool  # two names one file on macOS/Windows (candidates may keep such a change)
-    file_sizes: bool  # files within max_file_chars
+    file_sizes: FileSizes  # which bound files are held to
     bounds: bool  # the whole tree within max_repo_bytes and MAX_FILES
 
 
 #: Main's own tree: everything the lane keeps true of it.
-MAIN_RULES = Rules(executable_ok=False, clashes=True, file_sizes=True, bounds=True)
+MAIN_RULES = Rules(executable_ok=False, clashes=True, file_sizes="main", bounds=True)
 #: Any other tree the host keeps (main's history, candidates, quarantine).
-KEPT_RULES = Rules(executable_ok=True, clashes=False, file_sizes=True, bounds=False)
+KEPT_RULES = Rules(executable_ok=True, clashes=False, file_sizes="kept", bounds=False)
 #: What a checkout needs of a tree to write it: safe entries, and an end (a checkout
-#: writes no executable bit, and sizes within the bounds are the lane's business).
-CHECKOUT_RULES = Rules(executable_ok=True, clashes=False, file_sizes=False, bounds=True)
+#: writes no executable bit, and file sizes are the lane's business).
+CHECKOUT_RULES = Rules(executable_ok=True, clashes=False, file_sizes="any", bounds=True)
 
 
 class Totals(NamedTuple):
@@ -124,8 +136,8 @@ def _join(parent: str, raw: bytes) -> str:
 
 def shown_name(raw: bytes) -> str:
     """A tree entry's name as text fit for a terminal: bytes that are not UTF-8 and
-    anything not printable escaped."""
-    return printable(raw.decode("utf-8", "backslashreplace"))
+    control characters escaped."""
+    return visible(raw.decode("utf-8", "surrogateescape"))
 
 
 class TreeWalk:
@@ -155,6 +167,7 @@ class TreeWalk:
         #: Trees of ``known`` this walk relied on.
         self.reused: set[bytes] = set()
         self._blobs: dict[bytes, int] = {}
+        self._file_bounds = {"main": limits.max_file_bytes, "kept": limits.max_kept_file_bytes}
         self._names: dict[tuple[bytes, bool], dict[str, str]] = {}
         self._entries: dict[tuple[TreeEntry, Rules], tuple[tuple[str, str], ...]] = {}
 
@@ -292,7 +305,7 @@ class TreeWalk:
             self._problem(where, path, "bad-object", message)
         return entries
 
-    def _blob(self, oid: bytes, check_size: bool) -> tuple[str, str] | None:
+    def _blob(self, oid: bytes, sizes: FileSizes) -> tuple[str, str] | None:
         size = self._blobs.get(oid)
         if size is None:
             target = pygit2.Oid(raw=oid)
@@ -303,8 +316,9 @@ class TreeWalk:
             if kind != _BLOB:
                 return ("bad-object", f"{target} is not a blob")
             self._blobs[oid] = size
-        if check_size and size > self.limits.max_file_bytes:
-            return ("file-too-large", f"{size} bytes, over {self.limits.max_file_bytes}")
+        limit = self._file_bounds.get(sizes)
+        if limit is not None and size > limit:
+            return ("file-too-large", f"{size} bytes, over {limit}")
         return None
 
     def _clashes(self, entries: list[TreeEntry], where: str, parent: str) -> bool:

@@ -169,7 +169,8 @@ def test_an_imp_whose_main_went_bad_is_named_and_never_run(
         expected.rule,
     )
 
-    result = cli("run", "yuko", "--prompt", "p", "--command", "true")
+    as_command = Cli(cli.home, in_process=False)  # the console command, its real exit code
+    result = as_command("run", "yuko", "--prompt", "p", "--command", "true", timeout=60)
     assert result.code == 1, result.stderr
     [line] = result.stderr.splitlines()
     assert line.startswith(f"impyard: error: imp 'yuko': main {bad[:12]} holds what no checkout")
@@ -177,6 +178,7 @@ def test_an_imp_whose_main_went_bad_is_named_and_never_run(
     assert line.endswith("see `impyard knowledge check yuko`")
     assert os.listdir(home.runs_dir) == []
     assert [r for r in open_repo(home, "yuko").references if "quarantine" in r] == []
+    assert not (tmp_path / "outside").exists()
 
 
 def test_a_run_check_reuses_what_it_found_and_still_sees_a_new_bad_tree(
@@ -284,3 +286,52 @@ def test_the_plain_name_shortcut_decides_as_the_full_rules_do(
             assert full(name, directory=directory) == shortcut
 
     agree()
+
+
+def test_what_the_lane_keeps_off_main_passes_the_gate(cli: Cli, tmp_path: Path) -> None:
+    """A candidate may hold what main may not (an executable file, a file over
+    max_file_chars kept for a retry under a raised limit): knowledge check and a restore
+    of its backup take it as the lane kept it."""
+    from impyard import backup
+    from impyard.knowledge.change import KnowledgeLimits
+    from impyard.knowledge.lane import integrate
+    from tests.helpers.backup import set_remotes
+    from tests.helpers.policy import edit_org
+    from tests.helpers.repo import NS, change_of, note_path, note_text, trailers
+
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    home = Home(cli.home)
+    repo = open_repo(home, "yuko")
+    base = main_commit(repo)
+    big = note_text(f"{NS}_2", body="x" * 5_000).encode()
+    change = change_of(
+        repo, {note_path(NS, 1): (note_text(f"{NS}_1").encode(), True), note_path(NS, 2): big}
+    )
+    limits = KnowledgeLimits(max_file_chars=1_000)
+    result = integrate(
+        home,
+        "yuko",
+        change,
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=limits,
+        trailers=trailers(base),
+    )
+    assert result.candidate_ref is not None
+    assert {v.rule for v in result.violations} >= {"executable", "file-too-large"}
+    assert cli("knowledge", "check", "yuko").code == 0
+
+    remote = tmp_path / "backups"
+    set_remotes(home, [str(remote)])
+    assert cli("backup", "now").code == 0
+    backup.flush(30)
+    elsewhere = Cli(tmp_path / "elsewhere")  # as strict as the data root it came from
+    assert elsewhere("init").code == 0
+    edit_org(elsewhere.home, "max_file_chars = 200000", "max_file_chars = 1000")
+    assert elsewhere("deploy").code == 0
+    restored = elsewhere("restore", "--from", str(remote))
+    assert restored.code == 0, restored.stderr
+    assert result.candidate_ref in open_repo(Home(elsewhere.home), "yuko").references
+    assert_fsck_clean(Home(elsewhere.home).repo("yuko"))
