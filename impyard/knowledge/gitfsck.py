@@ -51,8 +51,7 @@ def parse_tree(data: bytes) -> tuple[list[TreeEntry], list[str]]:
     matches = list(_TREE_ENTRY.finditer(data))
     entries = [TreeEntry(m[1], m[2], m[3]) for m in matches]
     problems: list[str] = []
-    # Matches follow each other; they tile the object exactly when it parses.
-    if sum(m.end() - m.start() for m in matches) != len(data):
+    if _WHOLE_TREE.fullmatch(data) is None:  # entries do not tile the object
         end = 0
         for index, match in enumerate(matches):
             if match.start() != end:
@@ -66,6 +65,7 @@ def parse_tree(data: bytes) -> tuple[list[TreeEntry], list[str]]:
 
 # mode, a space, the name up to its NUL, 20 bytes of object id.
 _TREE_ENTRY = re.compile(rb"([0-9]{1,7}) ([^\0]*)\0(.{20})", re.DOTALL)
+_WHOLE_TREE = re.compile(rb"(?:[0-9]{1,7} [^\0]*\0.{20})*", re.DOTALL)
 
 
 def _order_problems(entries: list[TreeEntry]) -> list[str]:

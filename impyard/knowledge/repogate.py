@@ -105,7 +105,7 @@ def _unreferenced(repo: pygit2.Repository, walk: TreeWalk, commits: set[bytes]) 
     header, a tree's form and entries; a tag is refused (Impyard writes none)."""
     for target in repo.odb:
         oid = target.raw
-        if oid in commits or oid in walk.totals:
+        if oid in commits or walk.has_seen(oid):
             continue
         where = f"object {str(target)[:12]}"
         try:

@@ -174,8 +174,11 @@ class TreeWalk:
     def walk(self, root: bytes, where: str, rules: Rules) -> Totals | None:
         """Check the tree ``root`` and everything below it; its totals, or None when it
         cannot be read."""
-        if self._done(root, where, "", 0) is None:
+        done = self._lookup(root)
+        if done is None:
             self._descend(root, where, rules)
+        elif done.height >= self.limits.max_depth:
+            self._problem(where, "", "too-deep", self._too_deep(done.height))
         totals = self.known.get(root) or self.totals.get(root)
         if rules.bounds and totals is not None:
             self._bounds(totals, where)
@@ -208,26 +211,32 @@ class TreeWalk:
                 bad = bad or bool(found)
                 if entry.mode != TREE_MODE:
                     continue
-                below = _join(path, entry.name)
                 if depth + 1 >= self.limits.max_depth:
-                    self._problem(where, below, "too-deep", self._too_deep(0))
+                    self._problem(where, _join(path, entry.name), "too-deep", self._too_deep(0))
                     bad = True
-                elif self._done(entry.oid, where, below, depth + 1) is None:
-                    stack.append((entry.oid, below, depth + 1, None))
+                    continue
+                done = self._lookup(entry.oid)
+                if done is None:
+                    stack.append((entry.oid, _join(path, entry.name), depth + 1, None))
+                elif depth + 1 + done.height >= self.limits.max_depth:
+                    below = _join(path, entry.name)
+                    self._problem(where, below, "too-deep", self._too_deep(done.height))
             if rules.clashes and self._clashes(read, where, path):
                 bad = True
             if bad:
                 self._dirty.add(oid)
 
-    def _done(self, oid: bytes, where: str, path: str, depth: int) -> Totals | None:
-        """The totals of a tree already walked (or known), its depth here checked."""
+    def _lookup(self, oid: bytes) -> Totals | None:
+        """The totals of a tree already walked, or known."""
         done = self.totals.get(oid)
         if done is None and oid in self.known:
             done = self.known[oid]
             self.reused.add(oid)
-        if done is not None and depth + done.height >= self.limits.max_depth:
-            self._problem(where, path, "too-deep", self._too_deep(done.height))
         return done
+
+    def has_seen(self, oid: bytes) -> bool:
+        """Whether this walk already checked ``oid`` (a tree or a blob)."""
+        return oid in self.totals or oid in self._blobs
 
     def check_object(self, oid: bytes, where: str) -> None:
         """Check one tree object alone: its form and each entry's name and mode, without
