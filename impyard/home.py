@@ -61,6 +61,11 @@ class Home:
     def lane_lock(self, imp: str) -> Path:
         return self.imp_dir(imp) / "lane.lock"
 
+    def checked_trees(self, imp: str) -> Path:
+        """Trees of the imp's main found safe to check out, and the last main found so (a
+        cache: safe to delete)."""
+        return self.imp_dir(imp) / "checked-trees.bin"
+
     @property
     def engine_features(self) -> Path:
         """What the engine supports (overlay volumes), probed once per engine."""

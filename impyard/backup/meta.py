@@ -20,6 +20,8 @@ from impyard.knowledge.repo import FILE_MODE, HOST_EMAIL, HOST_NAME
 
 SETTINGS_REF = "refs/impyard/settings"
 SETTINGS_FILE = "imp.json"
+# An imp.json is a few hundred bytes; a remote's is read only up to this.
+MAX_SETTINGS_BYTES = 64 * 1024
 
 
 def settings_commit(repo: pygit2.Repository, settings: ImpSettings) -> pygit2.Oid:
@@ -37,7 +39,10 @@ def read_settings(repo: pygit2.Repository) -> ImpSettings | None:
     """The settings ``repo``'s settings ref holds; None when it holds nothing readable."""
     try:
         tree = repo.references[SETTINGS_REF].peel(pygit2.Commit).tree
-        raw: Any = json.loads(cast(pygit2.Blob, repo[tree[SETTINGS_FILE].id]).data)
+        blob = tree[SETTINGS_FILE].id
+        if repo.odb.read_header(blob)[1] > MAX_SETTINGS_BYTES:
+            return None
+        raw: Any = json.loads(cast(pygit2.Blob, repo[blob]).data)
     except (KeyError, ValueError, TypeError, AttributeError, pygit2.GitError):
         return None
     if not isinstance(raw, dict):

@@ -2,13 +2,24 @@
 
 Each imp is first fetched whole into a hidden staging directory of the data root
 (main, candidate and quarantine refs, and the settings ``meta`` carries), and
-only once every named imp has been fetched and checked is anything installed:
+only once every named imp has been fetched and checked is anything installed. The
+checks, each refusing the whole restore before anything changed:
+
+- every fetched repository passes the gate (``repogate``): main, candidates,
+  quarantine, their history and every object, under the lane's rules, as ``git fsck
+  --strict`` would; one line per problem;
+- the settings each imp would get are what it runs anyway, or the owner said which to
+  take (``offers``: ``--accept-settings`` or ``--keep-settings``);
+- the data root holds nothing the backup lacks (below).
+
+Then:
 
 - an imp this data root lacks is built beside its final place (``repo.git``, a
   fresh ``origin.git`` of main, ``imp.json`` from the backup or the defaults) and
   renamed in, like ``impyard imp create``, so a crash leaves no half imp;
 - an imp it has is brought up to the backup in place, under its lane lock, and
-  keeps its own settings; but only when the backup holds everything it has: a
+  keeps its own settings unless the owner accepted the backup's; but only when the
+  backup holds everything it has: a
   local main that is not an ancestor of (or equal to) the backup's main, or a
   candidate or quarantine ref the backup lacks or holds at another commit, refuses
   the whole restore before anything changed, naming each.
@@ -21,11 +32,12 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import pygit2
 
 from impyard.backup.meta import SETTINGS_REF, read_settings
+from impyard.backup.offers import Choice, SettingsOffer, Source, offer
 from impyard.backup.push import MIRRORED, backed_up_refs
 from impyard.backup.remotes import Location, label, local_imps, locate, scrub
 from impyard.backup.transport import Callbacks, configure_transport
@@ -33,15 +45,17 @@ from impyard.errors import BackupError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
 from impyard.journal import Journal
+from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.gitcalls import Repository
-from impyard.knowledge.imps import ImpSettings, list_imps, strip_templates
+from impyard.knowledge.imps import ImpSettings, list_imps, read_imp_settings, strip_templates
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.repo import MAIN
+from impyard.knowledge.repogate import check_repository
 from impyard.knowledge.sizes import tree_bytes
+from impyard.knowledge.treegate import GateLimits
+from impyard.policy.compile import policy_for_run
 
 FETCHED = [f"+{MAIN}:{MAIN}", *(f"+{ns}*:{ns}*" for ns in MIRRORED)]
-
-SettingsSource = Literal["backup", "default", "kept"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,20 @@ class Restored:
     main: str
     refs: int  # main, candidate and quarantine refs the imp holds now
     created: bool  # a new imp (else an existing one brought up to the backup)
-    settings: SettingsSource
+    settings: Source
+    # What the imp runs now (None: the policy's image, the image's own command).
+    image: str | None
+    command: str | None
+    agent: str | None
+
+
+class RestoreRefused(BackupError):
+    """The backup may not be restored as it is; nothing was installed. ``document`` says
+    why, for ``--json``."""
+
+    def __init__(self, header: str, lines: list[str], document: dict[str, Any]) -> None:
+        super().__init__("\n".join([header, *(f"  {line}" for line in lines)]))
+        self.document = document
 
 
 @dataclass
@@ -59,13 +86,20 @@ class _Fetched:
     staging: Path  # a hidden directory under knowledge/, removed at the end
     repo: pygit2.Repository
     settings: ImpSettings | None
+    offer: SettingsOffer | None = None
 
 
 def restore(
-    home: Home, base: str, imps: list[str] | None = None, *, relative_to: Path
+    home: Home,
+    base: str,
+    imps: list[str] | None = None,
+    *,
+    relative_to: Path,
+    settings: Choice = "ask",
 ) -> list[Restored]:
     """Restore ``imps`` (default: every imp a local backup holds) from the backup at
-    ``base``; a relative local ``base`` is taken from ``relative_to``."""
+    ``base``; a relative local ``base`` is taken from ``relative_to``. ``settings``: the
+    owner's answer to settings that differ from what an imp runs anyway ("ask": refuse)."""
     if not home.knowledge_dir.is_dir():
         raise BackupError(f"no Impyard data root at {home.root}: run `impyard init` first")
     names = list(dict.fromkeys(imps)) if imps else local_imps(base, relative_to)
@@ -77,10 +111,12 @@ def restore(
         for imp in names:
             fetched.append(_fetch(home, locate(base, imp, relative_to), imp))
         existing = set(list_imps(home))
+        _gate(home, fetched)
+        _offer_settings(home, fetched, existing, settings)
         for item in fetched:
             if item.imp in existing:
                 _refuse_if_ahead(home, item)
-        results = [_install(home, item, item.imp in existing) for item in fetched]
+        results = [_install(home, item, item.imp in existing, settings) for item in fetched]
     finally:
         for item in fetched:
             shutil.rmtree(item.staging, ignore_errors=True)
@@ -127,6 +163,46 @@ def _fetch(home: Home, location: Location, imp: str) -> _Fetched:
     return _Fetched(imp, staging, repo, settings)
 
 
+def _gate(home: Home, fetched: list[_Fetched]) -> None:
+    """Refuse, one line a problem, any fetched repository the lane's rules refuse."""
+    lines: list[str] = []
+    document: list[dict[str, str]] = []
+    for item in fetched:
+        limits = KnowledgeLimits.of(policy_for_run(home, item.imp, strict=False)[0].knowledge)
+        found = check_repository(item.repo, backed_up_refs(item.repo), GateLimits.of(limits))
+        lines.extend(f"{item.imp} {line}" for line in found.lines())
+        document.extend({"imp": item.imp, **problem.as_dict()} for problem in found.found)
+        if found.omitted:
+            document.append({"imp": item.imp, "omitted": str(found.omitted)})
+    if lines:
+        raise RestoreRefused(
+            f"refusing to restore: the backup holds what the lane never writes "
+            f"({len(document)} problem(s)); nothing was installed",
+            lines,
+            {"ok": False, "problems": document},
+        )
+
+
+def _offer_settings(
+    home: Home, fetched: list[_Fetched], existing: set[str], choice: Choice
+) -> None:
+    """Each imp's settings offer; refused, naming each difference, when the owner must
+    choose and has not."""
+    for item in fetched:
+        local = read_imp_settings(home, item.imp) if item.imp in existing else None
+        image = policy_for_run(home, item.imp, strict=False)[0].box.image
+        item.offer = offer(item.imp, item.settings, local, image)
+    asked = [item.offer for item in fetched if item.offer is not None and item.offer.differs]
+    if asked and choice == "ask":
+        raise RestoreRefused(
+            "refusing to install settings from the backup that differ from what the imps run "
+            "anyway: pass --accept-settings to install them, or --keep-settings to keep "
+            "this data root's (the defaults for a new imp); nothing was installed",
+            [f"{o.imp}: {'; '.join(o.differs)}" for o in asked],
+            {"ok": False, "settings": [o.as_dict() for o in asked]},
+        )
+
+
 def lacking(local: pygit2.Repository, backup: pygit2.Repository) -> list[str]:
     """What ``local`` holds that restoring ``backup`` over it would lose, one phrase each."""
     ours, theirs = backed_up_refs(local), backed_up_refs(backup)
@@ -165,17 +241,18 @@ def _refuse_if_ahead(home: Home, item: _Fetched) -> None:
         )
 
 
-def _install(home: Home, item: _Fetched, exists: bool) -> Restored:
+def _install(home: Home, item: _Fetched, exists: bool, choice: Choice) -> Restored:
+    assert item.offer is not None, "offered before anything is installed"
+    settings, source = item.offer.decide(choice)
     if exists:
-        return _update(home, item)
-    return _create(home, item)
+        return _update(home, item, settings, source)
+    return _create(home, item, settings, source)
 
 
-def _create(home: Home, item: _Fetched) -> Restored:
+def _create(home: Home, item: _Fetched, settings: ImpSettings, source: Source) -> Restored:
     repo = item.repo
     tree_bytes(repo, str(repo.references[MAIN].target))  # the lane's size cache, primed
     sync_origin(repo, item.staging / "origin.git")
-    settings = item.settings or ImpSettings()
     atomic_write_json(item.staging / Home.IMP_SETTINGS, settings.as_dict())
     fsync_dir(item.staging)
     final = home.imp_dir(item.imp)
@@ -190,11 +267,12 @@ def _create(home: Home, item: _Fetched) -> Restored:
         main=str(installed.references[MAIN].target),
         refs=len(backed_up_refs(installed)),
         created=True,
-        settings="backup" if item.settings is not None else "default",
+        settings=source,
+        **settings.as_dict(),
     )
 
 
-def _update(home: Home, item: _Fetched) -> Restored:
+def _update(home: Home, item: _Fetched, settings: ImpSettings, source: Source) -> Restored:
     from impyard.knowledge.imps import open_repo
 
     repo = open_repo(home, item.imp)
@@ -204,10 +282,13 @@ def _update(home: Home, item: _Fetched) -> Restored:
         remote.fetch(FETCHED)
         (Path(repo.path) / "FETCH_HEAD").unlink(missing_ok=True)
         main = sync_origin(repo, home.origin(item.imp))
+        if source == "backup":
+            atomic_write_json(home.imp_settings(item.imp), settings.as_dict())
     return Restored(
         imp=item.imp,
         main=main,
         refs=len(backed_up_refs(repo)),
         created=False,
-        settings="kept",
+        settings=source,
+        **settings.as_dict(),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import typer
 
 from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json, state
-from impyard.errors import UsageError
+from impyard.errors import ImpyardError, UsageError
 
 NO_REMOTES = (
     "no backup remotes configured: add them to [backup] remotes in policy/org.toml and run "
@@ -99,17 +100,44 @@ def register(app: typer.Typer) -> None:
         imps: list[str] | None = typer.Option(
             None, "--imp", help="Restore this imp (repeatable; required for non-local URLs)."
         ),
+        accept: bool = typer.Option(
+            False,
+            "--accept-settings",
+            help="Install the image, command and agent the backup carries.",
+        ),
+        keep: bool = typer.Option(
+            False,
+            "--keep-settings",
+            help="Keep this data root's settings (the defaults for a new imp).",
+        ),
         as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     ) -> None:
         """Rebuild imps (knowledge, origin, settings) from a backup into this data root
-        (initializing it when needed); never over commits the backup lacks."""
-        from impyard.backup.restore import restore
+        (initializing it when needed); never over commits the backup lacks, never a tree
+        the lane would refuse, never settings that differ from what an imp runs anyway
+        unless told which to take."""
+        from impyard.backup.offers import Choice, settings_line
+        from impyard.backup.restore import RestoreRefused, restore
         from impyard.home import init_home
+        from impyard.knowledge.imps import ImpSettings, list_imps
 
+        if accept and keep:
+            raise UsageError("--accept-settings and --keep-settings exclude each other")
         home = state(ctx).home
+        fresh = not home.root.exists()
         if not home.is_initialized():
             init_home(home)
-        results = restore(home, source, imps, relative_to=Path.cwd())
+        choice: Choice = "accept" if accept else "keep" if keep else "ask"
+        try:
+            results = restore(home, source, imps, relative_to=Path.cwd(), settings=choice)
+        except ImpyardError as exc:
+            if fresh and not list_imps(home):
+                shutil.rmtree(home.root, ignore_errors=True)  # leave no data root it made
+            if not (as_json and isinstance(exc, RestoreRefused)):
+                raise
+            print_json(exc.document)
+            typer.echo(f"impyard: error: {exc.message}", err=True)
+            raise typer.Exit(exc.exit_code) from exc
         if as_json:
             print_json([asdict(result) for result in results])
             return
@@ -119,6 +147,8 @@ def register(app: typer.Typer) -> None:
                 f"{result.imp}: {verb}, main {result.main[:12]}, {result.refs} ref(s), "
                 f"settings {result.settings} ({home.repo(result.imp)})"
             )
+            settings = ImpSettings(result.image, result.command, result.agent)
+            echo(f"  {settings_line(settings)}")
 
 
 def _yes(value: bool) -> str:

@@ -1,9 +1,10 @@
-"""``impyard knowledge <imp>`` (the repo path) and ``impyard knowledge provenance``.
+"""``impyard knowledge <imp>`` (the repo path), ``impyard knowledge provenance`` and
+``impyard knowledge check``.
 
-``knowledge <imp>`` predates the sub-command, and scripts rely on it printing the
+``knowledge <imp>`` predates the sub-commands, and scripts rely on it printing the
 path and nothing else, so the group reads its first word as an imp unless it is
-``provenance`` followed by more words: an imp literally named ``provenance``
-still gets its path from ``impyard knowledge provenance``.
+``provenance`` or ``check`` followed by more words: an imp literally named
+``provenance`` still gets its path from ``impyard knowledge provenance``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,42 @@ def provenance_command(
         echo(line)
 
 
+def check_command(
+    ctx: typer.Context,
+    imp: str = typer.Argument(..., help="Imp name."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """Name every entry of the imp's knowledge the lane would never write.
+
+    Main, candidates, quarantine, their history and every object, as a restore checks a
+    backup (git fsck --strict's checks and the lane's rules). Exit 1 when anything is
+    found: no run of the imp starts until main is fixed.
+    """
+    from impyard.knowledge.change import KnowledgeLimits
+    from impyard.knowledge.repogate import check_imp
+    from impyard.policy.compile import policy_for_run
+
+    home = initialized_home(ctx)
+    policy, _ = policy_for_run(home, imp, strict=False)
+    found = check_imp(home, imp, KnowledgeLimits.of(policy.knowledge))
+    if as_json:
+        print_json(
+            {
+                "imp": imp,
+                "clean": not found,
+                "problems": [problem.as_dict() for problem in found.found],
+                "omitted": found.omitted,
+            }
+        )
+    elif found:
+        for line in found.lines():
+            echo(line)
+    else:
+        echo(f"{imp}: clean")
+    if found:
+        raise typer.Exit(1)
+
+
 def _report(imp: str, found: NoteProvenance, logged: dict[str, Receipt]) -> dict[str, Any]:
     receipts = []
     for citation in found.citations:
@@ -153,8 +190,10 @@ def register(app: typer.Typer) -> None:
     @knowledge_app.callback()
     def knowledge() -> None:
         """An imp's knowledge: `impyard knowledge IMP` prints its canonical bare repository
-        path; `impyard knowledge provenance IMP PATH` shows where a note came from."""
+        path; `impyard knowledge provenance IMP PATH` shows where a note came from;
+        `impyard knowledge check IMP` names what the lane would never write."""
 
     knowledge_app.command(PATH_SLOT, hidden=True)(path_command)
     knowledge_app.command("provenance")(provenance_command)
+    knowledge_app.command("check")(check_command)
     app.add_typer(knowledge_app, name="knowledge")

@@ -49,6 +49,11 @@ RULES: dict[str, str] = {
     ),
     "collision": "path was added to main by another run since this run's base",
     "too-deep": "directories nest deeper than the snapshot walks",
+    "bad-object": (
+        "an object git fsck --strict refuses: a malformed tree or commit, entries out of order "
+        "or repeated, a zero-padded mode, a tag"
+    ),
+    "missing-object": "an object a ref, commit or tree names is not in the repository",
     "checkpointed": "a file an earlier checkpoint of this run landed may not change any more",
     "source-receipt": (
         "a cited receipt is not one of this run's fetch receipts, or its URL is not one of the "

@@ -6,6 +6,7 @@ Windows cannot hold.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from impyard.knowledge.change import Violation
@@ -67,6 +68,15 @@ _WINDOWS_DEVICES: frozenset[str] = frozenset(
     | {f"{port}{n}" for port in ("com", "lpt") for n in "0123456789\u00b9\u00b2\u00b3"}
 )
 _WINDOWS_RESERVED_CHARACTERS = '<>:"\\|?*'
+_RESERVED = re.compile("[" + re.escape(_WINDOWS_RESERVED_CHARACTERS) + "]")
+_PLAIN = re.compile("[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+# C0 controls, DEL and C1 controls: newline, tab, escape sequences, ...
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+# Deep enough for any sane layout; bounded so a hostile nest of directories cannot
+# exhaust file descriptors or the interpreter stack. The snapshot reads no deeper, and a
+# tree from outside the lane may nest no deeper (``treegate``).
+MAX_DEPTH = 64
 
 _PATH_RULES = (
     "bad-name",
@@ -89,9 +99,9 @@ def normalize_segment(segment: str) -> str:
 
 def _unportable(segment: str) -> str | None:
     """Why Windows could not hold this name, if it could not."""
-    reserved = next((ch for ch in segment if ch in _WINDOWS_RESERVED_CHARACTERS), None)
+    reserved = _RESERVED.search(segment)
     if reserved is not None:
-        return f"{segment!r} contains {reserved!r}, which Windows does not allow in names"
+        return f"{segment!r} contains {reserved[0]!r}, which Windows does not allow in names"
     if segment.endswith((".", " ")):
         return f"{segment!r} ends with a dot or space, which Windows drops"
     if segment.split(".", 1)[0].rstrip(" ").lower() in _WINDOWS_DEVICES:
@@ -102,31 +112,62 @@ def _unportable(segment: str) -> str | None:
 def path_violations(path: str) -> list[Violation]:
     """Rules a path breaks by its name alone (one violation per rule)."""
     found: dict[str, str] = {}
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        found["bad-name"] = "path is not valid UTF-8"
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
-        found["bad-name"] = "path contains control characters"
-    if path.startswith("/") or "\\" in path:
+    if path.startswith("/"):
         found["path-escape"] = "path must be relative and use '/' only"
     segments = path.split("/")
     for index, segment in enumerate(segments):
-        norm = normalize_segment(segment)
-        last = index == len(segments) - 1
-        if segment in ("", ".", ".."):
-            found.setdefault("path-escape", f"path segment {segment!r} is not allowed")
-            continue
-        if norm == ".git" or norm.startswith(".git") or norm == "git~1":
-            found.setdefault("git-metadata", f"{segment!r} is Git metadata")
-        elif segment.startswith(".") or norm.startswith("."):
-            found.setdefault("hidden-path", f"hidden path segment {segment!r}")
-        if (last and norm in INSTRUCTION_FILES) or (not last and norm in INSTRUCTION_DIRS):
-            found.setdefault("instruction-file", f"{segment!r} is a runtime instruction file")
-        unportable = _unportable(segment)
-        if unportable is not None:
-            found.setdefault("unportable-name", unportable)
+        for rule, message in name_rules(segment, directory=index < len(segments) - 1).items():
+            found.setdefault(rule, message)
     return [Violation(path, rule, found[rule]) for rule in _PATH_RULES if rule in found]
+
+
+def name_rules(name: str, *, directory: bool) -> dict[str, str]:
+    """Rules one name (a directory's or a file's) breaks, rule -> message; empty when the
+    name may be stored. The one definition behind ``path_violations`` and what any tree
+    from outside the lane is held to (``treegate``)."""
+    if _PLAIN.fullmatch(name) and not name.endswith("."):
+        # Letters, digits, '-', '_' and inner dots, not leading: no rule but these two
+        # can apply (the common case, a note's name, decided without the rest).
+        norm = name.lower()
+        special = INSTRUCTION_DIRS if directory else INSTRUCTION_FILES
+        if norm not in special and norm.split(".", 1)[0] not in _WINDOWS_DEVICES:
+            return {}
+    found: dict[str, str] = {}
+    if not name.isascii():  # ASCII is UTF-8: the common case costs no encoding
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            found["bad-name"] = "path is not valid UTF-8"
+    if _CONTROL.search(name):
+        found["bad-name"] = "path contains control characters"
+    if "\\" in name or "/" in name:
+        found["path-escape"] = "path must be relative and use '/' only"
+    if name in ("", ".", ".."):
+        found.setdefault("path-escape", f"path segment {name!r} is not allowed")
+        return found
+    norm = normalize_segment(name)
+    if norm == ".git" or norm.startswith(".git") or norm == "git~1":
+        found["git-metadata"] = f"{name!r} is Git metadata"
+    elif name.startswith(".") or norm.startswith("."):
+        found["hidden-path"] = f"hidden path segment {name!r}"
+    if (not directory and norm in INSTRUCTION_FILES) or (directory and norm in INSTRUCTION_DIRS):
+        found["instruction-file"] = f"{name!r} is a runtime instruction file"
+    unportable = _unportable(name)
+    if unportable is not None:
+        found["unportable-name"] = unportable
+    return found
+
+
+def entry_name_rules(raw: bytes, *, directory: bool) -> dict[str, str]:
+    """``name_rules`` of a tree entry's name as git stores it (bytes), plus what only a tree
+    entry can be: empty, or more than one path component (``git fsck``: ``emptyName``,
+    ``fullPathname``)."""
+    if not raw:
+        return {"path-escape": "an empty name"}
+    found = name_rules(raw.decode("utf-8", "surrogateescape"), directory=directory)
+    if b"/" in raw:
+        found["path-escape"] = "a name holding '/' (more than one path component)"
+    return found
 
 
 def is_storable_path(path: str) -> bool:

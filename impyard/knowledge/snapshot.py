@@ -44,11 +44,8 @@ from impyard.knowledge.change import KnowledgeLimits as Limits
 from impyard.knowledge.checkout import Checkout, read_identities
 from impyard.knowledge.gitobj import commit_at, lookup_entry
 from impyard.knowledge.packs import ExistenceProbe, ObjectBatch
+from impyard.knowledge.pathnames import MAX_DEPTH
 from impyard.knowledge.treefs import OPAQUE_XATTR, Identity, entries, is_executable
-
-# Deep enough for any sane layout; bounded so a hostile nest of directories cannot
-# exhaust file descriptors or the interpreter stack.
-MAX_DEPTH = 64
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC

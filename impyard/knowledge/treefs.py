@@ -12,10 +12,13 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from impyard.contract import parse_user
 from impyard.errors import KnowledgeError
+from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules
+from impyard.textsafe import visible
 
 if TYPE_CHECKING:
     import pygit2
@@ -29,15 +32,35 @@ Owner = tuple[int, int]
 _BLOB = 0o100644
 _BLOB_EXEC = 0o100755
 _TREE = 0o040000
+_SYMLINK = 0o120000
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 OPAQUE_XATTR = "trusted.overlay.opaque"
 
+#: Files a checkout writes at most (paths, however many trees they share): ten times an
+#: imp of 100,000 records. A tree of shared subtrees can name far more paths than it has
+#: objects; past this a checkout would write without end.
+MAX_FILES = 1_000_000
+
 
 class CheckoutError(KnowledgeError):
     """A run checkout or one of its layers could not be prepared or released."""
+
+
+class UnsafeTreeError(CheckoutError):
+    """A tree holds entries no checkout may write (``..``, a name with ``/``, Git metadata,
+    a symlink, a nest too deep, ...); nothing of it was written."""
+
+    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
+        listed = "; ".join(f"{path}: {rule}: {message}" for path, rule, message in problems[:5])
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        super().__init__(
+            f"refusing to write a checkout holding {len(problems)} unsafe "
+            f"entr{'y' if len(problems) == 1 else 'ies'} (nothing written): {listed}{more}"
+        )
+        self.problems = problems
 
 
 class Identity(NamedTuple):
@@ -84,16 +107,6 @@ def is_blob(entry: pygit2.Object) -> bool:
 
 def is_executable(entry: pygit2.Object) -> bool:
     return int(entry.filemode) == _BLOB_EXEC
-
-
-def _check_entry(entry: pygit2.Object, where: str) -> None:
-    # The canonical repository only ever receives validated changes; a symlink or
-    # submodule here means it was written by something else, and must not reach a box.
-    if not (is_tree(entry) or is_blob(entry)):
-        raise CheckoutError(
-            f"canonical tree holds an unsupported entry {where!r} "
-            f"(mode {int(entry.filemode):o}); refusing to materialize it"
-        )
 
 
 def mkdir_owned(dir_fd: int, name: str, owner: Owner, *, opaque: bool = False) -> int:
@@ -160,55 +173,11 @@ def write_tree(
     files whose blob is the same at the same path are hard-linked from it instead of
     written (a compaction costs one link() per unchanged file, no bytes).
     ``identities`` collects each written file's lstat identity (copy fallback).
+    Every entry is checked before anything is written (``UnsafeTreeError``).
     """
-    import pygit2
-
-    from impyard.knowledge.gitobj import lookup_entry
-
-    src_fd, src_tree = link_from if link_from is not None else (-1, None)
-    for name, entry in entries(tree):
-        where = prefix + name
-        _check_entry(entry, where)
-        src = lookup_entry(src_tree, name)
-        if is_tree(entry):
-            child_fd = mkdir_owned(dir_fd, name, owner)
-            try:
-                sub_link: tuple[int, pygit2.Tree] | None = None
-                if isinstance(src, pygit2.Tree):
-                    sub_link = (open_dir(name, src_fd), src)
-                try:
-                    write_tree(
-                        repo,
-                        as_tree(entry),
-                        child_fd,
-                        owner,
-                        link_from=sub_link,
-                        identities=identities,
-                        prefix=where + "/",
-                    )
-                finally:
-                    if sub_link is not None:
-                        os.close(sub_link[0])
-            finally:
-                os.close(child_fd)
-        elif (
-            src is not None and is_blob(src) and src.id == entry.id and _link(src_fd, dir_fd, name)
-        ):
-            pass
-        else:
-            st = write_blob(repo, entry.id, dir_fd, name, owner)
-            if identities is not None:
-                identities[where] = Identity.of(st)
-
-
-def _link(src_fd: int, dst_fd: int, name: str) -> bool:
-    try:
-        os.link(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno == errno.EMLINK:  # the inode's link count is full: write the bytes
-            return False
-        raise
-    return True
+    plan = _Plan()
+    plan.tree(tree, prefix, 0, link_from[1] if link_from is not None else None)
+    plan.run(repo, dir_fd, owner, link_from[0] if link_from is not None else -1, identities)
 
 
 def write_delta(
@@ -221,42 +190,159 @@ def write_delta(
 ) -> None:
     """Write into ``dir_fd`` an overlay layer that turns ``old`` (below it) into ``new``.
 
-    Equal subtrees are skipped by id, so the cost follows the change, not the tree.
+    Equal subtrees are skipped by id, so the cost follows the change, not the tree. Every
+    entry the layer writes is checked before anything is written (``UnsafeTreeError``).
     """
-    import pygit2
+    plan = _Plan()
+    plan.delta(old, new, prefix, 0)
+    plan.run(repo, dir_fd, owner, -1, None)
 
-    old_entries = dict(entries(old))
-    new_names = set()
-    for name, entry in entries(new):
-        new_names.add(name)
-        where = prefix + name
-        _check_entry(entry, where)
-        before = old_entries.get(name)
-        if (
-            before is not None
-            and before.id == entry.id
-            and int(before.filemode) == int(entry.filemode)
-        ):
-            continue
-        if is_tree(entry):
-            if isinstance(before, pygit2.Tree):
-                child_fd = mkdir_owned(dir_fd, name, owner)
-                try:
-                    write_delta(repo, before, as_tree(entry), child_fd, owner, where + "/")
-                finally:
-                    os.close(child_fd)
-            else:
-                # Replaces a lower file (or nothing): opaque, so nothing below shows through.
-                child_fd = mkdir_owned(dir_fd, name, owner, opaque=before is not None)
-                try:
-                    write_tree(repo, as_tree(entry), child_fd, owner, prefix=where + "/")
-                finally:
-                    os.close(child_fd)
-        else:
-            # A file in a higher layer hides a lower file or a whole lower directory.
-            write_blob(repo, entry.id, dir_fd, name, owner)
-    for name in old_entries.keys() - new_names:
-        write_whiteout(dir_fd, name)
+
+# What a plan does, in order: enter a new directory (and leave it), write a file, hide a
+# lower one. Tuples, not objects: a full layer of 100,000 records is that many steps.
+_ENTER, _LEAVE, _FILE, _WHITEOUT = range(4)
+
+
+@dataclass
+class _Frame:
+    """A directory being planned: its entries still to go, and what it is written over."""
+
+    entries: Iterator[tuple[str, pygit2.Object]]
+    prefix: str
+    depth: int
+    #: The same directory in the layer files are linked from (full trees only).
+    src: pygit2.Tree | None = None
+    #: The directory below, by name (deltas only), and the names the new one keeps.
+    old: dict[str, pygit2.Object] | None = None
+    kept: set[str] = field(default_factory=set)
+
+
+class _Plan:
+    """Everything a write will do, decided and checked before the first byte is written:
+    a tree naming ``..``, holding a symlink or nesting too deep is refused whole, never
+    half written. Trees are walked with an explicit stack (no recursion, any depth
+    refused at ``MAX_DEPTH``)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[Any, ...]] = []
+        self.problems: list[tuple[str, str, str]] = []
+        self.files = 0
+
+    def tree(self, tree: pygit2.Tree, prefix: str, depth: int, src: pygit2.Tree | None) -> None:
+        self._walk(_Frame(entries(tree), prefix, depth, src=src))
+
+    def delta(self, old: pygit2.Tree, new: pygit2.Tree, prefix: str, depth: int) -> None:
+        self._walk(_Frame(entries(new), prefix, depth, old=dict(entries(old))))
+
+    def _walk(self, first: _Frame) -> None:
+        import pygit2
+
+        from impyard.knowledge.gitobj import lookup_entry
+
+        stack = [first]
+        while stack:
+            frame = stack[-1]
+            item = next(frame.entries, None)
+            if item is None:
+                stack.pop()
+                if frame.old is not None:
+                    for name in sorted(frame.old.keys() - frame.kept):
+                        self.steps.append((_WHITEOUT, name))
+                if stack:
+                    self.steps.append((_LEAVE,))
+                continue
+            name, entry = item
+            where = frame.prefix + name
+            before: pygit2.Object | None = None
+            if frame.old is not None:
+                frame.kept.add(name)
+                before = frame.old.get(name)
+                if (
+                    before is not None
+                    and before.id == entry.id
+                    and int(before.filemode) == int(entry.filemode)
+                ):
+                    continue  # the layer below has it
+            if not self._safe(entry, where, frame.depth):
+                continue
+            if is_tree(entry):
+                child = as_tree(entry)
+                if frame.old is not None and isinstance(before, pygit2.Tree):
+                    self.steps.append((_ENTER, name, False, False))
+                    below = dict(entries(before))
+                    stack.append(_Frame(entries(child), where + "/", frame.depth + 1, old=below))
+                    continue
+                # In a delta, a new directory over a lower file hides it whole (opaque).
+                src = lookup_entry(frame.src, name)
+                linked = src if isinstance(src, pygit2.Tree) else None
+                self.steps.append((_ENTER, name, before is not None, linked is not None))
+                stack.append(_Frame(entries(child), where + "/", frame.depth + 1, src=linked))
+                continue
+            self.files += 1
+            if self.files > MAX_FILES:
+                raise CheckoutError(f"refusing to write more than {MAX_FILES} files")
+            src = lookup_entry(frame.src, name)
+            link = src is not None and is_blob(src) and src.id == entry.id
+            self.steps.append((_FILE, name, entry.id, where, link))
+
+    def _safe(self, entry: pygit2.Object, where: str, depth: int) -> bool:
+        tree = is_tree(entry)
+        found = list(entry_name_rules(entry.raw_name or b"", directory=tree).items())
+        mode = int(entry.filemode)
+        if mode == _SYMLINK:
+            found.append(("symlink", "a symbolic link (mode 120000)"))
+        elif not (tree or is_blob(entry)):
+            found.append(("special-file", f"mode {mode:o} is neither a file nor a directory"))
+        elif tree and depth + 1 >= MAX_DEPTH:
+            found.append(("too-deep", f"more than {MAX_DEPTH} directory levels"))
+        self.problems.extend((visible(where), rule, message) for rule, message in found)
+        return not found
+
+    def run(
+        self,
+        repo: pygit2.Repository,
+        root: int,
+        owner: Owner,
+        src_root: int,
+        identities: dict[str, Identity] | None,
+    ) -> None:
+        if self.problems:
+            raise UnsafeTreeError(self.problems)
+        fds, srcs = [root], [src_root]
+        try:
+            for step in self.steps:
+                kind = step[0]
+                if kind == _FILE:
+                    _, name, oid, where, link = step
+                    if link and _link(srcs[-1], fds[-1], name):
+                        continue
+                    st = write_blob(repo, oid, fds[-1], name, owner)
+                    if identities is not None:
+                        identities[where] = Identity.of(st)
+                elif kind == _ENTER:
+                    _, name, opaque, linked = step
+                    fds.append(mkdir_owned(fds[-1], name, owner, opaque=opaque))
+                    srcs.append(open_dir(name, srcs[-1]) if linked and srcs[-1] >= 0 else -1)
+                elif kind == _LEAVE:
+                    os.close(fds.pop())
+                    src = srcs.pop()
+                    if src >= 0:
+                        os.close(src)
+                else:
+                    write_whiteout(fds[-1], step[1])
+        finally:
+            for fd in fds[1:] + [fd for fd in srcs[1:] if fd >= 0]:
+                os.close(fd)
+
+
+def _link(src_fd: int, dst_fd: int, name: str) -> bool:
+    try:
+        os.link(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno == errno.EMLINK:  # the inode's link count is full: write the bytes
+            return False
+        raise
+    return True
 
 
 def entries(tree: pygit2.Tree) -> Iterator[tuple[str, pygit2.Object]]:

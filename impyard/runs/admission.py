@@ -1,6 +1,7 @@
 """Admitting a run: everything checked and recorded before anything acts.
 
-The request is checked (prompt, channel), the effective policy read, the run's identity
+The request is checked (prompt, channel), the effective policy read, the base checked
+to be a tree a checkout may write (``maincheck``), the run's identity
 issued by the host (run id, namespace), its limits and timeout recorded, its owner lock
 taken, its bounded writable space allocated against the data root's reserve, and for a
 reorganize run the imp's exclusive lease taken. A run that is refused here leaves
@@ -16,6 +17,7 @@ from impyard.fsutil import locked, remove_tree
 from impyard.knowledge import runspace
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import require_imp
+from impyard.knowledge.maincheck import check_base
 from impyard.knowledge.mainref import read_main
 from impyard.knowledge.runspace import RunSpace
 from impyard.policy.compile import policy_for_run
@@ -39,6 +41,8 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     base = read_main(require_imp(home, request.imp))
     if request.reorganize and not policy.knowledge.enabled:
         raise UsageError(f"imp {request.imp!r}: knowledge is disabled by policy")
+    if policy.knowledge.enabled:  # a base no checkout may write is refused before a run exists
+        check_base(home, request.imp, base, KnowledgeLimits.of(policy.knowledge))
     manifest = new_manifest(ctx, request, policy, base)
     manifest.warnings = list(warnings)
     if manifest.mode == "reorganize":

@@ -49,9 +49,12 @@ def test_the_restore_drill_gives_back_identical_repositories(cli: Cli, tmp_path:
 
     shutil.rmtree(home.root)  # the disk is gone
     assert cli("init").code == 0
-    restored = cli("restore", "--from", str(base))
+    # yuko's image and command are not the defaults: the owner confirms them.
+    assert cli("restore", "--from", str(base)).code == 1
+    restored = cli("restore", "--from", str(base), "--accept-settings")
     assert restored.code == 0, restored.stderr
     assert "yuko: restored" in restored.stdout and "kai: restored" in restored.stdout
+    assert "  image 'img:1', command 'run-me', agent -" in restored.stdout
 
     for imp in ("yuko", "kai"):
         repo_path = Path(cli("knowledge", imp).stdout.strip())

@@ -1,0 +1,337 @@
+"""The gate every tree from outside the lane passes: a restore refuses a backup whose trees
+the lane would never write (one line a problem, nothing created, nothing written outside
+the data root), a checkout refuses an unsafe object database before writing anything, and
+an imp whose main went bad is named by ``knowledge check`` and refused before any run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from impyard.home import Home
+from impyard.knowledge.checkout import prepare_checkout
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.layers import ensure_layer
+from impyard.knowledge.repo import main_commit
+from impyard.knowledge.treefs import UnsafeTreeError
+from tests.helpers.checkout import OWNER
+from tests.helpers.cli import Cli
+from tests.helpers.git import git
+from tests.helpers.hostile_trees import (
+    HOSTILE,
+    blob,
+    hostile_remote,
+    knowledge_tree,
+    owner_commit,
+    raw_commit,
+    raw_tree,
+)
+from tests.helpers.repo import RUN, assert_fsck_clean
+
+CASES = sorted(HOSTILE)
+
+
+def _problem_lines(stderr: str) -> list[str]:
+    """The refusal's lines after its first (each one problem, indented)."""
+    first, *rest = stderr.splitlines()
+    assert first.startswith("impyard: error: refusing to restore: "), stderr
+    assert all(line.startswith("  yuko ") for line in rest), stderr
+    return [line.strip() for line in rest]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_restore_refuses_a_crafted_main_and_creates_nothing(
+    cli: Cli, tmp_path: Path, case: str
+) -> None:
+    outside = tmp_path / "outside" / "pwned"
+    base = tmp_path / "backups"
+    remote = hostile_remote(base, case, outside)
+    expected = HOSTILE[case]
+    if expected.fsck_refuses:  # the crafted remote is what git itself calls broken
+        assert git("-C", remote.path, "fsck", "--strict", check=False).returncode != 0
+
+    result = cli("restore", "--from", str(base))  # no data root yet: restore would make one
+    assert result.code == 1, result.stdout + result.stderr
+    lines = _problem_lines(result.stderr)
+    assert any(
+        line.startswith(f"yuko main:{expected.path}") and f": {expected.rule}: " in line
+        for line in lines
+    ), lines
+    assert not cli.home.exists()  # the data root it made for the restore is gone again
+    assert not outside.parent.exists()
+
+    assert cli("init").code == 0  # into an existing data root: still nothing
+    again = cli("restore", "--from", str(base), "--json")
+    assert again.code == 1
+    document = json.loads(again.stdout)
+    assert document["ok"] is False
+    assert {(p["imp"], p["where"], p["rule"]) for p in document["problems"]} >= {
+        ("yuko", "main", expected.rule)
+    }
+    assert os.listdir(Home(cli.home).knowledge_dir) == []
+    assert json.loads(cli("imp", "list", "--json").stdout) == []
+    assert not outside.parent.exists()
+
+
+def test_restore_checks_history_and_every_ref_not_only_mains_tip(cli: Cli, tmp_path: Path) -> None:
+    """A bad tree a parent commit or a candidate holds is refused too, as fsck refuses it;
+    and a commit header git refuses (a bad author line) is named."""
+    base = tmp_path / "backups"
+    repo = hostile_remote(base, "dotdot", tmp_path / "outside")
+    bad = repo.references["refs/heads/main"].target
+    clean = knowledge_tree(repo, [])
+    repo.references["refs/heads/main"].set_target(raw_commit(repo, clean, [bad]))
+    candidate = knowledge_tree(repo, [(b"40000", b".git", raw_tree(repo, []))])
+    run = "run-20260711T120000Z-00000000ff"
+    repo.references.create(f"refs/candidates/{run}", raw_commit(repo, candidate, [bad]))
+    forged = raw_commit(repo, clean, author=b"Mallory <m@example> 0100 +0000")
+    repo.references.create(f"refs/quarantine/{run}", forged)
+    assert git("-C", repo.path, "fsck", "--strict", check=False).returncode != 0
+
+    result = cli("restore", "--from", str(base))
+    assert result.code == 1
+    lines = _problem_lines(result.stderr)
+    assert f"yuko {str(bad)[:12]}:records/..: path-escape: path segment '..' is not allowed" in (
+        lines
+    )
+    assert any(
+        line.startswith(f"yuko refs/candidates/{run}:records/.git: git-metadata") for line in lines
+    )
+    assert any(
+        line.startswith(f"yuko refs/quarantine/{run}: bad-object: ") and "author" in line
+        for line in lines
+    ), lines
+
+
+@pytest.mark.parametrize("case", ["traversal", "dotdot", "deep", "symlink"])
+def test_a_checkout_refuses_an_unsafe_object_database_before_writing(
+    tmp_path: Path, cli: Cli, case: str
+) -> None:
+    """Defence in depth: the object database is input too. Neither the copy checkout nor
+    an overlay layer writes anything of a tree holding an unsafe entry."""
+    outside = tmp_path / "outside" / "pwned"
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    home = Home(cli.home)
+    repo = open_repo(home, "yuko")
+    base = str(owner_commit(repo, case, outside))
+
+    with pytest.raises(UnsafeTreeError) as refused:
+        prepare_checkout(home, "yuko", RUN, base, "copy", OWNER)
+    assert refused.value.problems[0][1] == HOSTILE[case].rule
+    assert "nothing written" in str(refused.value)
+    assert list(home.run_checkout(RUN).iterdir()) == []
+    with pytest.raises(UnsafeTreeError):
+        ensure_layer(home, "yuko", base, OWNER)
+    assert os.listdir(home.layers("yuko")) == [".lock"]  # no layer, no half-built one
+    assert not outside.parent.exists()
+
+
+def test_knowledge_check_says_clean_for_a_lane_written_imp(cli: Cli) -> None:
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    checked = cli("knowledge", "check", "yuko")
+    assert checked.code == 0, checked.stdout + checked.stderr
+    assert checked.stdout == "yuko: clean\n"
+    as_json = json.loads(cli("knowledge", "check", "yuko", "--json").stdout)
+    assert as_json == {"imp": "yuko", "clean": True, "problems": [], "omitted": 0}
+    assert cli("knowledge", "yuko").stdout.strip().endswith("repo.git")  # the path, as before
+
+
+@pytest.mark.parametrize("case", ["dotdot", "deep", "symlink", "traversal", "dot-git"])
+def test_an_imp_whose_main_went_bad_is_named_and_never_run(
+    cli: Cli, tmp_path: Path, case: str
+) -> None:
+    """An owner's commit left main unsafe: `knowledge check` names the entry, and a run is
+    refused in one line before anything of it exists (not exit 70, not a quarantine)."""
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    home = Home(cli.home)
+    repo = open_repo(home, "yuko")
+    bad = str(owner_commit(repo, case, tmp_path / "outside" / "pwned"))
+    expected = HOSTILE[case]
+
+    checked = cli("knowledge", "check", "yuko")
+    assert checked.code == 1
+    assert any(
+        line.startswith(f"main:{expected.path}") and f": {expected.rule}: " in line
+        for line in checked.stdout.splitlines()
+    ), checked.stdout
+    document = json.loads(cli("knowledge", "check", "yuko", "--json").stdout)
+    assert document["clean"] is False
+    assert (document["problems"][0]["where"], document["problems"][0]["rule"]) == (
+        "main",
+        expected.rule,
+    )
+
+    as_command = Cli(cli.home, in_process=False)  # the console command, its real exit code
+    result = as_command("run", "yuko", "--prompt", "p", "--command", "true", timeout=60)
+    assert result.code == 1, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"impyard: error: imp 'yuko': main {bad[:12]} holds what no checkout")
+    assert f": {expected.rule}: " in line
+    assert line.endswith("see `impyard knowledge check yuko`")
+    assert os.listdir(home.runs_dir) == []
+    assert [r for r in open_repo(home, "yuko").references if "quarantine" in r] == []
+    assert not (tmp_path / "outside").exists()
+
+
+def test_a_run_check_reuses_what_it_found_and_still_sees_a_new_bad_tree(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The base check remembers clean trees; a later owner's commit is still refused, and a
+    torn record of what was checked is only a slower check."""
+    from impyard.knowledge.change import KnowledgeLimits
+    from impyard.knowledge.maincheck import UnsafeMainError, check_base
+    from tests.helpers.backup import land_note
+
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    home = Home(cli.home)
+    limits = KnowledgeLimits()
+    repo = open_repo(home, "yuko")
+    check_base(home, "yuko", main_commit(repo), limits)
+    assert home.checked_trees("yuko").is_file()
+    land_note(home, 1)
+    clean = main_commit(open_repo(home, "yuko"))
+    check_base(home, "yuko", clean, limits)
+    bad = str(owner_commit(open_repo(home, "yuko"), "symlink", tmp_path / "x"))
+    with pytest.raises(UnsafeMainError, match="symlink"):
+        check_base(home, "yuko", bad, limits)
+    home.checked_trees("yuko").write_bytes(b"IMPYCT1\n" + b"\0" * 200)  # torn
+    with pytest.raises(UnsafeMainError, match="symlink"):
+        check_base(home, "yuko", bad, limits)
+    check_base(home, "yuko", clean, limits)  # the clean one again: found clean again
+    with pytest.raises(UnsafeMainError, match="repo-too-large"):
+        check_base(home, "yuko", clean, KnowledgeLimits(max_repo_bytes=10))
+
+
+def test_the_gate_agrees_with_git_fsck_on_malformed_trees(cli: Cli, tmp_path: Path) -> None:
+    """Entries out of order, a repeated entry and a zero-padded mode: libgit2 reads all three,
+    git fsck --strict refuses them, and so does restore."""
+    base = tmp_path / "backups"
+    for imp, entries, ordered in (
+        ("unsorted", [(b"100644", b"b.md", b""), (b"100644", b"a.md", b"")], False),
+        ("twice", [(b"100644", b"a.md", b""), (b"100644", b"a.md", b"")], False),
+        ("padded", [(b"0100644", b"a.md", b"")], True),
+    ):
+        repo = pygit2.init_repository(str(base / f"{imp}.git"), bare=True, initial_head="main")
+        one = blob(repo)
+        records = raw_tree(repo, [(m, n, one) for m, n, _ in entries], ordered=ordered)
+        readme = blob(repo, b"# k\n")
+        root = raw_tree(repo, [(b"100644", b"README.md", readme), (b"40000", b"records", records)])
+        repo.references.create("refs/heads/main", raw_commit(repo, root))
+        assert git("-C", repo.path, "fsck", "--strict", check=False).returncode != 0, imp
+        result = cli("restore", "--from", str(base), "--imp", imp)
+        assert result.code == 1
+        assert f"{imp} main:records: bad-object: " in result.stderr, result.stderr
+
+
+def test_a_restore_the_gate_passes_is_fsck_clean(cli: Cli, tmp_path: Path) -> None:
+    base = tmp_path / "backups"
+    repo = pygit2.init_repository(str(base / "yuko.git"), bare=True, initial_head="main")
+    note = blob(repo, b"---\nid: n_000000000001_1\n---\n")
+    topic = raw_tree(repo, [(b"100644", b"acme--n_000000000001_1.md", note)])
+    tree = knowledge_tree(repo, [(b"40000", b"vendors", topic)])
+    repo.references.create("refs/heads/main", raw_commit(repo, tree))
+    result = cli("restore", "--from", str(base))
+    assert result.code == 0, result.stderr
+    assert_fsck_clean(Home(cli.home).repo("yuko"))
+    assert cli("knowledge", "check", "yuko").code == 0
+
+
+def test_a_tree_of_shared_subtrees_is_refused_by_what_it_expands_to(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Twenty-one levels of two names for one subtree: 63 objects, 2,097,152 paths. The
+    gate counts paths through shared trees once per object, and refuses it at once."""
+    base = tmp_path / "backups"
+    repo = pygit2.init_repository(str(base / "yuko.git"), bare=True, initial_head="main")
+    tree = raw_tree(repo, [(b"100644", b"leaf.md", blob(repo))])
+    for _ in range(21):
+        tree = raw_tree(repo, [(b"40000", b"a", tree), (b"40000", b"b", tree)])
+    root = knowledge_tree(repo, [(b"40000", b"wide", tree)])
+    repo.references.create("refs/heads/main", raw_commit(repo, root))
+    result = cli("restore", "--from", str(base))
+    assert result.code == 1
+    # 2**21 leaves and the three README.md files
+    assert "yuko main: repo-too-large: 2097155 files, over 1000000" in result.stderr
+    assert "too-deep" not in result.stderr  # 23 levels are within bounds
+
+
+def test_the_plain_name_shortcut_decides_as_the_full_rules_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from impyard.knowledge import pathnames
+
+    full = pathnames.name_rules
+    names = st.text(alphabet="aZ09_-.~ :$<", min_size=1, max_size=8) | st.sampled_from(
+        ["con", "CON.txt", "lpt1.md", "AGENTS.md", "claude.md", "github", "a.", "x.md"]
+    )
+
+    @settings(max_examples=2000, deadline=None)
+    @given(names, st.booleans())
+    def agree(name: str, directory: bool) -> None:
+        shortcut = full(name, directory=directory)
+        with monkeypatch.context() as m:
+            m.setattr(pathnames, "_PLAIN", re.compile("(?!)"))  # never plain: every rule runs
+            assert full(name, directory=directory) == shortcut
+
+    agree()
+
+
+def test_what_the_lane_keeps_off_main_passes_the_gate(cli: Cli, tmp_path: Path) -> None:
+    """A candidate may hold what main may not (an executable file, a file over
+    max_file_chars kept for a retry under a raised limit): knowledge check and a restore
+    of its backup take it as the lane kept it."""
+    from impyard import backup
+    from impyard.knowledge.change import KnowledgeLimits
+    from impyard.knowledge.lane import integrate
+    from tests.helpers.backup import set_remotes
+    from tests.helpers.policy import edit_org
+    from tests.helpers.repo import NS, change_of, note_path, note_text, trailers
+
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    home = Home(cli.home)
+    repo = open_repo(home, "yuko")
+    base = main_commit(repo)
+    big = note_text(f"{NS}_2", body="x" * 5_000).encode()
+    change = change_of(
+        repo, {note_path(NS, 1): (note_text(f"{NS}_1").encode(), True), note_path(NS, 2): big}
+    )
+    limits = KnowledgeLimits(max_file_chars=1_000)
+    result = integrate(
+        home,
+        "yuko",
+        change,
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=limits,
+        trailers=trailers(base),
+    )
+    assert result.candidate_ref is not None
+    assert {v.rule for v in result.violations} >= {"executable", "file-too-large"}
+    assert cli("knowledge", "check", "yuko").code == 0
+
+    remote = tmp_path / "backups"
+    set_remotes(home, [str(remote)])
+    assert cli("backup", "now").code == 0
+    backup.flush(30)
+    elsewhere = Cli(tmp_path / "elsewhere")  # as strict as the data root it came from
+    assert elsewhere("init").code == 0
+    edit_org(elsewhere.home, "max_file_chars = 200000", "max_file_chars = 1000")
+    assert elsewhere("deploy").code == 0
+    restored = elsewhere("restore", "--from", str(remote))
+    assert restored.code == 0, restored.stderr
+    assert result.candidate_ref in open_repo(Home(elsewhere.home), "yuko").references
+    assert_fsck_clean(Home(elsewhere.home).repo("yuko"))
