@@ -62,9 +62,21 @@ def register(app: typer.Typer) -> None:
             print_json(rows)
             return
         if not rows:
-            echo("no imps (create one with `impyard imp create <imp>`)")
-        for row in rows:
-            extra = "".join(f"  {k}={row[k]}" for k in ("agent", "image", "command") if row[k])
-            echo(f"{row['imp']}  {row['repo']}{extra}")
+            echo("no imps (create one with `impyard imp create IMP`)")
+            return
+        from impyard.cli._table import Column, print_table
+
+        columns = [
+            Column("imp"),
+            Column("agent"),
+            Column("image", wrap=True),
+            Column("command", wrap=True, optional=True),
+            Column("repository", wrap=True, min_width=20),
+        ]
+        table = [
+            [str(row[k] or "-") for k in ("imp", "agent", "image", "command", "repo")]
+            for row in rows
+        ]
+        print_table(columns, table)
 
     app.add_typer(imp_app, name="imp")

@@ -8,22 +8,12 @@ import typer
 
 from impyard.cli import complete
 from impyard.cli._common import initialized_home, print_json, warn
+from impyard.cli._table import Column, print_table
 
-if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic and rich
-    from rich.console import Console
-    from rich.table import Table
-
+if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic
     from impyard.policy import DeployReport, Policy, ShownPolicy
 
 ORG_ROW = "(org)"
-
-
-def _console() -> Console:
-    from rich.console import Console
-
-    console = Console()
-    # Piped output (CI logs, tests) would otherwise be squeezed to 80 columns and ellipsized.
-    return console if console.is_terminal else Console(width=200)
 
 
 def _limits(policy: Policy) -> dict[str, Any]:
@@ -50,20 +40,14 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _deploy_table(report: DeployReport) -> Table:
-    from rich.table import Table
-
-    table = Table(title=f"compiled {report.compiled_path}")
-    rows = [(ORG_ROW, "org.toml", report.org)] + [
-        (imp, f"imps/{imp}.toml", policy) for imp, policy in sorted(report.imps.items())
-    ]
-    table.add_column("imp", no_wrap=True)
-    table.add_column("policy", no_wrap=True)
-    for name in _limits(report.org):
-        table.add_column(name, justify="right", no_wrap=True)
-    for imp, source, policy in rows:
-        table.add_row(imp, source, *(_cell(v) for v in _limits(policy).values()))
-    return table
+def _print_deploy(report: DeployReport) -> None:
+    """One row per limit and one column per policy (the org's, then each imp's): a dozen
+    limits side by side would not fit 80 columns, a few policies do."""
+    policies = [(ORG_ROW, report.org), *sorted(report.imps.items())]
+    columns = [Column("limit")] + [Column(name, justify="right") for name, _ in policies]
+    limits = [_limits(policy) for _, policy in policies]
+    rows = [[key, *(_cell(each[key]) for each in limits)] for key in _limits(report.org)]
+    print_table(columns, rows, title=f"compiled {report.compiled_path}")
 
 
 def _deploy_json(report: DeployReport) -> dict[str, Any]:
@@ -76,20 +60,22 @@ def _deploy_json(report: DeployReport) -> dict[str, Any]:
     }
 
 
-def _show_table(shown: ShownPolicy) -> Table:
-    from rich.table import Table
-
+def _print_show(shown: ShownPolicy) -> None:
     from impyard.policy.violation import render
 
     overlay = shown.overlay_file or "none"
-    table = Table(title=f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})")
-    table.add_column("key", no_wrap=True)
-    table.add_column("value")
-    table.add_column("source", no_wrap=True)
-    table.add_column("overlay may", no_wrap=True)
-    for key, sourced in shown.values.items():
-        table.add_row(key, render(sourced.value), sourced.source, sourced.overlay_rule.rule)
-    return table
+    columns = [
+        Column("key"),
+        Column("value", wrap=True, min_width=20),
+        Column("source"),
+        Column("overlay may", optional=True),
+    ]
+    rows = [
+        [key, render(sourced.value), sourced.source, sourced.overlay_rule.rule]
+        for key, sourced in shown.values.items()
+    ]
+    title = f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})"
+    print_table(columns, rows, title=title)
 
 
 def register(app: typer.Typer) -> None:
@@ -116,7 +102,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(_deploy_json(report))
         else:
-            _console().print(_deploy_table(report))
+            _print_deploy(report)
 
     @policy_app.command("show")
     def show_command(
@@ -138,4 +124,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(shown.as_dict())
         else:
-            _console().print(_show_table(shown))
+            _print_show(shown)

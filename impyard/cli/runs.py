@@ -57,9 +57,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """List runs, newest first (the 20 newest unless -n or --all)."""
-        from rich.console import Console
-        from rich.table import Table
-
+        from impyard.cli._table import Column, print_table
         from impyard.runs import lookup
 
         found = lookup.recent(initialized_home(ctx), None if everything else count, imp)
@@ -67,9 +65,17 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json([public_record(m) for m in runs])
         else:
-            table = Table("run", "imp", "mode", "state", "checkpoint", "exit", "commit", box=None)
-            for m in runs:
-                table.add_row(
+            columns = [
+                Column("run"),
+                Column("imp"),
+                Column("mode", optional=True),
+                Column("state", states=True),
+                Column("checkpoint", states=True),
+                Column("exit", justify="right"),
+                Column("commit", optional=True),
+            ]
+            rows = [
+                [
                     m.run_id,
                     m.imp,
                     m.mode,
@@ -77,8 +83,10 @@ def register(app: typer.Typer) -> None:
                     m.checkpoint,
                     "" if m.exit_code is None else str(m.exit_code),
                     (m.produced_commit or "")[:12],
-                )
-            Console(width=200).print(table)
+                ]
+                for m in runs
+            ]
+            print_table(columns, rows)
         if found.more:
             # On stderr: stdout stays the table (or the one JSON document) a script reads.
             older = f"{found.older} older runs" if found.older else f"older runs of {imp}"
@@ -152,9 +160,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON list."),
     ) -> None:
         """List the fetch receipts of every response the run's gateway relayed, in order."""
-        from rich.console import Console
-        from rich.table import Table
-
+        from impyard.cli._table import Column, print_table
         from impyard.gateway.receipts import read_receipts
         from impyard.runs import manifest
         from impyard.runs.lookup import resolve_run
@@ -166,10 +172,17 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json([receipt.model_dump(mode="json") for receipt in receipts])
             return
-        table = Table("receipt", "method", "status", "bytes", "sha256", "archived", box=None)
-        table.add_column("url", overflow="fold")
-        for r in receipts:
-            table.add_row(
+        columns = [
+            Column("receipt"),
+            Column("method"),
+            Column("status"),
+            Column("bytes", justify="right"),
+            Column("sha256", optional=True),
+            Column("archived", optional=True),
+            Column("url", wrap=True, min_width=20),
+        ]
+        rows = [
+            [
                 r.id,
                 r.method,
                 str(r.status),
@@ -177,8 +190,10 @@ def register(app: typer.Typer) -> None:
                 r.sha256[:16],
                 {None: "-", True: "yes", False: "no"}[r.archived],
                 r.url,
-            )
-        Console(width=250).print(table)
+            ]
+            for r in receipts
+        ]
+        print_table(columns, rows)
 
     @runs_app.command("logs")
     def logs_command(
