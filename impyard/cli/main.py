@@ -63,8 +63,12 @@ def root(
     home: Path | None = typer.Option(
         None,
         "--home",
-        envvar="IMPYARD_HOME",
-        help="Data root (default ./.impyard).",
+        # Not envvar=: the data root's resolution reads IMPYARD_HOME itself, so that
+        # `impyard status` can say which of flag, environment or default chose it.
+        help=(
+            "Data root. Default: IMPYARD_HOME, else the nearest .impyard in the current "
+            "directory or a parent, else $XDG_DATA_HOME/impyard (~/.local/share/impyard)."
+        ),
         show_default=False,
     ),
     version: bool = typer.Option(
