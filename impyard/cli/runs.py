@@ -60,8 +60,12 @@ def register(app: typer.Typer) -> None:
         from impyard.cli._table import Column, print_table
         from impyard.runs import lookup
 
-        found = lookup.recent(initialized_home(ctx), None if everything else count, imp)
+        home = initialized_home(ctx)
+        found = lookup.recent(home, None if everything else count, imp)
         runs = found.manifests
+        if imp is not None and not runs and not home.repo(imp).is_dir():
+            # A removed imp's runs still list; a name that never ran is a typo to say.
+            raise NotFoundError(f"no imp named {imp!r} and no runs of it")
         if as_json:
             print_json([public_record(m) for m in runs])
         else:
