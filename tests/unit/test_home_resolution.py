@@ -85,3 +85,11 @@ def test_no_data_root_names_where_it_looked_and_why(tmp_path: Path) -> None:
         f"impyard: error: no Impyard data root at {tmp_path / 'x' / 'impyard'} "
         "(the per-user default ($XDG_DATA_HOME/impyard)): run `impyard init` first"
     )
+
+
+def test_the_service_unit_defaults_to_var_lib_not_a_per_user_root(tmp_path: Path) -> None:
+    env = {"XDG_DATA_HOME": str(tmp_path / "xdg")}
+    unit = impyard("service", "print", cwd=tmp_path, env=env)
+    assert "--home /var/lib/impyard serve" in unit.stdout, unit.stdout + unit.stderr
+    chosen = impyard("service", "print", cwd=tmp_path, env={**env, "IMPYARD_HOME": "/srv/imp"})
+    assert "--home /srv/imp serve" in chosen.stdout
