@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib.resources
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from impyard.errors import UsageError
 from impyard.fsutil import atomic_write_bytes
@@ -41,6 +42,11 @@ class Home:
 
     def imp_dir(self, imp: str) -> Path:
         return self.knowledge_dir / imp
+
+    @property
+    def removed_dir(self) -> Path:
+        """Removed imps' knowledge, kept: ``removed/<imp>-<UTC stamp>/``."""
+        return self.root / "removed"
 
     def repo(self, imp: str) -> Path:
         return self.imp_dir(imp) / "repo.git"
@@ -239,16 +245,55 @@ def default_org_policy() -> bytes:
     return resource.read_bytes()
 
 
+#: How an invocation's data root was chosen, for ``impyard status``.
+HomeSource = Literal["flag", "env", "found", "user"]
+
+HOME_DIR_NAME = ".impyard"
+
+
+@dataclass(frozen=True)
+class ResolvedHome:
+    root: Path
+    source: HomeSource
+
+    def describe(self) -> str:
+        """Why this data root, in a few words."""
+        return {
+            "flag": "given with --home",
+            "env": "from IMPYARD_HOME",
+            "found": f"the nearest {HOME_DIR_NAME} from the current directory",
+            "user": "the per-user default ($XDG_DATA_HOME/impyard)",
+        }[self.source]
+
+
 def resolve_home(option: Path | None) -> Path:
-    """The data root of an invocation, absolute: ``--home``, else ``IMPYARD_HOME``, else
-    ``./.impyard`` (what ``Settings.home`` resolves to, without loading the settings)."""
+    """The data root of an invocation, absolute (see ``resolve_home_source``)."""
+    return resolve_home_source(option).root
+
+
+def resolve_home_source(
+    option: Path | None, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> ResolvedHome:
+    """``--home``, else ``IMPYARD_HOME``, else the nearest initialized ``.impyard`` in the
+    current directory or a parent (a data root made there with ``--home .impyard``), else
+    the per-user default ``$XDG_DATA_HOME/impyard`` (``~/.local/share/impyard``). The
+    current directory alone never decides: a command run from another directory would
+    otherwise see another, empty data root."""
+    env = os.environ if environ is None else environ
     if option is not None:
-        return option.absolute()
+        return ResolvedHome(option.absolute(), "flag")
     for name in ("IMPYARD_HOME", "impyard_home"):
-        value = os.environ.get(name)
+        value = env.get(name)
         if value:
-            return Path(value).absolute()
-    return Path(".impyard").absolute()
+            return ResolvedHome(Path(value).absolute(), "env")
+    here = (cwd or Path.cwd()).absolute()
+    for directory in (here, *here.parents):
+        candidate = directory / HOME_DIR_NAME
+        if Home(candidate).is_initialized():
+            return ResolvedHome(candidate, "found")
+    data = env.get("XDG_DATA_HOME")
+    base = Path(data) if data and Path(data).is_absolute() else Path.home() / ".local" / "share"
+    return ResolvedHome(base / "impyard", "user")
 
 
 def init_home(home: Home) -> bool:

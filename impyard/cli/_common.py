@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from impyard.errors import UsageError
-from impyard.home import Home, resolve_home
+from impyard.home import Home, ResolvedHome, resolve_home_source
 
 if TYPE_CHECKING:
     from impyard.settings import Settings
@@ -25,8 +25,13 @@ class AppState:
         self.home_option = home_option
 
     @cached_property
+    def resolved(self) -> ResolvedHome:
+        """The data root and why it is this one (flag, environment, found, per-user)."""
+        return resolve_home_source(self.home_option)
+
+    @cached_property
     def home(self) -> Home:
-        return Home(resolve_home(self.home_option))
+        return Home(self.resolved.root)
 
     @cached_property
     def settings(self) -> Settings:
@@ -43,9 +48,11 @@ def state(ctx: typer.Context) -> AppState:
 
 
 def initialized_home(ctx: typer.Context) -> Home:
-    home = state(ctx).home
+    app_state = state(ctx)
+    home = app_state.home
     if not home.is_initialized():
-        raise UsageError(f"no Impyard data root at {home.root}: run `impyard init` first")
+        why = app_state.resolved.describe()
+        raise UsageError(f"no Impyard data root at {home.root} ({why}): run `impyard init` first")
     return home
 
 

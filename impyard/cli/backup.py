@@ -39,14 +39,30 @@ def register(app: typer.Typer) -> None:
         elif not configured_remotes(home):
             echo(NO_REMOTES)
         else:
-            for row in rows:
-                when = row.pushed_at or "never"
-                line = f"{row.imp}  {row.remote}  pushed {when}  lagging {_yes(row.lagging)}"
-                if row.pushed_main:
-                    line += f"  main {row.pushed_main[:12]}"
-                if row.failing:
-                    line += f"  FAILING since {row.failing_since}: {row.last_error}"
-                echo(line)
+            from impyard.cli._table import Column, print_table
+
+            columns = [
+                Column("imp"),
+                Column("remote", wrap=True),
+                Column("pushed", wrap=True),
+                Column("lagging"),
+                Column("main", optional=True),
+                Column("state", states=True, wrap=True, min_width=20),
+            ]
+            table = [
+                [
+                    row.imp,
+                    row.remote,
+                    row.pushed_at or "never",
+                    _yes(row.lagging),
+                    (row.pushed_main or "")[:12],
+                    f"failing since {row.failing_since}: {row.last_error}"
+                    if row.failing
+                    else "current",
+                ]
+                for row in rows
+            ]
+            print_table(columns, table)
         if any(row.failing for row in rows):
             raise typer.Exit(1)
 

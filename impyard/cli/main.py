@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import typer
+from typer.exceptions import TyperException
 
 from impyard import __version__
 from impyard.cli import (
@@ -15,6 +16,7 @@ from impyard.cli import (
     archive,
     backup,
     check,
+    conventions,
     gc,
     imp,
     init,
@@ -31,6 +33,7 @@ from impyard.cli import (
     task,
     web,
 )
+from impyard.cli.usage import usage_error_lines
 from impyard.errors import ImpyardError
 from impyard.home import Home, resolve_home
 
@@ -42,6 +45,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
+    # Plain help: click's formatter rewraps each paragraph to the terminal (at most 80
+    # columns) and draws no boxes, so help reads the same piped, in a log or at 80 columns.
+    rich_markup_mode=None,
+    context_settings=conventions.CONTEXT_SETTINGS,
 )
 
 
@@ -57,8 +64,12 @@ def root(
     home: Path | None = typer.Option(
         None,
         "--home",
-        envvar="IMPYARD_HOME",
-        help="Data root (default ./.impyard).",
+        # Not envvar=: the data root's resolution reads IMPYARD_HOME itself, so that
+        # `impyard status` can say which of flag, environment or default chose it.
+        help=(
+            "Data root. Default: IMPYARD_HOME, else the nearest .impyard in the current "
+            "directory or a parent, else $XDG_DATA_HOME/impyard (~/.local/share/impyard)."
+        ),
         show_default=False,
     ),
     version: bool = typer.Option(
@@ -157,13 +168,22 @@ def app_for(argv: list[str]) -> typer.Typer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI. Typer handles usage errors (exit 2); Impyard errors print one line."""
+    """Run the CLI. Every error, a usage error (exit 2) included, is one line on stderr."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        app_for(args)(args=args, prog_name=app.info.name)
+        command = conventions.click_command(app_for(args))
+        # Not standalone: click's own usage-error box never prints; the handler below does.
+        code = command.main(args=args, prog_name=app.info.name, standalone_mode=False)
     except ImpyardError as exc:
         typer.echo(f"impyard: error: {exc.message}", err=True)
         sys.exit(exc.exit_code)
+    except TyperException as exc:  # click's usage errors (a bad option, value or word)
+        for line in usage_error_lines(exc):
+            typer.echo(line, err=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("impyard: aborted", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("impyard: interrupted", err=True)
         sys.exit(130)
@@ -172,3 +192,6 @@ def main(argv: list[str] | None = None) -> None:
         detail = f"; details in {where}" if where else ""
         typer.echo(f"impyard: unexpected error: {type(exc).__name__}: {exc}{detail}", err=True)
         sys.exit(UNEXPECTED_EXIT)
+    # Without standalone mode click returns typer.Exit's code instead of exiting with it.
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -8,22 +8,15 @@ import typer
 
 from impyard.cli import complete
 from impyard.cli._common import initialized_home, print_json, warn
+from impyard.cli._table import Column, print_table
+from impyard.errors import NotFoundError
 
-if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic and rich
-    from rich.console import Console
-    from rich.table import Table
-
+if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic
     from impyard.policy import DeployReport, Policy, ShownPolicy
+    from impyard.policy.gateway import GatewayRoute
+    from impyard.preflight import Finding
 
 ORG_ROW = "(org)"
-
-
-def _console() -> Console:
-    from rich.console import Console
-
-    console = Console()
-    # Piped output (CI logs, tests) would otherwise be squeezed to 80 columns and ellipsized.
-    return console if console.is_terminal else Console(width=200)
 
 
 def _limits(policy: Policy) -> dict[str, Any]:
@@ -50,46 +43,87 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _deploy_table(report: DeployReport) -> Table:
-    from rich.table import Table
-
-    table = Table(title=f"compiled {report.compiled_path}")
-    rows = [(ORG_ROW, "org.toml", report.org)] + [
-        (imp, f"imps/{imp}.toml", policy) for imp, policy in sorted(report.imps.items())
-    ]
-    table.add_column("imp", no_wrap=True)
-    table.add_column("policy", no_wrap=True)
-    for name in _limits(report.org):
-        table.add_column(name, justify="right", no_wrap=True)
-    for imp, source, policy in rows:
-        table.add_row(imp, source, *(_cell(v) for v in _limits(policy).values()))
-    return table
+def _print_deploy(report: DeployReport) -> None:
+    """One row per limit and one column per policy (the org's, then each imp's): a dozen
+    limits side by side would not fit 80 columns, a few policies do."""
+    policies = [(ORG_ROW, report.org), *sorted(report.imps.items())]
+    columns = [Column("limit")] + [Column(name, justify="right") for name, _ in policies]
+    limits = [_limits(policy) for _, policy in policies]
+    rows = [[key, *(_cell(each[key]) for each in limits)] for key in _limits(report.org)]
+    print_table(columns, rows, title=f"compiled {report.compiled_path}")
 
 
-def _deploy_json(report: DeployReport) -> dict[str, Any]:
+def _deploy_json(report: DeployReport, findings: list[Finding]) -> dict[str, Any]:
     return {
         "ok": True,
         "compiled": str(report.compiled_path),
         "org": _limits(report.org),
         "imps": {imp: _limits(policy) for imp, policy in sorted(report.imps.items())},
         "sources": report.sources,
+        "routes": [_route(r) for r in _routes(report)],
+        "warnings": [f.as_dict() for f in findings],
     }
 
 
-def _show_table(shown: ShownPolicy) -> Table:
-    from rich.table import Table
+def _routes(report: DeployReport) -> list[GatewayRoute]:
+    """Every route of the org and the overlays, once per name and upstream."""
+    seen: dict[tuple[str, str], GatewayRoute] = {}
+    for policy in (report.org, *report.imps.values()):
+        for route in policy.gateway.route:
+            seen.setdefault((route.name, route.upstream), route)
+    return list(seen.values())
 
+
+def _route(route: GatewayRoute) -> dict[str, Any]:
+    secret = f"env {route.secret_env}" if route.secret_env else f"file {route.secret_file}"
+    return {
+        "route": route.name,
+        "upstream": route.upstream,
+        "secret": secret,
+        "allow_private": route.allow_private,
+    }
+
+
+def _findings(report: DeployReport) -> list[Finding]:
+    from impyard.preflight import route_findings
+
+    found: dict[str, Finding] = {}
+    for route in _routes(report):
+        for finding in route_findings(route):
+            found.setdefault(finding.message, finding)
+    return list(found.values())
+
+
+def _print_routes(routes: list[GatewayRoute]) -> None:
+    columns = [
+        Column("route"),
+        Column("upstream", wrap=True, min_width=20),
+        Column("secret", wrap=True),
+        Column("private"),
+    ]
+    rows = [
+        [r["route"], r["upstream"], r["secret"], "allowed" if r["allow_private"] else "refused"]
+        for r in map(_route, routes)
+    ]
+    print_table(columns, rows, title="gateway routes")
+
+
+def _print_show(shown: ShownPolicy) -> None:
     from impyard.policy.violation import render
 
     overlay = shown.overlay_file or "none"
-    table = Table(title=f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})")
-    table.add_column("key", no_wrap=True)
-    table.add_column("value")
-    table.add_column("source", no_wrap=True)
-    table.add_column("overlay may", no_wrap=True)
-    for key, sourced in shown.values.items():
-        table.add_row(key, render(sourced.value), sourced.source, sourced.overlay_rule.rule)
-    return table
+    columns = [
+        Column("key"),
+        Column("value", wrap=True, min_width=20),
+        Column("source"),
+        Column("overlay may", optional=True),
+    ]
+    rows = [
+        [key, render(sourced.value), sourced.source, sourced.overlay_rule.rule]
+        for key, sourced in shown.values.items()
+    ]
+    title = f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})"
+    print_table(columns, rows, title=title)
 
 
 def register(app: typer.Typer) -> None:
@@ -113,10 +147,16 @@ def register(app: typer.Typer) -> None:
             print_json({"ok": False, "violations": [v.as_dict() for v in exc.violations]})
             typer.echo(f"impyard: error: {exc.message}", err=True)
             raise typer.Exit(exc.exit_code) from exc
+        findings = _findings(report)
         if as_json:
-            print_json(_deploy_json(report))
+            print_json(_deploy_json(report, findings))
         else:
-            _console().print(_deploy_table(report))
+            _print_deploy(report)
+            routes = _routes(report)
+            if routes:
+                _print_routes(routes)
+        for finding in findings:
+            warn(finding.message)
 
     @policy_app.command("show")
     def show_command(
@@ -129,13 +169,21 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """The imp's effective policy from the current files, and where each value came from."""
+        from impyard.names import check_imp_name
         from impyard.policy import effective_policy_with_sources
 
         home = initialized_home(ctx)
+        check_imp_name(imp)
+        if not home.repo(imp).is_dir() and not home.imp_policy(imp).exists():
+            # Any name would show the org's policy: a typo must not look like an answer.
+            raise NotFoundError(
+                f"no imp named {imp!r} and no overlay {home.imp_policy(imp)} "
+                f"(create it with `impyard imp create {imp}`)"
+            )
         shown = effective_policy_with_sources(home, imp)
         if shown.stale:
             warn(f"compiled policy differs from these files ({shown.stale}): run `impyard deploy`")
         if as_json:
             print_json(shown.as_dict())
         else:
-            _console().print(_show_table(shown))
+            _print_show(shown)

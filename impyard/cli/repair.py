@@ -219,16 +219,20 @@ def _group(kind: Kind) -> typer.Typer:
 
 
 def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+    from impyard.cli._table import Column, print_table
     from impyard.textsafe import visible
 
-    columns = ["run", "imp", "created", "checkpoint", "files"]
+    columns = [
+        Column("run"),
+        Column("imp"),
+        Column("created", optional=True),
+        Column("checkpoint", states=True),
+        Column("files", optional=True),
+    ]
     if kind == "quarantine":
-        columns.append("checkout")
-    table = Table(*columns, box=None)
-    table.add_column("reason", overflow="fold")
+        columns.append(Column("checkout", optional=True))
+    columns.append(Column("reason", wrap=True, min_width=20))
+    table: list[list[str]] = []
     for r in rows:
         reason = visible(r["reason"].splitlines()[0] if r["reason"] else "")
         if len(reason) > REASON_CHARS:
@@ -242,8 +246,8 @@ def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
         ]
         if kind == "quarantine":
             cells.append("kept" if r["checkout_kept"] else "gone")
-        table.add_row(*cells, reason)
-    Console(width=200, markup=False, highlight=False).print(table)
+        table.append([*cells, reason])
+    print_table(columns, table)
 
 
 def _print_details(shown: dict[str, Any]) -> None:

@@ -75,7 +75,11 @@ def register(app: typer.Typer) -> None:
             None, "--command", help="Owner override of the imp's command (/bin/sh -c CMD)."
         ),
         timeout: float | None = typer.Option(
-            None, "--timeout", min=0.1, help="Kill the box after this many seconds."
+            None,
+            "--timeout",
+            min=0.1,
+            metavar="SECONDS",
+            help="Kill the box after this many seconds.",
         ),
         detach: bool = typer.Option(
             False, "--detach", "-d", help="Start the run, print its id and return at once."

@@ -64,19 +64,29 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """List runs, newest first (the 20 newest unless -n or --all)."""
-        from rich.console import Console
-        from rich.table import Table
-
+        from impyard.cli._table import Column, print_table
         from impyard.runs import lookup
 
-        found = lookup.recent(initialized_home(ctx), None if everything else count, imp)
+        home = initialized_home(ctx)
+        found = lookup.recent(home, None if everything else count, imp)
         runs = found.manifests
+        if imp is not None and not runs and not home.repo(imp).is_dir():
+            # A removed imp's runs still list; a name that never ran is a typo to say.
+            raise NotFoundError(f"no imp named {imp!r} and no runs of it")
         if as_json:
             print_json([public_record(m) for m in runs])
         else:
-            table = Table("run", "imp", "mode", "state", "checkpoint", "exit", "commit", box=None)
-            for m in runs:
-                table.add_row(
+            columns = [
+                Column("run"),
+                Column("imp"),
+                Column("mode", optional=True),
+                Column("state", states=True),
+                Column("checkpoint", states=True),
+                Column("exit", justify="right"),
+                Column("commit", optional=True),
+            ]
+            rows = [
+                [
                     m.run_id,
                     m.imp,
                     m.mode,
@@ -84,8 +94,10 @@ def register(app: typer.Typer) -> None:
                     m.checkpoint,
                     "" if m.exit_code is None else str(m.exit_code),
                     (m.produced_commit or "")[:12],
-                )
-            Console(width=200).print(table)
+                ]
+                for m in runs
+            ]
+            print_table(columns, rows)
         if found.more:
             # On stderr: stdout stays the table (or the one JSON document) a script reads.
             older = f"{found.older} older runs" if found.older else f"older runs of {imp}"
@@ -164,9 +176,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON list."),
     ) -> None:
         """List the fetch receipts of every response the run's gateway relayed, in order."""
-        from rich.console import Console
-        from rich.table import Table
-
+        from impyard.cli._table import Column, print_table
         from impyard.gateway.receipts import read_receipts
         from impyard.runs import manifest
         from impyard.runs.lookup import resolve_run
@@ -178,10 +188,17 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json([receipt.model_dump(mode="json") for receipt in receipts])
             return
-        table = Table("receipt", "method", "status", "bytes", "sha256", "archived", box=None)
-        table.add_column("url", overflow="fold")
-        for r in receipts:
-            table.add_row(
+        columns = [
+            Column("receipt"),
+            Column("method"),
+            Column("status"),
+            Column("bytes", justify="right"),
+            Column("sha256", optional=True),
+            Column("archived", optional=True),
+            Column("url", wrap=True, min_width=20),
+        ]
+        rows = [
+            [
                 r.id,
                 r.method,
                 str(r.status),
@@ -189,8 +206,10 @@ def register(app: typer.Typer) -> None:
                 r.sha256[:16],
                 {None: "-", True: "yes", False: "no"}[r.archived],
                 r.url,
-            )
-        Console(width=250).print(table)
+            ]
+            for r in receipts
+        ]
+        print_table(columns, rows)
 
     @runs_app.command("logs")
     def logs_command(

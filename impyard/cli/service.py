@@ -9,7 +9,12 @@ import typer
 
 from impyard.cli._common import echo, state, warn
 
-_HOME_HELP = "Data root the service serves (default: this invocation's --home)."
+#: The service's data root when none is given (flag, IMPYARD_HOME or a found .impyard).
+SERVICE_HOME = Path("/var/lib/impyard")
+_HOME_HELP = (
+    "Data root the service serves (default: this invocation's --home, IMPYARD_HOME or "
+    "found .impyard, else /var/lib/impyard)."
+)
 _ENV_HELP = "Secrets and IMPYARD_* settings for serve, KEY=VALUE lines (may be absent)."
 _USER_HELP = "Run serve as this user (default root, which loop mounts and setns need)."
 
@@ -28,7 +33,13 @@ def _unit(
     )
 
     app_state = state(ctx)
-    root = home.absolute() if home is not None else app_state.home.root
+    if home is not None:
+        root = home.absolute()
+    elif app_state.resolved.source == "user":
+        # A system service does not serve one user's default data root.
+        root = SERVICE_HOME
+    else:
+        root = app_state.home.root
     env = (env_file or DEFAULT_ENV_FILE).absolute()
     grace = grace_from_env_file(env)
     options = UnitOptions(

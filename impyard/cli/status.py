@@ -191,11 +191,14 @@ def register(app: typer.Typer) -> None:
         from impyard.status.collect import StatusProblemsError, collect
 
         home = initialized_home(ctx)
+        resolved = state(ctx).resolved
         status = collect(home, state(ctx).settings)
         if as_json:
-            print_json(status.model_dump(mode="json") | {"ok": status.ok})
+            extra = {"ok": status.ok, "home_source": resolved.source}
+            print_json(status.model_dump(mode="json") | extra)
         else:
-            for line in render(status):
+            head, *rest = render(status)
+            for line in [head, _line("data root", resolved.describe()), *rest]:
                 echo(line)
         if status.problems:
             raise StatusProblemsError(status.problems)

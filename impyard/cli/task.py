@@ -59,9 +59,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """List tasks, oldest first."""
-        from rich.console import Console
-        from rich.table import Table
-
+        from impyard.cli._table import Column, print_table
         from impyard.queue import tasks
         from impyard.queue.db import connect
 
@@ -73,11 +71,18 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json([t.as_dict() for t in found])
             return
-        table = Table(
-            "task", "imp", "state", "mode", "checkpoint", "run", "rework of", "prompt", box=None
-        )
-        for t in found:
-            table.add_row(
+        columns = [
+            Column("task"),
+            Column("imp"),
+            Column("state", states=True),
+            Column("mode", optional=True),
+            Column("checkpoint", states=True, wrap=True),
+            Column("run", optional=True),
+            Column("rework of", optional=True),
+            Column("prompt", wrap=True, optional=True),
+        ]
+        rows = [
+            [
                 t.id,
                 t.imp,
                 t.state,
@@ -86,8 +91,10 @@ def register(app: typer.Typer) -> None:
                 t.run_id or "",
                 t.rework_of or "",
                 t.prompt.splitlines()[0][:40] if t.prompt else "",
-            )
-        Console(width=200).print(table)
+            ]
+            for t in found
+        ]
+        print_table(columns, rows)
 
     @task_app.command("cancel")
     def cancel_command(

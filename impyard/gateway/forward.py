@@ -68,9 +68,16 @@ def forward(
         archive=gw.archive,
     )
     head = _request_head(client, rec, host, port, tls, target, extra)
+    # Only a credential route the owner marked may reach a name that resolves privately.
+    private = any(r.allow_private and r.name == rec.route for r in gw.policy.route)
     try:
         sock = open_connection(
-            host, port, timeout=gw.upstream_timeout, tls=tls, context=gw.upstream_tls
+            host,
+            port,
+            timeout=gw.upstream_timeout,
+            tls=tls,
+            context=gw.upstream_tls,
+            allow_private=private and rec.route is not None,
         )
     except UpstreamError as exc:
         raise Refused.by_upstream(exc, rec.rule) from exc

@@ -33,8 +33,9 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
-def resolve(host: str, port: int) -> list[tuple[int, str]]:
-    """Addresses to try for ``host``: literals as given, names only if globally routable."""
+def resolve(host: str, port: int, *, allow_private: bool = False) -> list[tuple[int, str]]:
+    """Addresses to try for ``host``: literals as given, names only if globally routable
+    (any address when the owner's route says ``allow_private``)."""
     if is_ip_literal(host):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return [(family, host)]
@@ -46,7 +47,7 @@ def resolve(host: str, port: int) -> list[tuple[int, str]]:
     rejected: list[str] = []
     for family, _type, _proto, _canon, sockaddr in infos:
         address = str(sockaddr[0])
-        if ipaddress.ip_address(address.split("%", 1)[0]).is_global:
+        if allow_private or ipaddress.ip_address(address.split("%", 1)[0]).is_global:
             if (family, address) not in usable:
                 usable.append((family, address))
         else:
@@ -54,7 +55,8 @@ def resolve(host: str, port: int) -> list[tuple[int, str]]:
     if not usable:
         raise UpstreamError(
             f"{host} resolves to non-public address {', '.join(sorted(set(rejected)))}; "
-            "name the IP in the rule to allow a local service",
+            "name the IP in the rule, or set allow_private = true on a route, to allow a "
+            "local service",
             refused=True,
         )
     return usable
@@ -80,11 +82,12 @@ def open_connection(
     timeout: float,
     tls: bool = False,
     context: ssl.SSLContext | None = None,
+    allow_private: bool = False,
 ) -> socket.socket:
     """A connected socket to ``host:port`` (TLS-wrapped with verification when ``tls``,
     against ``context`` or the system roots)."""
     last: OSError | None = None
-    for family, address in resolve(host, port):
+    for family, address in resolve(host, port, allow_private=allow_private):
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:

@@ -91,9 +91,12 @@ def _compile(
         bad_name = check_overlay_name(imp, path)
         if bad_name is not None:
             violations.append(bad_name)
-        # An overlay can only be judged against a valid org policy; a broken org is reported
-        # on its own (checking overlays against it would only repeat its errors).
-        if source.table is None or org is None or org_source.table is None:
+        if source.table is None:
+            continue
+        if org is None or org_source.table is None:
+            # Tighten-only rules need a valid org; the overlay's own faults (a bad value, an
+            # unknown key) are still listed now, not one deploy after the org is fixed.
+            violations.extend(validate(source.table, path)[1])
             continue
         policy, found = apply_overlay(org_source.table, org, source.table, path)
         violations.extend(found)

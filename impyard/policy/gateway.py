@@ -170,6 +170,13 @@ class GatewayRoute(_Strict):
     methods: Annotated[list[HttpMethod], Field(min_length=1)] = Field(
         default_factory=_read_only_methods, description="Methods the route forwards."
     )
+    allow_private: bool = Field(
+        default=False,
+        description=(
+            "Let the upstream's host name resolve to loopback or private addresses (a local "
+            "model server named localhost); the box still reaches only the gateway."
+        ),
+    )
 
     @field_validator("name")
     @classmethod

@@ -16,12 +16,13 @@ from impyard.errors import ConfigError, UsageError
 from impyard.fsutil import locked, remove_tree
 from impyard.knowledge import runspace
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.imps import require_imp
+from impyard.knowledge.imps import read_imp_settings, require_imp
 from impyard.knowledge.maincheck import check_base
 from impyard.knowledge.mainref import read_main
 from impyard.knowledge.runspace import RunSpace
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import EffectivePolicy
+from impyard.preflight import run_refusal
 from impyard.queue import leases, namespaces
 from impyard.queue.db import opened
 from impyard.runs.boxspec import box_timeout
@@ -39,6 +40,19 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     names.check_channel(request.channel)
     policy, warnings = policy_for_run(home, request.imp, strict=ctx.settings.strict_policy)
     base = read_main(require_imp(home, request.imp))
+    # A route that would fail every request fails the run at its first model call, its
+    # cause only in the box's log: refuse it here, before a box starts, saying why.
+    refusal = run_refusal(request.imp, policy.gateway, read_imp_settings(home, request.imp).agent)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    ceiling = policy.box.timeout_seconds
+    if request.timeout_seconds is not None and request.timeout_seconds > ceiling:
+        # Refused rather than capped: an owner who asked for more must not get less unsaid.
+        raise UsageError(
+            f"--timeout {request.timeout_seconds:g} is over the box.timeout_seconds of imp "
+            f"{request.imp!r} ({ceiling}): a run may shorten the policy's limit, not "
+            "lengthen it (raise box.timeout_seconds in the policy)"
+        )
     if request.reorganize and not policy.knowledge.enabled:
         raise UsageError(f"imp {request.imp!r}: knowledge is disabled by policy")
     if policy.knowledge.enabled:  # a base no checkout may write is refused before a run exists

@@ -12,6 +12,7 @@ from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.policy.compile import deployed_org_policy
+from impyard.preflight import policy_findings
 from impyard.settings import Settings
 from impyard.status.backup import backup_section
 from impyard.status.disk import MIN_FREE_RATIO, Statvfs, disk_section
@@ -82,6 +83,11 @@ def collect(
         policy=policy_section(home),
     )
     judge(status)
+    # Overlays may only keep the org's routes, so the org's are every route a run can use.
+    status.warnings.extend(
+        Problem(code=f.code, message=f.message)
+        for f in policy_findings(deployed_org_policy(home).gateway)
+    )
     return status
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,10 @@ def test_backup_now_pushes_every_imp_and_status_shows_no_lag(cli: Cli, tmp_path:
     land_note(home, 1)  # landed, not yet pushed (nobody notified)
     status = cli("backup", "status")
     assert status.code == 0
-    lines = dict(line.split("  ", 1) for line in status.stdout.splitlines())
-    assert "lagging yes" in lines["yuko"] and "lagging no" in lines["kai"]
+    header, *lines = [re.split(r"  +", line) for line in status.stdout.splitlines()]
+    assert header == ["imp", "remote", "pushed", "lagging", "main", "state"]
+    lagging = {row[0]: row[3] for row in lines}
+    assert lagging == {"yuko": "yes", "kai": "no"}
 
     one = cli("backup", "now", "yuko", "--json")
     assert one.code == 0
@@ -69,7 +72,9 @@ def test_a_failing_remote_makes_both_commands_fail(
     assert " ok (" in now.stdout and "FAILED after" in now.stdout and "refused" in now.stdout
     status = cli("backup", "status")
     assert status.code == 1
-    assert "FAILING since" in status.stdout and "lagging yes" in status.stdout
+    _, ok, failing = [re.split(r"  +", line) for line in status.stdout.splitlines()]
+    assert ok[-1] == "current" and failing[-1].startswith("failing since")
+    assert failing[3] == "yes" and "refused" in failing[-1]
     rows = json.loads(cli("backup", "status", "--json").stdout)
     assert [r["failing"] for r in rows] == [False, True]
 

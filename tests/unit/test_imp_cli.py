@@ -48,7 +48,8 @@ def test_plain_list_shows_each_imp(home_cli: Cli) -> None:
     home_cli("imp", "create", "abe")
     home_cli("imp", "create", "yuko")
     lines = home_cli("imp", "list").stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["abe", "yuko"]
+    assert lines[0].split() == ["imp", "agent", "image", "command", "repository"]
+    assert [line.split()[0] for line in lines[1:]] == ["abe", "yuko"]
 
 
 @pytest.mark.parametrize("name", ["Yuko", "../etc", "a_b", "-rf"])
@@ -91,7 +92,8 @@ def test_create_an_imp_with_the_pi_agent(home_cli: Cli) -> None:
         "command": "exec /opt/impyard/bin/pi-imp",
         "agent": "pi",
     }
-    assert "agent=pi" in home_cli("imp", "list").stdout
+    [_, row] = home_cli("imp", "list").stdout.splitlines()
+    assert row.split()[:3] == ["pia", "pi", "impyard-pi:latest"]
 
 
 @pytest.mark.parametrize(

@@ -270,10 +270,11 @@ def test_tightening_overlay_shows_in_deploy_and_applies_to_that_imp_only(cli: Cl
 
     table = cli("deploy")
     assert table.code == 0, table.stderr
-    yuko_row = next(line for line in table.stdout.splitlines() if " yuko " in line)
-    assert "12345" in yuko_row and "off" in yuko_row
-    org_row = next(line for line in table.stdout.splitlines() if "(org)" in line)
-    assert "200000" in org_row and "12345" not in org_row
+    # One row per limit, one column per policy: the org's, then each imp's.
+    rows = {line.split()[0]: line.split()[1:] for line in table.stdout.splitlines()[1:]}
+    assert rows["limit"] == ["(org)", "yuko"]
+    assert rows["max_file_chars"] == ["200000", "12345"]
+    assert rows["knowledge"] == ["on", "off"]
 
     document = json.loads(cli("deploy", "--json").stdout)
     assert document["imps"]["yuko"]["max_file_chars"] == 12345

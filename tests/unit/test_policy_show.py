@@ -41,6 +41,8 @@ def test_show_json_reports_the_source_of_each_value(cli: Cli) -> None:
     assert shown["stale"] is None
     assert result.stderr == ""
 
+    assert cli("policy", "show", "kiko").code == 2  # no such imp: said, not the org's shown
+    assert cli("imp", "create", "kiko").code == 0
     other = json.loads(cli("policy", "show", "kiko", "--json").stdout)
     assert other["values"]["knowledge.max_file_chars"] == {
         "value": 200_000,

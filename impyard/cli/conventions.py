@@ -1,0 +1,77 @@
+"""How every command reads in ``--help`` and in a usage error, applied once to the whole
+command tree instead of in each of the ~110 command declarations.
+
+Typer describes a parameter by its Python type (``--reorganize <bool>``, ``{imp}``,
+``--timeout <float range>``): a reader takes ``<bool>`` for a value to type, and
+``--reorganize true`` then fails. Here a flag shows no placeholder, an argument shows its
+name in capitals (``IMP``, ``RUN``) and an option's value a word (``PATH``, ``N``, ``IMP``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import typer
+from typer.core import TyperArgument, TyperOption
+
+#: ``-h`` as well as ``--help`` on every command: click contexts inherit this from the root.
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
+
+class NamedArgument(TyperArgument):
+    """An argument shown by its metavar alone: ``IMP`` in the usage line and the help."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def _argument_metavar(name: str) -> str:
+    # run_id -> RUN, task_id -> TASK: the word the README uses for what is typed there.
+    return name.removesuffix("_id").replace("_", "-").upper()
+
+
+def _option_metavar(option: TyperOption) -> str | None:
+    if option.is_flag or option.count:
+        return None
+    desc = option.type_descriptor
+    if desc.is_choice and desc.choices is not None:
+        return "|".join(str(getattr(c, "value", c)) for c in desc.choices)
+    if desc.is_path:
+        return "PATH"
+    annotation = desc.annotation
+    if annotation is int:
+        return "N"
+    if annotation is float:
+        return "NUMBER"
+    return (option.name or "value").replace("_", "-").upper()
+
+
+def _commands(command: Any) -> Iterator[Any]:
+    yield command
+    for sub in getattr(command, "commands", {}).values():
+        yield from _commands(sub)
+
+
+def apply(command: Any) -> Any:
+    """Give every parameter under ``command`` a plain metavar; return ``command``."""
+    for cmd in _commands(command):
+        for param in cmd.params:
+            if isinstance(param, TyperArgument):
+                if param.metavar is None and param.name:
+                    param.metavar = _argument_metavar(param.name)
+                # The class only changes how the argument is shown, never how it parses.
+                param.__class__ = NamedArgument
+            elif isinstance(param, TyperOption) and param.metavar is None:
+                param.metavar = _option_metavar(param)
+    return command
+
+
+def click_command(app: typer.Typer) -> Any:
+    """The click command typer builds for ``app``, with the conventions above applied."""
+    return apply(typer.main.get_command(app))

@@ -1,0 +1,129 @@
+"""What would make every run of an imp fail, found before a box starts.
+
+A gateway route whose secret is missing on the host answers 502 to every request (an
+agent then retries and exits 1, the cause only in the run's log); an upstream ending in
+``/v1`` behind an OpenAI-style client becomes ``…/v1/v1/chat/completions``; an upstream
+named by a host name that resolves only to loopback or private addresses is refused on
+every request unless the route says ``allow_private = true``. ``deploy`` and ``status``
+warn of these; ``run`` and ``serve`` refuse the imps they would fail (``run_refusal``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from impyard.policy.gateway import GatewayPolicy, GatewayRoute
+
+#: Clients that add ``/v1`` to the base URL they are given (Pi's models.json does).
+V1_AGENTS = frozenset({"pi"})
+
+
+@dataclass(frozen=True)
+class Finding:
+    route: str
+    code: str  # secret-missing, upstream-v1, upstream-private
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"route": self.route, "code": self.code, "message": self.message}
+
+
+def route_findings(
+    route: GatewayRoute, environ: Mapping[str, str] | None = None, *, agent: str | None = None
+) -> list[Finding]:
+    """Every reason ``route`` would fail each request, for an imp running ``agent``."""
+    env = os.environ if environ is None else environ
+    found: list[Finding] = []
+    where = f"route {route.name!r}"
+    if route.secret_env is not None and not env.get(route.secret_env):
+        found.append(
+            Finding(
+                route.name,
+                "secret-missing",
+                f"{where}: {route.secret_env} is not set on the host (the gateway adds it to "
+                "every request of this route)",
+            )
+        )
+    elif route.secret_file is not None and not _readable(Path(route.secret_file)):
+        found.append(
+            Finding(
+                route.name,
+                "secret-missing",
+                f"{where}: secret file {route.secret_file} is missing, unreadable or empty",
+            )
+        )
+    parts = urlsplit(route.upstream)
+    if parts.path.rstrip("/").endswith("/v1") and (agent is None or agent in V1_AGENTS):
+        found.append(
+            Finding(
+                route.name,
+                "upstream-v1",
+                f"{where}: upstream {route.upstream} ends in /v1 and OpenAI-style clients (Pi) "
+                "add /v1 themselves (…/v1/v1/chat/completions): drop /v1 from the upstream",
+            )
+        )
+    private = private_addresses(parts.hostname or "")
+    if private and not route.allow_private:
+        found.append(
+            Finding(
+                route.name,
+                "upstream-private",
+                f"{where}: upstream host {parts.hostname} resolves to non-public "
+                f"{', '.join(private)}: set allow_private = true on the route to allow it",
+            )
+        )
+    return found
+
+
+def policy_findings(
+    gateway: GatewayPolicy, environ: Mapping[str, str] | None = None, *, agent: str | None = None
+) -> list[Finding]:
+    if not gateway.enabled:
+        return []
+    return [f for route in gateway.route for f in route_findings(route, environ, agent=agent)]
+
+
+def run_refusal(
+    imp: str, gateway: GatewayPolicy, agent: str | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """One line saying why every run of ``imp`` would fail, or None."""
+    found = policy_findings(gateway, environ, agent=agent)
+    # An upstream ending in /v1 is only certain to fail for a client known to add /v1.
+    found = [f for f in found if f.code != "upstream-v1" or agent in V1_AGENTS]
+    if not found:
+        return None
+    return f"refusing to run imp {imp!r}: " + "; ".join(f.message for f in found)
+
+
+def private_addresses(host: str) -> list[str]:
+    """The addresses a host *name* resolves to when none is public (what the gateway
+    refuses without ``allow_private``); empty for an IP literal (the owner named it) and
+    for a name that does not resolve here."""
+    if not host:
+        return []
+    try:
+        ipaddress.ip_address(host)
+        return []
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return []
+    addresses = sorted({str(info[4][0]).split("%", 1)[0] for info in infos})
+    if any(ipaddress.ip_address(a).is_global for a in addresses):
+        return []
+    return addresses
+
+
+def _readable(path: Path) -> bool:
+    try:
+        return bool(path.read_text().strip())
+    except (OSError, UnicodeDecodeError):
+        return False

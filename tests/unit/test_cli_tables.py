@@ -1,0 +1,102 @@
+"""Tables at 80 columns on a terminal, and as plain aligned text when piped."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from impyard.home import Home
+from tests.helpers.backup import set_remotes
+from tests.helpers.cli import Cli
+from tests.helpers.repo import NS, RUN, make_imp, note_path, note_text, run_id
+from tests.helpers.runs import write_run
+from tests.helpers.tty import run_on_terminal
+from tests.unit.test_repair import LONG_BODY, rejected_candidate
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+QUARANTINED = run_id(3)
+LONG_REASON = "the box exited with status 1 after the gateway refused " + "x" * 60
+
+#: (command, headers every width shows, a value that must be shown in full when piped)
+TABLES = [
+    (("runs", "list"), ["run", "imp", "state", "checkpoint", "exit"], QUARANTINED),
+    (("policy", "show", "yuko"), ["key", "value", "source"], '"client_secret"]'),
+    (("deploy",), ["limit", "(org)"], "1000000000"),
+    (("imp", "list"), ["imp", "agent", "image", "repository"], "repo.git"),
+    (("task", "list"), ["task", "imp", "state", "checkpoint"], "yuko"),
+    (("candidates", "list"), ["run", "imp", "checkpoint", "reason"], RUN),
+    (("backup", "status"), ["imp", "remote", "pushed", "lagging", "state"], "never"),
+]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
+    home, repo = make_imp(tmp_path_factory.mktemp("tables"))
+    cli = Cli(home=home.root)
+    assert cli("deploy").code == 0
+    write_run(home, run_id(2), state="finished", checkpoint="integrated", exit_code=0)
+    write_run(home, QUARANTINED, state="finished", checkpoint="quarantined", reason=LONG_REASON)
+    assert cli("task", "add", "yuko", "--prompt", "Find vendors " * 10).code == 0
+    rejected_candidate(home, repo, {note_path(): note_text(f"{NS}_1", body=LONG_BODY).encode()})
+    deep = home.root.parent / ("a-rather-long-directory-name-for-the-backups-of-this-host" * 2)
+    set_remotes(home, [str(deep)])
+    return home
+
+
+@pytest.mark.parametrize(("args", "headers", "whole"), TABLES, ids=lambda v: str(v))
+def test_a_table_fits_80_columns_on_a_terminal(
+    home: Home, args: tuple[str, ...], headers: list[str], whole: str
+) -> None:
+    shown = run_on_terminal(home.root, *args, columns=80, env={"NO_COLOR": "1"})
+    assert shown.code == 0, shown.stderr
+    lines = [ANSI.sub("", line).rstrip() for line in shown.stdout.splitlines()]
+    wide = [line for line in lines if len(line) > 80]
+    assert not wide, "\n".join(lines)
+    header = next(line for line in lines if line.split()[:1] == headers[:1])
+    assert all(name in header.split() for name in headers), header
+
+
+@pytest.mark.parametrize(("args", "headers", "whole"), TABLES, ids=lambda v: str(v))
+def test_a_piped_table_is_plain_aligned_text_never_cut(
+    home: Home, args: tuple[str, ...], headers: list[str], whole: str
+) -> None:
+    shown = Cli(home=home.root)(*args, env={"COLUMNS": "80"})
+    assert shown.code == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "…" not in shown.stdout
+    lines = shown.stdout.splitlines()
+    header = next(line for line in lines if line.split()[:1] == headers[:1])
+    assert all(name in header.split() for name in headers), header
+    assert whole in shown.stdout
+
+
+def test_policy_show_keeps_its_values_at_80_columns(home: Home) -> None:
+    shown = run_on_terminal(home.root, "policy", "show", "yuko", columns=80)
+    text = ANSI.sub("", shown.stdout)
+    row = next(line for line in text.splitlines() if line.startswith("box.image "))
+    assert '"impyard-box:latest"' in row
+    # A long list wraps within its column: every element is still there.
+    assert '"client_secret"]' in text and '"access_token",' in text
+
+
+def test_states_are_coloured_on_a_terminal_only_and_not_with_no_color(home: Home) -> None:
+    coloured = run_on_terminal(home.root, "runs", "list", columns=80)
+    plain = run_on_terminal(home.root, "runs", "list", columns=80, env={"NO_COLOR": "1"})
+    assert "\x1b[31mquarantined" in coloured.stdout  # red
+    assert "\x1b[31m" not in plain.stdout and "quarantined" in plain.stdout
+    piped = Cli(home=home.root)("runs", "list")
+    assert "\x1b" not in piped.stdout
+
+
+def test_runs_list_on_a_narrow_terminal_drops_low_value_columns_first(home: Home) -> None:
+    # 88 columns with all; at 70 the commit, then the mode, go; the state never does.
+    shown = run_on_terminal(home.root, "runs", "list", columns=70, env={"NO_COLOR": "1"})
+    header = ANSI.sub("", shown.stdout).splitlines()[0].split()
+    assert header == ["run", "imp", "state", "checkpoint", "exit"]
+
+
+def test_a_long_reason_is_never_cut_when_piped(home: Home) -> None:
+    listed = Cli(home=home.root)("runs", "list").stdout
+    assert f"{QUARANTINED}  yuko" in listed
+    shown = Cli(home=home.root)("task", "list").stdout
+    assert ("Find vendors " * 3).strip() in shown
