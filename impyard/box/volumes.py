@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 from impyard.box import engine
 from impyard.box.engine import EngineObjectNotFoundError, call
 from impyard.box.spec import BoxMount, BoxSpec, box_labels
+from impyard.checkoutkind import CheckoutKind
 from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
 from impyard.errors import ImpyardError
 from impyard.fsutil import atomic_write_json, remove_tree
 from impyard.home import Home
-from impyard.knowledge.checkout import CheckoutKind
 
 if TYPE_CHECKING:
     from impyard.settings import Settings

@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from impyard.checkoutkind import CheckoutKind
 from impyard.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
 from impyard.home import Home
-from impyard.knowledge.checkout_record import Checkout, CheckoutKind
+from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.layers import (
     MOUNT_DATA_LIMIT,

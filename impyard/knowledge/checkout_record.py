@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from impyard.checkoutkind import CheckoutKind
 from impyard.errors import KnowledgeError
-
-CheckoutKind = Literal["overlay", "copy"]
 
 
 @dataclass(frozen=True)

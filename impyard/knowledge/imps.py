@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 # pygit2 loads where a repository is opened or made, not with this module: a run reads
 # its imp's settings and main before its box starts, and pygit2's import (libgit2 and
-# every CA certificate) then loads beside the box's start instead.
+# every CA certificate) then loads beside the box's start instead. So the modules below
+# this one that import pygit2 (repo, origin, sizes, trees) are imported in the two
+# functions that open or make a repository; none of them imports this module.
 
 README = """\
 # Knowledge of {imp}
@@ -113,7 +115,7 @@ def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Pat
     """
     import pygit2
 
-    from impyard.knowledge.origin import sync_origin  # origin imports this module
+    from impyard.knowledge.origin import sync_origin
     from impyard.knowledge.repo import MAIN, configure_libgit2, host_signature
     from impyard.knowledge.sizes import tree_bytes_full, write_size_cache_entry
     from impyard.knowledge.trees import build_tree
@@ -216,18 +218,7 @@ def read_imp_settings(home: Home, imp: str) -> ImpSettings:
 
 
 def open_repo(home: Home, imp: str) -> pygit2.Repository:
+    """The canonical repository of ``imp``, which must exist."""
+    from impyard.knowledge.repo import open_repo_at
+
     return open_repo_at(require_imp(home, imp), f"imp {imp!r}: ")
-
-
-def open_repo_at(path: Path, context: str = "") -> pygit2.Repository:
-    """The repository at ``path``, with libgit2 configured as every Impyard writer needs."""
-    import pygit2
-
-    from impyard.knowledge.gitcalls import Repository
-    from impyard.knowledge.repo import configure_libgit2
-
-    try:
-        configure_libgit2()
-        return Repository(str(path))
-    except pygit2.GitError as exc:
-        raise KnowledgeError(f"{context}cannot open {path}: {exc}") from exc

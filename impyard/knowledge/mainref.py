@@ -6,7 +6,7 @@ pack-refs`` moved it) is two small file reads; opening the repository with pygit
 first costs its import (libgit2, and every CA certificate it loads at import). Only
 the host writes main, always through libgit2, which replaces the loose file by an
 atomic rename: a reader sees the old commit or the new one. Anything else (a symbolic
-ref, a file that is not one object id) is left to pygit2 to read.
+ref, a file that is not one object id) is left to pygit2 to read, through ``repo``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 
 from impyard.errors import KnowledgeError
+from impyard.knowledge.refnames import MAIN
 
-MAIN = "refs/heads/main"
 _OID = re.compile(r"[0-9a-f]{40}")
 
 
@@ -46,7 +46,7 @@ def _read(path: Path) -> str | None:
 
 
 def _with_pygit2(repo_path: Path) -> str:
-    from impyard.knowledge.imps import open_repo_at
-    from impyard.knowledge.repo import main_commit
+    # Imported here, not above: loading pygit2 is the cost this module exists to avoid.
+    from impyard.knowledge.repo import main_commit, open_repo_at
 
     return main_commit(open_repo_at(repo_path))

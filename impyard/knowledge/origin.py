@@ -34,9 +34,9 @@ from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
 from impyard.knowledge.gitcalls import Repository
 from impyard.knowledge.history import Added
-from impyard.knowledge.imps import open_repo
 from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
-from impyard.knowledge.repo import MAIN, TREE_MODE, configure_libgit2, main_commit
+from impyard.knowledge.repo import MAIN, TREE_MODE, configure_libgit2, main_commit, open_repo_at
+from impyard.names import check_imp_name
 
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
@@ -44,8 +44,12 @@ _BLOB_MODES = frozenset(
 
 
 def publish_origin(home: Home, imp: str) -> str:
-    """Bring origin.git's main up to the canonical main (under the lane lock); return its sha."""
-    repo = open_repo(home, imp)
+    """Bring origin.git's main up to the canonical main (under the lane lock); return its sha.
+
+    Opened by path, not through the catalogue's ``open_repo``: the catalogue (``imps``)
+    builds on this module. Callers pass an imp the catalogue lists."""
+    check_imp_name(imp)
+    repo = open_repo_at(home.repo(imp), f"imp {imp!r}: ")
     with locked(home.lane_lock(imp)):
         return sync_origin(repo, home.origin(imp))
 

@@ -2,15 +2,19 @@
 is configured to write it.
 
 Only the trusted host writes here, and only through pygit2 (never the git CLI). The
-imp catalogue is ``imps``, tree building ``trees``, repository sizes ``sizes``.
+imp catalogue is ``imps``, tree building ``trees``, repository sizes ``sizes``; each
+builds on this module, which imports none of them.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pygit2
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.mainref import MAIN as MAIN  # one definition, beside its pygit2-free reader
+from impyard.knowledge.gitcalls import Repository
+from impyard.knowledge.refnames import MAIN as MAIN  # one definition, shared with mainref
 
 HOST_NAME = "impyard"
 HOST_EMAIL = "impyard@localhost"
@@ -41,7 +45,7 @@ _configured = False
 
 def configure_libgit2() -> None:
     """The process-wide libgit2 settings every repository Impyard opens or creates relies
-    on; called by each of those entry points (``imps.open_repo``, ``imps.create_imp``,
+    on; called by each of those entry points (``open_repo_at``, ``imps.create_imp``,
     ``origin``), effective from the first call on. A process that wants other settings
     (the test suite turns fsync off for speed) calls this first and then changes them.
 
@@ -59,3 +63,12 @@ def configure_libgit2() -> None:
     pygit2.settings.enable_fsync_gitdir(True)
     pygit2.settings.cache_object_limit(pygit2.enums.ObjectType.TREE, TREE_CACHE_LIMIT)
     _configured = True
+
+
+def open_repo_at(path: Path, context: str = "") -> pygit2.Repository:
+    """The repository at ``path``, with libgit2 configured as every Impyard writer needs."""
+    try:
+        configure_libgit2()
+        return Repository(str(path))
+    except pygit2.GitError as exc:
+        raise KnowledgeError(f"{context}cannot open {path}: {exc}") from exc
