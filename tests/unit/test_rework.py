@@ -55,6 +55,7 @@ def test_an_overlay_may_lower_rework_attempts_but_never_raise_them(cli: Cli) -> 
 
 def test_the_org_default_queues_no_rework(cli: Cli) -> None:
     assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
     shown = json.loads(cli("policy", "show", "yuko", "--json").stdout)
     assert shown["values"]["review.rework_attempts"]["value"] == 0
     assert "review.rework_attempts" in cli("policy", "show", "yuko").stdout

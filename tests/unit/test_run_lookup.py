@@ -223,7 +223,7 @@ def test_completion_offers_imp_names(cli: Cli, home: Home) -> None:
     assert complete(cli, f"{line} runs list --imp ") == ["pia", "yuko"]
     assert complete(cli, f"{line} candidates list --imp p") == ["pia"]
     assert complete(cli, f"{line} policy show ") == ["pia", "yuko"]
-    assert complete(cli, f"{line} knowledge ") == ["provenance", "pia", "yuko"]
+    assert complete(cli, f"{line} knowledge ") == ["provenance", "check", "pia", "yuko"]
     assert complete(cli, f"{line} knowledge provenance ") == ["pia", "yuko"]
     assert complete(cli, f"{line} memory ") == ["migrate", "pia", "yuko"]
     assert complete(cli, f"{line} notes p") == ["pia"]
@@ -235,7 +235,7 @@ def test_completion_without_a_data_root_offers_nothing(cli: Cli, tmp_path: Path)
     line = f"impyard --home {tmp_path / 'nowhere'}"
     assert complete(cli, f"{line} runs show ") == []
     assert complete(cli, f"{line} run ") == []
-    assert complete(cli, f"{line} knowledge ") == ["provenance"]
+    assert complete(cli, f"{line} knowledge ") == ["provenance", "check"]
     assert not (tmp_path / "nowhere").exists()
 
 
