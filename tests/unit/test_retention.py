@@ -362,7 +362,8 @@ def test_an_unreachable_engine_skips_volumes_and_says_so(yard: Yard) -> None:
 
 def test_layers_no_chain_needs_go_and_needed_ones_stay(yard: Yard) -> None:
     from impyard.knowledge.checkout import prepare_checkout
-    from impyard.knowledge.layers import ensure_layer, list_layers
+    from impyard.knowledge.layer_store import list_layers
+    from impyard.knowledge.layers import ensure_layer
     from tests.helpers.checkout import OWNER, commit, need_root
 
     need_root()  # layers are chowned to the box user
