@@ -25,7 +25,8 @@ import pygit2
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkout import prepare_checkout, release_checkout
-from impyard.knowledge.layers import chain_limit, ensure_layer
+from impyard.knowledge.layer_store import chain_limit
+from impyard.knowledge.layers import ensure_layer
 from impyard.knowledge.snapshot import snapshot
 
 IMP = "bench"

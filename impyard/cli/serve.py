@@ -1,4 +1,4 @@
-"""``impyard serve``: thin; the worker lives in ``impyard.runs.serve``, its lines in
+"""``impyard serve``: thin; the worker lives in ``impyard.serve.worker``, its lines in
 ``impyard.cli.serve_lines``."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def register(app: typer.Typer) -> None:
         from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.journal import Journal
         from impyard.runs.pipeline import RunContext
-        from impyard.runs.serve import ServeEvent, Server, ServeStatus
-        from impyard.runs.serve_record import recorded
+        from impyard.serve.record import recorded
+        from impyard.serve.worker import ServeEvent, Server, ServeStatus
         from impyard.status.serve_start import serve_start
 
         home = initialized_home(ctx)

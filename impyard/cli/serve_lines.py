@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from queue import SimpleQueue
 from typing import TextIO
 
-from impyard.runs.serve_events import ServeEvent, ServeStatus
+from impyard.serve.events import ServeEvent, ServeStatus
 from impyard.status.model import PolicySection
 from impyard.status.serve_start import ServeStart
 from impyard.textsafe import one_line

@@ -13,12 +13,7 @@ it. It is raised before an object is renamed in, so a crash can only leave it
 too high (refusing early, never storing past the limit); ``prune`` and
 ``recount`` set it right, and a missing or torn file is recounted.
 
-A body over ``max_object_bytes``, a run past ``max_bytes_per_run`` new bytes
-or an archive past ``max_total_bytes`` (policy ``[gateway.archive]``) still
-reaches the box; it is just not stored, and the receipt names the limit. Once
-a limit is passed the body is only hashed, not written; if the archive
-already holds those bytes it counts as archived (a duplicate costs nothing).
-A run is charged only for the bytes the archive grew by.
+What one run may store, and how a body streams in, is ``archive_intake``.
 """
 
 from __future__ import annotations
@@ -27,7 +22,6 @@ import contextlib
 import os
 import re
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,7 +30,6 @@ from typing import BinaryIO
 
 from impyard.errors import NotFoundError, UsageError
 from impyard.fsutil import atomic_write_text, fsync_dir, locked
-from impyard.policy.models import GatewayArchive
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _OBJECTS = "sha256"
@@ -131,13 +124,13 @@ class Archive:
         final = self.object_path(sha256)
         with self._locked():
             if final.exists():
-                _unlink(temp)
+                unlink_quietly(temp)
                 with contextlib.suppress(OSError):
                     os.utime(final)
                 return Stored(True)
             total = self._total()
             if total + size > max_total:
-                _unlink(temp)
+                unlink_quietly(temp)
                 return Stored(False, f"over gateway.archive.max_total_bytes ({max_total} bytes)")
             atomic_write_text(self.total_file, f"{total + size}\n")
             try:
@@ -145,10 +138,10 @@ class Archive:
                 os.rename(temp, final)
                 fsync_dir(final.parent)
             except OSError as exc:
-                _unlink(temp)
+                unlink_quietly(temp)
                 with contextlib.suppress(OSError):
                     atomic_write_text(self.total_file, f"{total}\n")
-                return Stored(False, f"archive write failed: {_errno(exc)}")
+                return Stored(False, f"archive write failed: {errno_text(exc)}")
         return Stored(True, added=size)
 
     def refresh(self, sha256: str) -> bool:
@@ -177,7 +170,7 @@ class Archive:
         with self._locked():
             for path, stat in _objects(self.objects_dir):
                 if stat.st_mtime < cutoff:
-                    _unlink(path)
+                    unlink_quietly(path)
                     removed += 1
                     removed_bytes += stat.st_size
                     gone.append(path.parent.name + path.name)
@@ -187,7 +180,7 @@ class Archive:
             _remove_empty_fanout(self.objects_dir)
             for path, stat in _files(self.tmp_dir):
                 if stat.st_mtime < now - _STALE_TMP_SECONDS:
-                    _unlink(path)
+                    unlink_quietly(path)
             atomic_write_text(self.total_file, f"{kept_bytes}\n")
         return PruneReport(removed, removed_bytes, kept, kept_bytes, tuple(gone))
 
@@ -219,143 +212,12 @@ class Archive:
         return total
 
 
-class RunArchive:
-    """One run's use of the archive: its policy's limits and the new bytes it stored."""
-
-    def __init__(self, archive: Archive, limits: GatewayArchive) -> None:
-        self.archive = archive
-        self.limits = limits
-        self._lock = threading.Lock()
-        #: Bytes this run's bodies added (or, while they stream, are about to add).
-        self.stored_bytes = 0
-
-    def body(self, declared: int | None) -> ArchivedBody:
-        return ArchivedBody(self, declared)
-
-    def reserve(self, count: int) -> bool:
-        with self._lock:
-            if self.stored_bytes + count > self.limits.max_bytes_per_run:
-                return False
-            self.stored_bytes += count
-            return True
-
-    def release(self, count: int) -> None:
-        with self._lock:
-            self.stored_bytes -= count
-
-
-class ArchivedBody:
-    """One body on its way into the archive, fed piece by piece as it is relayed. It never
-    raises: a body the archive cannot take still reaches the box."""
-
-    def __init__(self, run: RunArchive, declared: int | None) -> None:
-        self.run = run
-        self.size = 0
-        self.reserved = 0
-        self.note: str | None = None
-        self._file: BinaryIO | None = None
-        self._temp: Path | None = None
-        if declared is not None:
-            self._check_declared(declared)
-
-    def write(self, piece: bytes) -> None:
-        if self.note is not None:
-            return
-        self.size += len(piece)
-        if self.size > self.run.limits.max_object_bytes:
-            self._abandon(_over("max_object_bytes", self.run.limits.max_object_bytes))
-            return
-        if self.size > self.reserved and not self._reserve(self.size - self.reserved):
-            self._abandon(self.note)
-            return
-        try:
-            if self._file is None:
-                self._file, self._temp = self.run.archive.new_temp()
-            self._file.write(piece)
-        except OSError as exc:
-            self._abandon(f"archive write failed: {_errno(exc)}")
-
-    def finish(self, sha256: str, complete: bool) -> Stored:
-        """Store the body as ``sha256`` (its hash as relayed), unless it was cut short or
-        a limit kept it out."""
-        if not complete:
-            self._abandon("body incomplete")
-            return Stored(False, "body incomplete")
-        if self.note is not None:
-            self._abandon(self.note)
-            try:
-                if self.run.archive.refresh(sha256):
-                    return Stored(True)
-            except OSError:
-                pass  # the limit's note says enough
-            return Stored(False, self.note)
-        try:
-            if self._file is None:  # an empty body: nothing was written yet
-                self._file, self._temp = self.run.archive.new_temp()
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-        except OSError as exc:
-            note = f"archive write failed: {_errno(exc)}"
-            self._abandon(note)
-            return Stored(False, note)
-        assert self._temp is not None
-        temp, self._temp = self._temp, None
-        max_total = self.run.limits.max_total_bytes
-        try:
-            stored = self.run.archive.commit(temp, sha256, self.size, max_total)
-        except OSError as exc:
-            _unlink(temp)
-            stored = Stored(False, f"archive write failed: {_errno(exc)}")
-        # The run is charged for what the archive grew by: a body it already held is free.
-        self.run.release(self.reserved - stored.added)
-        self.reserved = 0
-        return stored
-
-    def _check_declared(self, declared: int) -> None:
-        """Skip a body whose announced length is already over a limit (nothing written)."""
-        limits = self.run.limits
-        if declared > limits.max_object_bytes:
-            self.note = _over("max_object_bytes", limits.max_object_bytes)
-        elif self._reserve(declared) and self._archive_full(declared):
-            self._abandon(_over("max_total_bytes", limits.max_total_bytes))
-
-    def _reserve(self, count: int) -> bool:
-        if self.run.reserve(count):
-            self.reserved += count
-            return True
-        self.note = _over("max_bytes_per_run", self.run.limits.max_bytes_per_run)
-        return False
-
-    def _archive_full(self, adding: int) -> bool:
-        try:
-            return self.run.archive.total_bytes() + adding > self.run.limits.max_total_bytes
-        except OSError:
-            return False  # the commit checks again, and reports why
-
-    def _abandon(self, note: str | None) -> None:
-        self.note = note or self.note
-        if self._file is not None:
-            with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
-        if self._temp is not None:
-            with contextlib.suppress(OSError):
-                _unlink(self._temp)
-            self._temp = None
-        self.run.release(self.reserved)
-        self.reserved = 0
-
-
-def _over(limit: str, value: int) -> str:
-    return f"over gateway.archive.{limit} ({value} bytes)"
-
-
-def _errno(exc: OSError) -> str:
+def errno_text(exc: OSError) -> str:
+    """Why a write failed, for a receipt's note."""
     return exc.strerror or type(exc).__name__
 
 
-def _unlink(path: Path) -> None:
+def unlink_quietly(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
 

@@ -25,7 +25,7 @@ from impyard.gateway.framing import content_length, is_chunked, read_chunked, re
 from impyard.gateway.outcome import Record, Refused
 
 if TYPE_CHECKING:
-    from impyard.gateway.handler import GatewayHandler
+    from impyard.gateway.client import Client
 
 PREFIX = "/impyard/"
 RULE = "impyard.control"
@@ -83,7 +83,7 @@ def is_control(host: str, port: int, gateway_port: int, path: str) -> bool:
 
 
 def serve_control(
-    handler: GatewayHandler,
+    handler: Client,
     rec: Record,
     path: str,
     query: str,
@@ -186,7 +186,7 @@ def parse_report(body: bytes) -> int:
     return steps
 
 
-def _read_body(handler: GatewayHandler, keep: int) -> bytes:
+def _read_body(handler: Client, keep: int) -> bytes:
     """Read a request body, so the connection stays in step, and return at most ``keep``
     bytes of it (a larger one is 413); never trust it. Without ``keep`` it is dropped."""
     limit = keep or _MAX_BODY

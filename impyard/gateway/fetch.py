@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from impyard.gateway.archive import ArchivedBody, RunArchive
+from impyard.gateway.archive_intake import ArchivedBody, RunArchive
 from impyard.gateway.digest import BodyDigest
 from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.names import utc_now

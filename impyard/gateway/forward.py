@@ -16,8 +16,8 @@ import io
 import select
 import socket
 import ssl
-from typing import TYPE_CHECKING
 
+from impyard.gateway.client import Client
 from impyard.gateway.fetch import Fetch
 from impyard.gateway.framing import CHUNK, Body, Malformed, ResponseHead, read_response_head
 from impyard.gateway.headers import end_to_end, request_head
@@ -27,17 +27,13 @@ from impyard.gateway.rules import request_cap
 from impyard.gateway.upload import RequestCap, UploadMeter
 from impyard.gateway.upstream import UpstreamError, open_connection
 
-# Type only: the handler calls forward(), so a runtime import would be circular.
-if TYPE_CHECKING:
-    from impyard.gateway.handler import GatewayHandler
-
 # Only the gateway names a receipt: an upstream's header of that name is dropped. Its
 # Content-Length is written from the framing read, never copied.
 _OWN_HEADERS = frozenset({RECEIPT_HEADER.lower(), "content-length"})
 
 
 def forward(
-    client: GatewayHandler,
+    client: Client,
     rec: Record,
     host: str,
     port: int,
@@ -111,7 +107,7 @@ def forward(
 
 
 def _request_head(
-    client: GatewayHandler,
+    client: Client,
     rec: Record,
     host: str,
     port: int,
@@ -144,7 +140,7 @@ def _upstream_failed(rec: Record, host: str, port: int, what: str) -> Refused:
     return Refused(502, rec.rule, f"upstream {host}:{port} failed: {what}", "failed")
 
 
-def _cap(client: GatewayHandler, rec: Record, host: str, port: int) -> RequestCap | None:
+def _cap(client: Client, rec: Record, host: str, port: int) -> RequestCap | None:
     """The per-request body cap of the allow rule granting this request (routes have none)."""
     if rec.route is not None:
         return None
@@ -153,7 +149,7 @@ def _cap(client: GatewayHandler, rec: Record, host: str, port: int) -> RequestCa
 
 
 def _relay_response(
-    client: GatewayHandler,
+    client: Client,
     rec: Record,
     response: ResponseHead,
     body: Body,
@@ -194,7 +190,7 @@ def _relay_response(
 
 
 def _relay_body(
-    client: GatewayHandler,
+    client: Client,
     rec: Record,
     body: Body,
     fetch: Fetch,

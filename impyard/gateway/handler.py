@@ -9,10 +9,11 @@ import socket
 import ssl
 from http.server import BaseHTTPRequestHandler
 from socketserver import BaseServer
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from impyard.gateway.control import is_control, serve_control
+from impyard.gateway.client import RunGateway
+from impyard.gateway.control import ControlRate, RunControl, is_control, serve_control
 from impyard.gateway.errors import GatewayError
 from impyard.gateway.forward import forward
 from impyard.gateway.framing import (
@@ -30,13 +31,22 @@ from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.rules import Decision, Endpoint, decide, normalize_host, route_header
 from impyard.gateway.tunnel import tunnel
 
-# Type only: the server creates handlers, so a runtime import would be circular.
-if TYPE_CHECKING:
-    from impyard.gateway.server import Gateway
-
 log = logging.getLogger(__name__)
 # A refused request's body up to this size is read and dropped so the refusal arrives.
 _DISCARD_LIMIT = 1024 * 1024
+
+
+class ServedGateway(RunGateway, Protocol):
+    """The run's gateway as its handlers use it: what a request sees, plus where control
+    requests go and where each request's journal record is written."""
+
+    @property
+    def control(self) -> RunControl | None: ...
+
+    @property
+    def control_rate(self) -> ControlRate: ...
+
+    def record(self, rec: Record) -> None: ...
 
 
 class GatewayHandler(BaseHTTPRequestHandler):
@@ -48,7 +58,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
     server_version = "impyard-gateway"
     sys_version = ""
 
-    def __init__(self, conn: socket.socket, gateway: Gateway) -> None:
+    def __init__(self, conn: socket.socket, gateway: ServedGateway) -> None:
         self.gateway = gateway
         # Once a status line went out, a refusal can only cut the connection.
         self.responded = False
@@ -225,7 +235,7 @@ class InspectedHandler(GatewayHandler):
     tunnel's host over TLS the gateway verifies. The CONNECT the rules allowed fixed the
     host and port; a request naming another (target or ``Host``) is refused."""
 
-    def __init__(self, conn: ssl.SSLSocket, gateway: Gateway, host: str, port: int) -> None:
+    def __init__(self, conn: ssl.SSLSocket, gateway: ServedGateway, host: str, port: int) -> None:
         self.tunnel_host, self.tunnel_port = host, port
         super().__init__(conn, gateway)
 

@@ -17,16 +17,21 @@ import contextlib
 import ssl
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from impyard.gateway.ca import CaError, LeafMinter
+from impyard.gateway.client import Client
 from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.tunnel import buffered_client_bytes
 
-if TYPE_CHECKING:
-    from impyard.gateway.handler import GatewayHandler
-
 RULE = "gateway.inspect_tls"
+
+
+class InspectingClient(Client, Protocol):
+    """A client that can serve the requests inside a tunnel once TLS is terminated."""
+
+    def serve_inspected(self, tls: ssl.SSLSocket, host: str, port: int) -> None: ...
+
 
 _minters: dict[Path, LeafMinter] = {}
 _minters_lock = threading.Lock()
@@ -41,7 +46,7 @@ def minter(ca_dir: Path) -> LeafMinter:
         return found
 
 
-def inspect_tunnel(client: GatewayHandler, rec: Record, host: str, port: int) -> None:
+def inspect_tunnel(client: InspectingClient, rec: Record, host: str, port: int) -> None:
     """Answer the allowed CONNECT, terminate TLS as ``host``, serve the requests inside."""
     gw = client.gateway
     try:

@@ -17,7 +17,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from impyard.gateway.archive import Archive, RunArchive
+from impyard.gateway.archive import Archive
+from impyard.gateway.archive_intake import RunArchive
 from impyard.gateway.boxside import proxy_env
 from impyard.gateway.budget import DailyCounter, RunBudget
 from impyard.gateway.control import ControlRate, RunControl

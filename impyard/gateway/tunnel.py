@@ -12,18 +12,15 @@ from __future__ import annotations
 import contextlib
 import selectors
 import socket
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
+from impyard.gateway.client import Client
 from impyard.gateway.framing import CHUNK
 from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.upstream import UpstreamError, open_connection
 
-# Type only: the handler calls tunnel(), so a runtime import would be circular.
-if TYPE_CHECKING:
-    from impyard.gateway.handler import GatewayHandler
 
-
-def tunnel(client: GatewayHandler, rec: Record, host: str, port: int) -> None:
+def tunnel(client: Client, rec: Record, host: str, port: int) -> None:
     gw = client.gateway
     try:
         upstream = open_connection(host, port, timeout=gw.upstream_timeout)
@@ -42,7 +39,7 @@ def tunnel(client: GatewayHandler, rec: Record, host: str, port: int) -> None:
         _relay(client, rec, upstream)
 
 
-def buffered_client_bytes(client: GatewayHandler) -> bytes:
+def buffered_client_bytes(client: Client) -> bytes:
     """Bytes the client sent after the CONNECT header that the parser already buffered: a
     client may send its TLS hello in the same packet, and the socket will not see it again."""
     conn: socket.socket = client.connection
@@ -56,7 +53,7 @@ def buffered_client_bytes(client: GatewayHandler) -> bytes:
         conn.settimeout(client.gateway.client_timeout)
 
 
-def _relay(client: GatewayHandler, rec: Record, upstream: socket.socket) -> None:
+def _relay(client: Client, rec: Record, upstream: socket.socket) -> None:
     gw = client.gateway
     conn: socket.socket = client.connection
     peers = {conn: upstream, upstream: conn}
@@ -85,9 +82,7 @@ def _relay(client: GatewayHandler, rec: Record, upstream: socket.socket) -> None
                 _pass_on(client, rec, data, peers[source], upload=source is conn)
 
 
-def _pass_on(
-    client: GatewayHandler, rec: Record, data: bytes, to: socket.socket, *, upload: bool
-) -> None:
+def _pass_on(client: Client, rec: Record, data: bytes, to: socket.socket, *, upload: bool) -> None:
     """Send what the run's budget grants of ``data``; past it the tunnel ends, so a peer
     receives at most the budget, to the byte."""
     budget = client.gateway.budget

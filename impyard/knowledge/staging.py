@@ -25,7 +25,9 @@ from contextlib import contextmanager
 import pygit2
 
 from impyard.knowledge.gitcalls import Repository
-from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, PackWriter, delta, pack_dir
+from impyard.knowledge.gitdelta import delta
+from impyard.knowledge.packfile import PackWriter
+from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir
 
 # Ahead of libgit2's own backends (loose 1, packed 2), so writes land here.
 _PRIORITY = 1000

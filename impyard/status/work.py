@@ -12,7 +12,7 @@ from impyard.names import RUN_ID
 from impyard.queue import leases, tasks
 from impyard.queue.db import is_locked, opened
 from impyard.runs.model import TERMINAL_STATES
-from impyard.runs.serve_record import read_records
+from impyard.serve.record import read_records
 from impyard.status.model import (
     LeaseStatus,
     QueueSection,

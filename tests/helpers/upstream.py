@@ -109,6 +109,14 @@ class Upstream:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+            def handle_one_request(self) -> None:
+                try:
+                    super().handle_one_request()
+                except ConnectionError:
+                    # The gateway cuts a connection whose body a spent budget ended, mid-answer
+                    # or before the next request line: the client is gone, nothing to answer.
+                    self.close_connection = True
+
             def _read(self, size: int) -> bytes:
                 data = self.rfile.read(size)
                 with lock:

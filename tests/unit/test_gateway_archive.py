@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from impyard.gateway.archive import Archive, RunArchive
+from impyard.gateway.archive import Archive
+from impyard.gateway.archive_intake import RunArchive
 from impyard.gateway.receipts import RECEIPT_HEADER, Receipt, read_receipts
 from impyard.home import Home
 from impyard.policy.models import GatewayArchive

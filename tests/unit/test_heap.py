@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from impyard.runs import heap
+from impyard.serve import heap
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")

@@ -14,15 +14,10 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge import layers as layers_mod
+from impyard.knowledge import layer_build
 from impyard.knowledge.checkout import prepare_checkout, release_checkout
-from impyard.knowledge.layers import (
-    chain_limit,
-    collect_layers,
-    ensure_layer,
-    layer_chain,
-    list_layers,
-)
+from impyard.knowledge.layer_store import chain_limit, layer_chain, list_layers
+from impyard.knowledge.layers import collect_layers, ensure_layer
 from impyard.knowledge.treefs import CheckoutError
 from tests.helpers.checkout import (
     BASE_FILES,
@@ -150,7 +145,7 @@ def test_a_full_chain_squashes_into_one_delta_on_its_full_layer(home: Home, tmp_
 def test_compaction_builds_a_full_layer_by_hard_links(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(layers_mod, "SQUASH_LIMIT", 0)  # every squash is too large
+    monkeypatch.setattr(layer_build, "SQUASH_LIMIT", 0)  # every squash is too large
     repo = make_repo(home)
     head = commit(repo, BASE_FILES)
     first_full = ensure_layer(home, IMP, head, OWNER)
@@ -175,7 +170,7 @@ def test_copy_up_of_a_hard_linked_lower_file_has_one_link(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Compaction shares inodes; a box editing such a file must not look like a hard link."""
-    monkeypatch.setattr(layers_mod, "SQUASH_LIMIT", 0)
+    monkeypatch.setattr(layer_build, "SQUASH_LIMIT", 0)
     repo = make_repo(home)
     head = commit(repo, BASE_FILES)
     ensure_layer(home, IMP, head, OWNER)
@@ -232,7 +227,7 @@ def test_a_crashed_build_leaves_nothing_usable(home: Home, monkeypatch: pytest.M
     def crash(*args: object, **kwargs: object) -> None:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(layers_mod, "atomic_write_json", crash)
+    monkeypatch.setattr(layer_build, "atomic_write_json", crash)
     with pytest.raises(OSError):
         ensure_layer(home, IMP, c1, OWNER)
     monkeypatch.undo()

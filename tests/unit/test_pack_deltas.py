@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impyard.knowledge import packs
-from impyard.knowledge.packs import PackWriter, delta, object_id
+from impyard.knowledge import packfile
+from impyard.knowledge.gitdelta import delta
+from impyard.knowledge.packfile import PackWriter
+from impyard.knowledge.packs import object_id
 from impyard.knowledge.staging import MemoryObjects
 from tests.helpers.git import git
 
@@ -96,7 +98,7 @@ def test_chains_of_deltas_in_a_pack_are_read_back_by_git_and_libgit2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large_offsets: bool
 ) -> None:
     if large_offsets:
-        monkeypatch.setattr(packs, "_LARGE_OFFSET", 13)
+        monkeypatch.setattr(packfile, "_LARGE_OFFSET", 13)
     repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True, initial_head="main")
     blobs = [os.urandom(20) for _ in range(40)]
     versions: list[bytes] = []

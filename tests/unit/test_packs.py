@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge import packs
+from impyard.knowledge import packfile, packs
 from impyard.knowledge.change import FileState
-from impyard.knowledge.packs import ObjectBatch, PackWriter, object_id, pack_object_ids
+from impyard.knowledge.packfile import PackWriter
+from impyard.knowledge.packs import ObjectBatch, object_id, pack_object_ids
 from impyard.knowledge.trees import _apply, _build_packed, plan_change
 from tests.helpers.git import git
 from tests.helpers.repo import assert_fsck_clean
@@ -43,7 +44,7 @@ def test_pack_is_accepted_by_git_and_libgit2(
 ) -> None:
     if large_offsets:
         # Every entry past the first goes through the 64-bit offset table.
-        monkeypatch.setattr(packs, "_LARGE_OFFSET", 13)
+        monkeypatch.setattr(packfile, "_LARGE_OFFSET", 13)
     repo = bare(tmp_path / "r.git")
     # Sizes around the 4-bit and 7-bit boundaries of the entry header, an empty blob,
     # a large one and a repeated one.
@@ -117,7 +118,7 @@ def test_a_pack_is_never_visible_without_its_index(
             raise OSError("power cut")
         real_replace(src, dst)
 
-    monkeypatch.setattr(packs.os, "replace", crash_on_index)
+    monkeypatch.setattr(packfile.os, "replace", crash_on_index)
     with pytest.raises(OSError, match="power cut"), ObjectBatch(repo) as batch:
         for data in blobs:
             batch.add(BLOB, data)

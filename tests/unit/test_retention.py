@@ -362,7 +362,8 @@ def test_an_unreachable_engine_skips_volumes_and_says_so(yard: Yard) -> None:
 
 def test_layers_no_chain_needs_go_and_needed_ones_stay(yard: Yard) -> None:
     from impyard.knowledge.checkout import prepare_checkout
-    from impyard.knowledge.layers import ensure_layer, list_layers
+    from impyard.knowledge.layer_store import list_layers
+    from impyard.knowledge.layers import ensure_layer
     from tests.helpers.checkout import OWNER, commit, need_root
 
     need_root()  # layers are chowned to the box user
@@ -617,7 +618,7 @@ def test_cli_refuses_while_another_gc_runs(cli: Cli, yard: Yard) -> None:
 
 def test_serve_runs_gc_on_its_interval(yard: Yard, monkeypatch: pytest.MonkeyPatch) -> None:
     from impyard.runs.pipeline import RunContext
-    from impyard.runs.serve import ServeEvent, Server, ServeStatus
+    from impyard.serve.worker import ServeEvent, Server, ServeStatus
     from impyard.settings import load_settings
 
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE["DOCKER_HOST"])

@@ -23,11 +23,11 @@ from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
-from impyard.runs import serve as serve_module
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.pipeline import RunContext
 from impyard.runs.recovery import Resolution
-from impyard.runs.serve import ServeEvent, Server, ServeStatus
+from impyard.serve import worker as serve_module
+from impyard.serve.worker import ServeEvent, Server, ServeStatus
 from impyard.settings import load_settings
 from impyard.status.engine import EngineVersion
 from impyard.status.serve_start import serve_start

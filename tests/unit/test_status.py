@@ -27,7 +27,7 @@ from impyard.knowledge.repo import MAIN
 from impyard.policy.compile import deploy
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened
-from impyard.runs.serve_record import read_records, recorded
+from impyard.serve.record import read_records, recorded
 from impyard.settings import Settings
 from impyard.status import collect as collect_module
 from impyard.status.collect import collect
@@ -533,7 +533,7 @@ def test_a_record_whose_lock_another_process_holds_is_live(home: Home) -> None:
 
 def test_serve_records_itself_while_it_runs(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
     """``impyard serve`` holds its record for exactly as long as it serves."""
-    from impyard.runs import serve as serve_module
+    from impyard.serve import worker as serve_module
 
     seen: list[bool] = []
 

@@ -5,7 +5,8 @@ integrated (or quarantined) outside it, so the next task prepares and starts its
 while the last one lands. At most N runs are past their box at once, so endings that
 fall behind hold claiming back instead of piling up.
 
-It lives beside the pipeline it drives; ``impyard.queue`` is only the store it reads.
+It sits above the runs it drives, the periodic gc and backups; ``impyard.queue`` is
+only the store it reads.
 
 It admits every task with ``impyard.runs.admission.execute``, like ``impyard run``.
 Only the main thread writes the queue, through one connection: each turn of its loop
@@ -35,13 +36,15 @@ from impyard.queue import leases, tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
-from impyard.runs import heap, rework, serve_events
+from impyard.runs import rework
 from impyard.runs.admission import execute
 from impyard.runs.manifest import read_or_none
 from impyard.runs.model import Manifest, RunRequest
 from impyard.runs.pipeline import RunContext
 from impyard.runs.recovery import Resolution, recover_all
-from impyard.runs.serve_events import EventKind, Reporter, ServeEvent, ServeStatus
+from impyard.serve import events as serve_events
+from impyard.serve import heap
+from impyard.serve.events import EventKind, Reporter, ServeEvent, ServeStatus
 
 __all__ = ["ServeEvent", "ServeStatus", "Server"]
 
