@@ -17,8 +17,8 @@ from impyard.home import Home
 
 if TYPE_CHECKING:
     from impyard.cli.outcome import OutputStreamer
+    from impyard.runs.context import RunContext
     from impyard.runs.model import Manifest, RunRequest
-    from impyard.runs.pipeline import RunContext
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -51,7 +51,7 @@ def _interrupt_on_sigterm() -> None:
 
 def _settings_context(ctx: typer.Context, home: Home) -> RunContext:
     from impyard.journal import Journal
-    from impyard.runs.pipeline import RunContext
+    from impyard.runs.context import RunContext
 
     return RunContext(settings=state(ctx).settings, journal=Journal(home.journal))
 

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
 
         from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.journal import Journal
-        from impyard.runs.pipeline import RunContext
+        from impyard.runs.context import RunContext
         from impyard.serve.record import recorded
         from impyard.serve.worker import ServeEvent, Server, ServeStatus
         from impyard.status.serve_start import serve_start

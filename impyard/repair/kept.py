@@ -18,6 +18,7 @@ from impyard.home import Home
 from impyard.knowledge import runspace
 from impyard.knowledge.checkout import Checkout
 from impyard.runs.model import Manifest
+from impyard.runs.space import drop_run_space
 
 
 def is_kept(manifest: Manifest) -> bool:
@@ -57,9 +58,6 @@ def has_space(manifest: Manifest) -> bool:
 def remove(home: Home, manifest: Manifest) -> None:
     """Delete the run's checkout and space (a loop space is unmounted first; nothing is
     deleted while it is still mounted) and its checkout record."""
-    # Here, not at the top: the run endings load the engine client, which listings skip.
-    from impyard.runs.endings import drop_run_space
-
     drop_run_space(home, manifest)
 
 

@@ -26,9 +26,9 @@ from impyard.knowledge.lane import candidate_ref
 from impyard.knowledge.quarantine import quarantine_ref
 from impyard.retention.model import GcItem, GcOutcome
 from impyard.runs import manifest as manifests
-from impyard.runs.endings import drop_run_space
 from impyard.runs.model import Manifest
 from impyard.runs.owner import RunOwnership
+from impyard.runs.space import drop_run_space
 
 TRASH_PREFIX = ".trash-"
 # Refs first (a record goes only once none is left), then what is on disk.

@@ -26,9 +26,10 @@ from impyard.preflight import run_refusal
 from impyard.queue import leases, namespaces
 from impyard.queue.db import opened
 from impyard.runs.boxspec import box_timeout
+from impyard.runs.context import RunContext
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.owner import RunOwnership
-from impyard.runs.pipeline import Run, RunContext, drive
+from impyard.runs.pipeline import Run, drive
 
 
 def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:

@@ -20,8 +20,8 @@ from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
 
 if TYPE_CHECKING:
     from impyard.knowledge.change import Change
+    from impyard.runs.active import ActiveRun
     from impyard.runs.landing import LandedCache
-    from impyard.runs.pipeline import Run
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ CHECK_WAIT_SECONDS = 30.0
 class BoxControl:
     """The ``RunControl`` of one run (``impyard.gateway.control``)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: ActiveRun) -> None:
         self.run = run
         self._landed: LandedCache | None = None
 

@@ -1,6 +1,7 @@
 """How a run ends, whoever drives it (``drive`` or crash recovery): a clean exit is
 snapshotted, validated and integrated through the imp's lane; anything else is
-quarantined; then the run is finished and its space released.
+quarantined; then the run is finished and its space released. The pipeline calls these
+with the run it drives (an ``ActiveRun``); nothing here knows the pipeline.
 """
 
 from __future__ import annotations
@@ -8,18 +9,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from impyard import backup
 from impyard.box.launch import kill_box, remove_box
-from impyard.box.spec import BoxExit
-from impyard.box.tmpwatch import TmpUsage, oom_reason
+from impyard.box.volumes import remove_volume
 from impyard.contract import parse_user
 from impyard.errors import ImpyardError
-from impyard.home import Home
-from impyard.knowledge import runspace
 from impyard.knowledge.change import Violation
-from impyard.knowledge.checkout import release_checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import split
 from impyard.knowledge.lane import keep_candidate
@@ -29,12 +26,9 @@ from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.violations import ViolationDigest, digest
 from impyard.runs import rework
+from impyard.runs.active import ActiveRun
 from impyard.runs.beside import Beside
 from impyard.runs.landing import integrate_run, landed_files, trailers
-from impyard.runs.model import Manifest
-
-if TYPE_CHECKING:
-    from impyard.runs.pipeline import Run
 
 log = logging.getLogger(__name__)
 
@@ -44,54 +38,24 @@ KNOWLEDGE_DISABLED = (
 )
 
 
-def finish_after_exit(run: Run, box_exit: BoxExit, interrupted: str | None = None) -> None:
-    """Record how the box ended, then checkpoint a clean exit or quarantine the rest (after
-    a mid-run checkpoint still in progress, which may land first)."""
-    with run.checkpoint_lock:
-        if run.record_exit(box_exit, interrupted):
-            run.checkpoint()
-        else:
-            run.quarantine()
-
-
-def quarantine_without_box(run: Run, reason: str) -> None:
+def quarantine_without_box(run: ActiveRun, reason: str) -> None:
     """The box never ran to an exit (engine error, interrupt, gone after a crash): make sure
     no box is left, then quarantine whatever the checkout holds."""
-    container = run.manifest.container_id
-    if container:
+    m = run.manifest
+    if m.container_id:
         with contextlib.suppress(ImpyardError):
-            kill_box(container)
+            kill_box(m.container_id)
         with contextlib.suppress(ImpyardError):
-            remove_box(container)
-    run.manifest.quarantining(reason)
+            remove_box(m.container_id)
+    m.quarantining(reason)
     run.save()
     with contextlib.suppress(ImpyardError):
-        run.drop_volume()
-    run.quarantine()
+        if m.volume:
+            remove_volume(m.volume)
+    quarantine_run(run)
 
 
-def exit_reason(box_exit: BoxExit, memory_bytes: int, tmp_usage: TmpUsage | None) -> str:
-    if box_exit.error:
-        return f"engine error: {box_exit.error}"
-    if box_exit.timed_out:
-        return "timed out and killed"
-    if box_exit.oom_killed:
-        return oom_reason(memory_bytes, tmp_usage)
-    return f"exited with status {box_exit.exit_code}"
-
-
-def space_full_note(manifest: Manifest) -> str:
-    """Appended to the reason when a box stopped with its writable space full."""
-    space = manifest.space
-    if space is None or not runspace.is_full(space):
-        return ""
-    return (
-        f"; the run's writable space ({space.size_bytes // 2**20} MiB, sized from "
-        "knowledge.max_repo_bytes) is full"
-    )
-
-
-def checkpoint(run: Run) -> None:
+def checkpoint(run: ActiveRun) -> None:
     """Snapshot, validate and integrate a clean exit through the imp's lane: what is new
     since the run's last mid-run checkpoint, if it had any."""
     m = run.manifest
@@ -155,7 +119,7 @@ def checkpoint(run: Run) -> None:
         next_base.result()
 
 
-def queue_rework(run: Run) -> None:
+def queue_rework(run: ActiveRun) -> None:
     """After a rejection, the rework ``review.rework_attempts`` asks for, if any. The run
     has ended either way: a rework that cannot be queued is logged, never its failure."""
     try:
@@ -167,7 +131,7 @@ def queue_rework(run: Run) -> None:
         run.save()  # the repair record naming the rework task
 
 
-def quarantine_run(run: Run) -> None:
+def quarantine_run(run: ActiveRun) -> None:
     """Keep what the box left at refs/quarantine/<run-id>; main is untouched."""
     m = run.manifest
     with run.phase("quarantine"):
@@ -202,34 +166,7 @@ def digest_fields(found: ViolationDigest) -> dict[str, Any]:
     }
 
 
-def release_run_space(home: Home, manifest: Manifest) -> None:
-    """Drop a finished run's checkout and space. A quarantined run keeps it: in a loop
-    space as the unmounted image ``space.img`` (mount it read-only to look), which frees
-    its loop device."""
-    space = manifest.space
-    if manifest.checkpoint == "quarantined":
-        if space is not None:
-            runspace.unmount(space)
-        return
-    drop_run_space(home, manifest)
-
-
-def drop_run_space(home: Home, manifest: Manifest) -> None:
-    """Delete a run's checkout and space, kept or not (gc drops a quarantined run's once
-    ``retention.quarantine_days`` have passed). Its checkout record goes too, so layer
-    collection no longer keeps the chain it named."""
-    space = manifest.space
-    record = home.run_checkout_record(manifest.run_id)
-    if space is None and manifest.checkout is not None:
-        # Runs from before run spaces kept their checkout in the run dir itself.
-        release_checkout(manifest.checkout, record)
-    else:
-        record.unlink(missing_ok=True)
-    if space is not None:
-        runspace.release(space)  # the space goes whole, checkout and index included
-
-
-def prepare_next_base(run: Run) -> None:
+def prepare_next_base(run: ActiveRun) -> None:
     """Build the checkout layer of the current main now, so the next run starts fast.
 
     The current main, not this run's commit: under concurrency main may already be

@@ -4,8 +4,6 @@ host left pending is settled."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pygit2
 
 from impyard import names
@@ -16,10 +14,8 @@ from impyard.knowledge.gitobj import changed_paths, commit_at
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, LandedFile, landed_by
 from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
+from impyard.runs.active import ActiveRun
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
-
-if TYPE_CHECKING:
-    from impyard.runs.pipeline import Run
 
 
 def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
@@ -112,7 +108,7 @@ def record_landed(record: CheckpointRecord, commit: str, files: list[str]) -> No
     record.files, record.file_count = files[:MAX_LISTED], len(files)
 
 
-def settle_pending(run: Run) -> list[CheckpointRecord]:
+def settle_pending(run: ActiveRun) -> list[CheckpointRecord]:
     """After a host crash: a pending checkpoint that reached main is recorded as landed,
     one that did not is dropped (its files are still in the checkout). Returns the settled."""
     m = run.manifest

@@ -22,13 +22,13 @@ from impyard.policy.compile import policy_for_run
 from impyard.policy.models import Policy
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened
-from impyard.runs import endings
 from impyard.runs import manifest as manifests
-from impyard.runs.endings import release_run_space
+from impyard.runs.context import RunContext
 from impyard.runs.landing import settle_pending
 from impyard.runs.model import Manifest
 from impyard.runs.owner import RunOwnership
-from impyard.runs.pipeline import Run, RunContext
+from impyard.runs.pipeline import Run
+from impyard.runs.space import release_run_space
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     if found not in ("created", "preparing"):
         boxes = find_boxes({"impyard.run": manifest.run_id})
     if not boxes:
-        endings.quarantine_without_box(run, f"host died while the run was {found}; no box left")
+        run.quarantine_without_box(f"host died while the run was {found}; no box left")
         return Resolution(manifest.run_id, manifest.imp, found, "quarantined", "quarantined")
     box = boxes[0]
     if manifest.container_id is None:
@@ -80,12 +80,12 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     try:
         box_exit = run.wait_box(timeout)
     finally:
-        run.close_gateway()
+        run.gateway.close()
     finished = names.utc_epoch(box_exit.finished_at) if box_exit.finished_at else None
     if deadline is not None and finished is not None and finished > deadline + 1:
         # It ran past its deadline while no host watched: it should have been killed.
         box_exit = replace(box_exit, timed_out=True)
-    endings.finish_after_exit(run, box_exit)
+    run.end(box_exit)
     return Resolution(manifest.run_id, manifest.imp, found, action, run.manifest.checkpoint)
 
 
@@ -93,13 +93,13 @@ def reattach_gateway(run: Run, container_id: str) -> None:
     """A box that outlived its host lost its gateway with it: listen in its namespace again,
     so its model calls and checkpoints go on. Without one the box is simply cut off."""
     try:
-        run.open_gateway()
-        run.attach_gateway(box_pid(container_id))
+        run.gateway.open()
+        run.gateway.attach(box_pid(container_id))
     except ImpyardError as exc:
         log.error("run %s: could not reattach its gateway: %s", run.manifest.run_id, exc)
-        run.close_gateway()
+        run.gateway.close()
         return
-    if run.gateway is not None:
+    if run.gateway.gateway is not None:
         run.event("gateway.reattached")
 
 

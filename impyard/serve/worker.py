@@ -38,9 +38,9 @@ from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
 from impyard.runs import rework
 from impyard.runs.admission import execute
+from impyard.runs.context import RunContext
 from impyard.runs.manifest import read_or_none
 from impyard.runs.model import Manifest, RunRequest
-from impyard.runs.pipeline import RunContext
 from impyard.runs.recovery import Resolution, recover_all
 from impyard.serve import events as serve_events
 from impyard.serve import heap

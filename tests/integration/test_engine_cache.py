@@ -13,10 +13,10 @@ from impyard.home import Home, init_home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp
 from impyard.runs import manifest as manifests
-from impyard.runs import pipeline
+from impyard.runs import run_checkout
 from impyard.runs.admission import execute
+from impyard.runs.context import RunContext
 from impyard.runs.model import RunRequest
-from impyard.runs.pipeline import RunContext
 from impyard.settings import Settings
 from tests.helpers.git import git
 
@@ -38,7 +38,7 @@ def test_a_stale_overlay_answer_falls_back_to_a_copy_and_forgets_itself(
     # ...and the engine cannot mount the run's overlay (as after losing overlay support):
     # the volume is accepted at create and fails only at container start.
     monkeypatch.setattr(
-        pipeline,
+        run_checkout,
         "mount_options",
         lambda checkout: (
             f"lowerdir={tmp_path}/gone,upperdir={checkout.root},workdir={checkout.workdir}"

@@ -22,8 +22,9 @@ from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.repo import main_commit
 from impyard.runs import manifest as manifests
 from impyard.runs.admission import execute
+from impyard.runs.context import RunContext
 from impyard.runs.model import RunRequest
-from impyard.runs.pipeline import Run, RunContext
+from impyard.runs.pipeline import Run
 from impyard.runs.recovery import recover_all
 from impyard.settings import Settings
 from tests.helpers.git import GIT_ENV, git

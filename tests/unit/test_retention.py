@@ -617,7 +617,7 @@ def test_cli_refuses_while_another_gc_runs(cli: Cli, yard: Yard) -> None:
 
 
 def test_serve_runs_gc_on_its_interval(yard: Yard, monkeypatch: pytest.MonkeyPatch) -> None:
-    from impyard.runs.pipeline import RunContext
+    from impyard.runs.context import RunContext
     from impyard.serve.worker import ServeEvent, Server, ServeStatus
     from impyard.settings import load_settings
 

@@ -23,8 +23,8 @@ from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
+from impyard.runs.context import RunContext
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
-from impyard.runs.pipeline import RunContext
 from impyard.runs.recovery import Resolution
 from impyard.serve import worker as serve_module
 from impyard.serve.worker import ServeEvent, Server, ServeStatus

@@ -18,8 +18,8 @@ from impyard.knowledge.imps import create_imp
 from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction
+from impyard.runs.context import RunContext
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
-from impyard.runs.pipeline import RunContext
 from impyard.serve import worker as serve_module
 from impyard.serve.worker import ENGINE_FRESH_SECONDS, Server
 from impyard.settings import load_settings

@@ -1,0 +1,35 @@
+"""What a run's pipeline needs from the process that hosts it (``impyard run`` or
+``impyard serve``), and the hooks through which that process follows its runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from impyard.home import Home
+from impyard.journal import Journal
+from impyard.runs.model import Manifest
+from impyard.settings import Settings
+
+
+@dataclass
+class RunContext:
+    """What a pipeline needs from its host process."""
+
+    settings: Settings
+    journal: Journal
+    #: Called with the manifest once the run is admitted and recorded, before it prepares
+    #: (a foreground run names itself and starts showing its output here).
+    on_admitted: Callable[[Manifest], None] | None = None
+    # Called with the manifest after the box started (serve tracks running boxes).
+    on_box_started: Callable[[Manifest], None] | None = None
+    #: Called with the manifest once the box has exited, before the run's ending: serve
+    #: counts a slot as a box, so the next task may start while this run is integrated.
+    on_box_exited: Callable[[Manifest], None] | None = None
+    #: Runs whose box the host killed (serve's shutdown): whatever their box's exit status,
+    #: such a run is quarantined, never integrated half-done.
+    killed_runs: set[str] = field(default_factory=set)
+
+    @property
+    def home(self) -> Home:
+        return Home(self.settings.home)

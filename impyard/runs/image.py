@@ -1,0 +1,41 @@
+"""The image a run's box runs, and the CA bundle its box trusts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from impyard.box.image_roots import image_roots
+from impyard.box.launch import resolve_image
+from impyard.box.trust import write_box_bundle
+from impyard.gateway.ca import ca_certificate
+from impyard.home import Home
+from impyard.policy.models import EffectivePolicy
+from impyard.runs.boxspec import box_command
+from impyard.runs.model import Manifest, RunRequest
+
+
+def resolve_run_image(
+    home: Home, manifest: Manifest, request: RunRequest, policy: EffectivePolicy
+) -> str:
+    """The id of the image the box runs, and the trust bundle made for it."""
+    _command, image = box_command(home, manifest, request, policy)
+    image_id = resolve_image(image)
+    write_trust(home, manifest.run_id, policy, image_id)
+    return image_id
+
+
+def write_trust(home: Home, run_id: str, policy: EffectivePolicy, image_id: str) -> None:
+    """The box's CA bundle: its image's roots, plus the inspection CA and the owner's
+    extra CA when they apply (nothing is written when neither does)."""
+    gateway = policy.gateway
+    inspecting = gateway.enabled and gateway.inspect_tls
+    extra = policy.box.extra_ca_file
+    if not inspecting and extra is None:
+        return
+    write_box_bundle(
+        home.run_ca_bundle(run_id),
+        image_roots(home.image_roots_dir, image_id),
+        inspection_ca=ca_certificate(home.gateway_ca_dir) if inspecting else None,
+        extra_ca_file=Path(extra) if extra is not None else None,
+        shared_dir=home.box_bundles_dir,
+    )
