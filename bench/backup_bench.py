@@ -28,7 +28,8 @@ from bench.common import scratch_dir
 from bench.lane_bench import note_bytes
 from impyard import backup
 from impyard.backup.status import read_status
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.lane import Trailers, integrate

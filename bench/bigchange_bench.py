@@ -41,7 +41,8 @@ import pygit2
 
 from bench.common import median, print_table, scratch_dir
 from bench.lane_bench import note_bytes
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.knowledge import lane
 from impyard.knowledge.change import FileState, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout

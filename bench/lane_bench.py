@@ -46,7 +46,8 @@ from pathlib import Path
 import pygit2
 
 from bench.common import add_records, print_table, scratch_dir
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.knowledge import lane
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.gitobj import changed_paths

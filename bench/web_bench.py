@@ -23,7 +23,8 @@ import time
 from starlette.testclient import TestClient
 
 from bench.common import median, percentile, print_table, scratch_dir
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.lane import Trailers, integrate

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-
-from impyard.errors import UsageError
-from impyard.fsutil import atomic_write_bytes
 
 
 @dataclass(frozen=True)
@@ -238,13 +234,6 @@ class Home:
         return self.org_policy.is_file() and self.knowledge_dir.is_dir()
 
 
-def default_org_policy() -> bytes:
-    # Package data, so an installed wheel carries it; the repository's top-level policy/
-    # is a link to the same directory, where an owner reads the defaults.
-    resource = importlib.resources.files("impyard.policy").joinpath("defaults", "org.toml")
-    return resource.read_bytes()
-
-
 #: How an invocation's data root was chosen, for ``impyard status``.
 HomeSource = Literal["flag", "env", "found", "user"]
 
@@ -294,42 +283,3 @@ def resolve_home_source(
     data = env.get("XDG_DATA_HOME")
     base = Path(data) if data and Path(data).is_absolute() else Path.home() / ".local" / "share"
     return ResolvedHome(base / "impyard", "user")
-
-
-def init_home(home: Home) -> bool:
-    """Create what is missing; never overwrite an owner's edited policy. True if anything new."""
-    if home.root.exists() and not home.root.is_dir():
-        raise UsageError(f"the data root {home.root} exists and is not a directory")
-    fresh = not home.is_initialized()
-    try:
-        for directory in (
-            home.root,
-            home.policy_dir,
-            home.imp_policy_dir,
-            home.knowledge_dir,
-            home.runs_dir,
-            home.memory_dir,
-        ):
-            directory.mkdir(parents=True, exist_ok=True)
-        if not home.org_policy.exists():
-            atomic_write_bytes(home.org_policy, default_org_policy())
-    except OSError as exc:
-        # A path under a regular file, a read-only mount, no permission: the owner's to fix.
-        where = exc.filename or home.root
-        raise UsageError(
-            f"cannot create the data root {home.root}: {where}: {exc.strerror or exc}"
-        ) from exc
-    if not home.compiled_policy.exists():
-        # Imported here, not at the top: every command imports Home, and the policy
-        # compiler (pydantic models) and the queue store only matter to `init`.
-        from impyard.policy.compile import deploy
-
-        deploy(home)
-    from impyard.gateway.ca import ensure_ca
-    from impyard.queue.db import connect
-    from impyard.web.token import ensure_token
-
-    connect(home.db).close()  # creates the schema, so other tools can read it at once
-    ensure_ca(home.gateway_ca_dir)  # the key stays here, readable by this user only
-    ensure_token(home.web_token)  # the console's login secret, readable by this user only
-    return fresh

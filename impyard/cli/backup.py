@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         unless told which to take."""
         from impyard.backup.offers import Choice, settings_line
         from impyard.backup.restore import RestoreRefused, restore
-        from impyard.home import init_home
+        from impyard.dataroot import init_home
         from impyard.knowledge.imps import ImpSettings, list_imps
 
         if accept and keep:

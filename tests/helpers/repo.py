@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pygit2
 
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, Mode
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.lane import Trailers

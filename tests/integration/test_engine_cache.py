@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from impyard.box import engine
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp
 from impyard.runs import manifest as manifests

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.repo import main_commit

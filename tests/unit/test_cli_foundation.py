@@ -40,7 +40,7 @@ def test_an_unexpected_fault_is_logged_in_the_home_given_by_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Exit 70 names the log in the --home data root, not the environment's default."""
-    from impyard.cli import init as init_cli
+    from impyard import dataroot
     from impyard.cli.main import main
 
     def broken(home: object) -> bool:
@@ -50,7 +50,7 @@ def test_an_unexpected_fault_is_logged_in_the_home_given_by_option(
     home.mkdir()
     monkeypatch.chdir(tmp_path)  # the default ./.impyard does not exist here
     monkeypatch.delenv("IMPYARD_HOME", raising=False)
-    monkeypatch.setattr(init_cli, "init_home", broken)
+    monkeypatch.setattr(dataroot, "init_home", broken)
     with pytest.raises(SystemExit) as exited:
         main(["--home", str(home), "init"])
     assert exited.value.code == 70

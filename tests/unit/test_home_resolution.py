@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from impyard.home import Home, init_home, resolve_home_source
+from impyard.dataroot import init_home
+from impyard.home import Home, resolve_home_source
 from tests.helpers.git import GIT_ENV
 
 

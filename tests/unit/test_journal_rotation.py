@@ -9,7 +9,8 @@ import re
 import threading
 from pathlib import Path
 
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.journal import Journal, read_all, rotated_numbers
 from impyard.policy.compile import deploy
 from impyard.retention.rotation import rotate, rotation_item

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from _pytest.mark import ParameterSet
 
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.policy import PolicyError, deploy, policy_for_run
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.policy import GatewayAllow, GatewayPolicy, PolicyError, deploy
 from impyard.policy.models import Policy
 from impyard.policy.overlay import leaf_keys

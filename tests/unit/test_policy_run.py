@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from impyard.dataroot import init_home
 from impyard.errors import ConfigError, UsageError
-from impyard.home import Home, init_home
+from impyard.home import Home
 from impyard.policy import PolicyError, deploy, policy_for_run
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from impyard.knowledge import runspace
 
 
