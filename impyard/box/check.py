@@ -231,7 +231,7 @@ def _checkout_row(settings: Settings, home: Home, image: str) -> tuple[str, Chec
 
 
 def _space_row(settings: Settings) -> Check:
-    from impyard.knowledge.runspace import loop_supported
+    from impyard.loopspace import loop_supported
 
     unsupported = loop_supported() if settings.run_space != "plain" else "IMPYARD_RUN_SPACE=plain"
     if unsupported is None:

@@ -28,7 +28,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -94,18 +93,6 @@ def space_size(keep_bytes: int) -> int:
     """Filesystem size for a run that may keep ``keep_bytes`` (rounded to 1 MiB)."""
     size = int(keep_bytes * (1 + _OVERHEAD_RATIO)) + _OVERHEAD_FIXED
     return -(-size // 2**20) * 2**20
-
-
-def loop_supported() -> str | None:
-    """None when runs get loop-mounted spaces here, else why not."""
-    if os.geteuid() != 0:
-        return "not running as root (loop mounts need it)"
-    missing = [tool for tool in ("mkfs.ext4", "mount", "umount") if shutil.which(tool) is None]
-    if missing:
-        return f"{', '.join(missing)} not found"
-    if not Path("/dev/loop-control").exists():
-        return "no /dev/loop-control"
-    return None
 
 
 def mounted_spaces(home: Home) -> list[Path]:

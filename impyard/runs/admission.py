@@ -20,6 +20,7 @@ from impyard.knowledge.imps import read_imp_settings, require_imp
 from impyard.knowledge.maincheck import check_base
 from impyard.knowledge.mainref import read_main
 from impyard.knowledge.runspace import RunSpace
+from impyard.loopspace import loop_supported
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import EffectivePolicy
 from impyard.preflight import run_refusal
@@ -127,7 +128,7 @@ def allocate_space(ctx: RunContext, run_id: str, policy: EffectivePolicy) -> Run
     if select_checkout_kind(settings, home) == "copy":
         keep *= 2
     size = runspace.space_size(keep)
-    unsupported = runspace.loop_supported() if settings.run_space != "plain" else "plain"
+    unsupported = loop_supported() if settings.run_space != "plain" else "plain"
     if settings.run_space == "loop" and unsupported is not None:
         raise ConfigError(f"IMPYARD_RUN_SPACE=loop, but loop spaces are unavailable: {unsupported}")
     with locked(home.runs_dir / ".space.lock"):

@@ -23,6 +23,7 @@ from impyard.knowledge.lane import Trailers, candidate_ref, integrate, keep_cand
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
+from impyard.loopspace import loop_supported
 from impyard.runs import manifest as manifests
 from impyard.runs.model import CheckpointRecord, Manifest
 from tests.helpers.cli import Cli
@@ -665,7 +666,7 @@ def test_quarantine_export_writes_blobs_never_box_files_and_drop_removes_the_spa
 def test_a_kept_loop_image_is_mounted_read_only_to_retry_and_removed_after(
     tmp_path: Path,
 ) -> None:
-    problem = runspace.loop_supported()
+    problem = loop_supported()
     if problem is not None:
         pytest.skip(f"loop spaces unavailable: {problem}")
     home, repo = make_imp(tmp_path)

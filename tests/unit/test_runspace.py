@@ -11,6 +11,7 @@ import pytest
 from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.knowledge import runspace
+from impyard.loopspace import loop_supported
 
 
 def test_a_space_unmounted_since_mountinfo_was_read_is_not_promised_twice(
@@ -63,9 +64,7 @@ def test_a_reservation_left_by_a_dead_process_stops_counting(tmp_path: Path) -> 
     runspace.admit(home, 1, 0)
 
 
-needs_loop = pytest.mark.skipif(
-    runspace.loop_supported() is not None, reason=f"{runspace.loop_supported()}"
-)
+needs_loop = pytest.mark.skipif(loop_supported() is not None, reason=f"{loop_supported()}")
 
 
 @needs_loop
