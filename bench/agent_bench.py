@@ -2,7 +2,7 @@
 image holding the same scripted conversation, side by side.
 
 Both sides run `pi-imp` in impyard-pi:latest with the same three-turn conversation
-(`tests/model_server.py`'s note script: bash, write, answer). The bare side is what a
+(`impyard/devtools/model_server.py`'s note script: bash, write, answer). The bare side is what a
 `--network none` box minimally needs to reach a model: `docker run -d` with the image's
 box-init waiting for a ready file, the model server bound straight into the box's
 loopback (no gateway, no policy, no checkpoint), `docker wait`, `docker rm`. The Impyard
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, impyard, median, print_table, scratch_dir, timed
+from impyard.devtools.model_server import ModelServer, note_script
 from impyard.gateway.netns import listen_in_netns
-from tests.model_server import ModelServer, note_script
 
 IMAGE = "impyard-pi:latest"
 SECRET = "bench-placeholder-key"

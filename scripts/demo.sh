@@ -35,14 +35,14 @@ else
     # the knowledge pipeline are all real; only the answers are scripted.
     fifo=$(mktemp -u)
     mkfifo "$fifo"
-    "$top/.venv/bin/python" -m tests.model_server >"$fifo" &
+    "$top/.venv/bin/python" -m impyard.devtools.model_server >"$fifo" &
     server=$!
     trap 'kill "$server" 2>/dev/null || true; rm -f "$fifo"' EXIT
     read -r upstream <"$fifo"
     model=scripted-model
     export IMPYARD_SECRET_LLM=demo-placeholder-key
     echo "== NOTE: IMPYARD_SECRET_LLM and IMPYARD_LLM_UPSTREAM are not both set, so this"
-    echo "== run uses the SCRIPTED model server at $upstream (tests/model_server.py),"
+    echo "== run uses the SCRIPTED model server at $upstream (impyard/devtools/model_server.py),"
     echo "== not a real model. Set both (e.g. IMPYARD_LLM_UPSTREAM=https://api.openai.com)"
     echo "== and optionally IMPYARD_DEMO_MODEL to talk to your provider."
 fi

@@ -1,7 +1,7 @@
 """The real Pi agent in the real impyard-pi image, driven through the real gateway.
 
 A scripted OpenAI-compatible model server on host loopback plays the model
-(``tests/model_server.py``): the conversation Pi sends decides the next step.
+(``impyard/devtools/model_server.py``): the conversation Pi sends decides the next step.
 Everything else is the product: the image, its adapter, the CLI, the gateway
 credential route and the knowledge pipeline.
 """
@@ -16,11 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import git
-from tests.helpers.images import PI_IMAGE
-from tests.helpers.policy import edit_org
-from tests.model_server import (
+from impyard.devtools.model_server import (
     NAMESPACE,
     Conversation,
     ModelServer,
@@ -29,6 +25,10 @@ from tests.model_server import (
     note_script,
     write_note,
 )
+from tests.helpers.cli import Cli, json_lines
+from tests.helpers.git import git
+from tests.helpers.images import PI_IMAGE
+from tests.helpers.policy import edit_org
 from tests.tls_server import TlsPageServer
 
 pytestmark = pytest.mark.docker

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
+from impyard.devtools.model_server import Conversation, ModelServer, Reply, Script
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV
 from tests.helpers.policy import edit_org
 from tests.integration.test_pi_agent import SECRET_ENV, set_up_owner
-from tests.model_server import Conversation, ModelServer, Reply, Script
 
 pytestmark = pytest.mark.docker
 

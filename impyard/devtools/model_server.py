@@ -9,7 +9,7 @@ thinks. Tool-call arguments are streamed split across several
 chunks, as real providers do, so Pi's incremental parser is exercised.
 
 Stdlib only: tests, the demo and the agent bench all use it. Run it alone with
-``python -m tests.model_server`` (the demo does) to serve the ``note`` script.
+``python -m impyard.devtools.model_server`` (the demo does) to serve the ``note`` script.
 """
 
 from __future__ import annotations

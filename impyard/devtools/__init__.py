@@ -1,0 +1,1 @@
+"""Tools for developing and demonstrating Impyard: not used by a run."""
