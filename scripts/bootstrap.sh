@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything a fresh Debian machine (Python + root) needs before the demo or the
-# tests: the Docker engine, a virtualenv with Impyard and its test tools (which
+# tests: the Docker engine with gVisor's runsc beside runc, a virtualenv with Impyard and its test tools (which
 # bring `just`), and the offline box image. Idempotent and quiet when done.
 set -euo pipefail
 
@@ -8,6 +8,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 bash scripts/engine.sh
+bash scripts/gvisor.sh
 
 if [ ! -x .venv/bin/python ]; then
     echo "bootstrap: creating .venv"
