@@ -42,6 +42,8 @@ class Trailers:
     checkpoint: int = 1
     #: The exit checkpoint, or one the box asked for while it ran.
     at_exit: bool = True
+    #: The engine runtime the box that wrote it ran under (runc or runsc).
+    runtime: str = "runc"
 
     def lines(self) -> list[str]:
         values = {
@@ -51,6 +53,7 @@ class Trailers:
             "Impyard-Channel": self.channel or "-",
             "Impyard-Base": self.base,
             "Impyard-Mode": self.mode,
+            "Impyard-Runtime": self.runtime,
             "Impyard-Checkpoint": f"{self.checkpoint} ({'exit' if self.at_exit else 'mid-run'})",
         }
         for key, value in values.items():

@@ -90,6 +90,7 @@ def new_manifest(
         namespace=namespace,
         created_at=names.utc_now(),
         timeout_seconds=box_timeout(request, policy),
+        runtime=policy.box.runtime,
         limits=KnowledgeLimits.of(policy.knowledge),
     )
 
