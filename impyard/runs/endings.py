@@ -68,13 +68,15 @@ def quarantine_without_box(run: Run, reason: str) -> None:
     run.quarantine()
 
 
-def exit_reason(box_exit: BoxExit, memory_bytes: int, tmp_usage: TmpUsage | None) -> str:
+def exit_reason(
+    box_exit: BoxExit, memory_bytes: int, tmp_usage: TmpUsage | None, runtime: str = "runc"
+) -> str:
     if box_exit.error:
         return f"engine error: {box_exit.error}"
     if box_exit.timed_out:
         return "timed out and killed"
     if box_exit.oom_killed:
-        return oom_reason(memory_bytes, tmp_usage)
+        return oom_reason(memory_bytes, tmp_usage, runtime)
     return f"exited with status {box_exit.exit_code}"
 
 

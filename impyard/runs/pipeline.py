@@ -313,14 +313,16 @@ class Run:
             interrupted = "killed by the host (serve shutdown)"
         clean = interrupted is None and box_exit.clean
         usage = self.tmp_watch.stop()
-        if box_exit.oom_killed:
+        runtime = self.manifest.runtime or "runc"
+        if box_exit.oom_killed and runtime == "runc":
+            # Under runsc the sampled figure is the whole box, not its /tmp (tmpwatch).
             self.manifest.oom_tmp_bytes = usage.peak_bytes if usage else None
         reason = None
         if not clean:
             memory = self.policy.box.memory_bytes
             from impyard.runs import endings
 
-            reason = interrupted or endings.exit_reason(box_exit, memory, usage)
+            reason = interrupted or endings.exit_reason(box_exit, memory, usage, runtime)
             reason += endings.space_full_note(self.manifest)
         self.event(
             "box.exited",
