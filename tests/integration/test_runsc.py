@@ -5,6 +5,7 @@ box reaches its gateway and nothing else, and a timeout kills it."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
 
@@ -30,6 +31,23 @@ p ipv6lo wget -q -O - "http://[::1]:3128/"
 p dns nslookup example.com
 p raw ping -c 1 127.0.0.1
 """
+
+
+@pytest.fixture(autouse=True)
+def _runsc(docker_engine: None) -> None:
+    """These tests need gVisor registered with the engine; CI installs it, never skips."""
+    import docker
+
+    client = docker.from_env(timeout=10)
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    finally:
+        client.close()
+    if "runsc" not in runtimes:
+        message = "the engine has no runtime runsc: run `bash scripts/gvisor.sh`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 @pytest.fixture
