@@ -13,7 +13,6 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.policy import edit_org
 
 pytestmark = pytest.mark.docker
 
@@ -52,10 +51,9 @@ def _runsc(docker_engine: None) -> None:
 
 @pytest.fixture
 def yard(cli: Cli) -> Cli:
-    assert cli("init").code == 0
-    edit_org(cli.home, 'runtime = "runc"', 'runtime = "runsc"')
-    deployed = cli("deploy")
-    assert deployed.code == 0, deployed.stderr
+    created = cli("init", env={"IMPYARD_INIT_RUNTIME": "runsc"})
+    assert created.code == 0, created.stderr
+    assert 'runtime = "runsc"' in (cli.home / "policy" / "org.toml").read_text()
     assert cli("imp", "create", "yuko").code == 0
     return cli
 
