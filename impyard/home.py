@@ -10,7 +10,6 @@ from pathlib import Path
 
 from impyard.errors import UsageError
 from impyard.fsutil import atomic_write_bytes
-from impyard.settings import load_settings
 
 
 @dataclass(frozen=True)
@@ -266,6 +265,10 @@ def init_home(home: Home, runtime: str | None = None) -> bool:
             directory.mkdir(parents=True, exist_ok=True)
         if not home.org_policy.exists():
             if runtime is None:
+                # Imported here, not at the top: every command imports Home, and the
+                # settings (pydantic) matter to it only when a data root is created.
+                from impyard.settings import load_settings
+
                 runtime = load_settings().init_runtime
             atomic_write_bytes(home.org_policy, default_org_policy(runtime))
     except OSError as exc:

@@ -23,7 +23,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from impyard.box.runtime import RUNSC_FIX, engine_runtimes
 from impyard.errors import ConfigError, EngineError
 from impyard.fsutil import atomic_write_json
 from impyard.home import Home
@@ -112,6 +111,10 @@ def runtime_violations(home: Home, org: Policy, imps: dict[str, Policy]) -> list
     named = {path: p.box.runtime for path, p in wanted.items() if p.box.runtime != "runc"}
     if not named:
         return []
+    # Imported here, not at the top: runs and status read compiled policy through this
+    # module, and only a policy naming runsc needs the engine client.
+    from impyard.box.runtime import RUNSC_FIX, engine_runtimes
+
     try:
         known: list[str] | None = engine_runtimes()
         problem = ""
