@@ -221,7 +221,9 @@ class Run:
         self.open_gateway()
         self.attach_gateway(pid)
         self.save()
-        self.event("box.started", container=started.container_id, image=spec.image)
+        self.event(
+            "box.started", container=started.container_id, image=spec.image, runtime=spec.runtime
+        )
         if self.ctx.on_box_started is not None:
             self.ctx.on_box_started(self.manifest)
         self.tmp_watch.start(pid)
@@ -313,9 +315,8 @@ class Run:
             interrupted = "killed by the host (serve shutdown)"
         clean = interrupted is None and box_exit.clean
         usage = self.tmp_watch.stop()
-        runtime = self.manifest.runtime or "runc"
+        runtime = self.manifest.runtime or "runc"  # under runsc the watch sees the whole box
         if box_exit.oom_killed and runtime == "runc":
-            # Under runsc the sampled figure is the whole box, not its /tmp (tmpwatch).
             self.manifest.oom_tmp_bytes = usage.peak_bytes if usage else None
         reason = None
         if not clean:
