@@ -17,8 +17,10 @@ from typing import Any
 
 from impyard.box import engine
 from impyard.box.engine import EngineCallError, EngineObjectNotFoundError, call
+from impyard.box.engineapi import EngineAPI
 from impyard.box.enginehttp import EngineTimeout
 from impyard.box.logs import LogFollower, copy_logs
+from impyard.box.runtime import RuntimeUnavailableError, engine_runtimes
 from impyard.box.spec import (
     LABEL_IMP,
     LABEL_RUN,
@@ -79,21 +81,8 @@ def resolve_image(image: str) -> str:
     return str(found["Id"])
 
 
-def start_box(
-    spec: BoxSpec,
-    log_path: Path | None = None,
-    image_id: str | None = None,
-    before_start: Callable[[], object] | None = None,
-) -> StartedBox:
-    """Create and start a hardened box; the container is removed again if start fails.
-
-    With ``log_path``, the box's output is attached to before it starts (``follower``).
-    ``image_id``: what ``spec.image`` was resolved to, when the caller already knows.
-    ``before_start``: called once the box is created, just before the start request
-    (the longest wait on the engine, ~100 ms), to begin work that overlaps it."""
-    api = engine.api()
-    image_id = image_id or resolve_image(spec.image)
-    created = call(
+def _create(api: EngineAPI, spec: BoxSpec, image_id: str) -> dict[str, Any]:
+    created: dict[str, Any] = call(
         "create",
         api.create_container,
         # By id, so the image recorded is the image that runs even if the tag moves.
@@ -110,6 +99,30 @@ def start_box(
         image=spec.image,
         retry_server_errors=False,
     )
+    return created
+
+
+def start_box(
+    spec: BoxSpec,
+    log_path: Path | None = None,
+    image_id: str | None = None,
+    before_start: Callable[[], object] | None = None,
+) -> StartedBox:
+    """Create and start a hardened box; the container is removed again if start fails.
+
+    With ``log_path``, the box's output is attached to before it starts (``follower``).
+    ``image_id``: what ``spec.image`` was resolved to, when the caller already knows.
+    ``before_start``: called once the box is created, just before the start request
+    (the longest wait on the engine, ~100 ms), to begin work that overlaps it."""
+    api = engine.api()
+    image_id = image_id or resolve_image(spec.image)
+    try:
+        created = _create(api, spec, image_id)
+    except EngineCallError as exc:
+        if exc.status == 400 and "Unknown runtime" in str(exc):
+            # Deploy checked the runtime; the engine lost it since (reconfigured, restarted).
+            raise RuntimeUnavailableError(spec.runtime, engine_runtimes()) from exc
+        raise
     container_id = str(created["Id"])
     follower = None
     try:
