@@ -26,12 +26,18 @@ lint:
     {{venv}}/mypy
 
 # Lint, then the whole test suite: unit tests in parallel, then the docker tests one at a time
-# (they share one engine, and their hygiene check counts its containers), then every bench
-# at its smoke size (each must still run and pass its own checks; figures are not judged)
+# (they share one engine, and their hygiene check counts its containers): all of them with
+# boxes under runc, then the box-facing ones again under gVisor (runsc); then every bench at
+# its smoke size (each must still run and pass its own checks; figures are not judged)
 test: lint
     {{venv}}/pytest -q -n auto tests/unit
     {{venv}}/pytest -q tests/integration
+    IMPYARD_INIT_RUNTIME=runsc {{venv}}/pytest -q {{runsc_suite}}
     {{venv}}/python -m bench --smoke
+
+# The docker tests that run again with boxes under runsc (test_runsc runs under gVisor in
+# both passes): the gateway (plain and TLS-inspected), the control endpoint, runs, check box, Pi and recovery
+runsc_suite := "tests/integration/test_gateway_box.py tests/integration/test_tls_inspection.py tests/integration/test_box_control.py tests/integration/test_run.py tests/integration/test_check_box.py tests/integration/test_pi_agent.py tests/integration/test_recovery.py"
 
 # Full demo: verify the tmpfs primitive
 demo:

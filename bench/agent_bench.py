@@ -9,7 +9,10 @@ loopback (no gateway, no policy, no checkpoint), `docker wait`, `docker rm`. The
 side is `impyard run` end to end: policy, checkout, gateway credential route, the box,
 snapshot, validation and the lane.
 
-IMPYARD_BENCH_REPS (default 7); IMPYARD_BENCH_BUILD=1 also times a forced image build.
+Each side runs under runc and under runsc (gVisor), the bare side with `--runtime`.
+
+IMPYARD_BENCH_REPS (default 7); IMPYARD_BENCH_RUNTIMES (default runc,runsc);
+IMPYARD_BENCH_BUILD=1 also times a forced image build.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ SECRET = "bench-placeholder-key"
 PORT = 3128
 
 
-def setup(model_url: str) -> Path:
+def setup(model_url: str, runtime: str) -> Path:
     home = scratch_dir("impyard-agentbench-")
-    impyard(home, "init")
+    impyard(home, "init", env={"IMPYARD_INIT_RUNTIME": runtime})
     org = home / "policy" / "org.toml"
     org.write_text(
         org.read_text()
@@ -62,7 +65,7 @@ def impyard_run(home: Path) -> None:
         raise SystemExit(f"impyard run failed ({result.returncode}): {result.stderr}")
 
 
-def bare_run(work: Path) -> None:
+def bare_run(work: Path, runtime: str) -> None:
     """The same box work with plain docker: the model bound into the box's loopback."""
     knowledge, signal = work / "knowledge", work / "signal"
     shutil.rmtree(knowledge, ignore_errors=True)
@@ -76,6 +79,8 @@ def bare_run(work: Path) -> None:
             "docker",
             "run",
             "-d",
+            "--runtime",
+            runtime,
             "--network",
             "none",
             "--read-only",
@@ -154,32 +159,41 @@ def image_facts() -> tuple[str, str]:
 
 def main() -> None:
     reps = int(os.environ.get("IMPYARD_BENCH_REPS", "7"))
+    runtimes = os.environ.get("IMPYARD_BENCH_RUNTIMES", "runc,runsc").split(",")
     size, build = image_facts()
+    rows = []
+    runc_ms: float | None = None
     with ModelServer(note_script()) as model:
-        home = setup(model.url)
-        work = home / "bare"
-        work.mkdir()
-        (work / "task.md").write_text("Write one note.\n")
-        # Warm-up (excluded): page cache for the image and the first checkout layer.
-        impyard_run(home)
-        bare_run(work)
-        bare, ours = [], []
-        for _ in range(reps):
-            bare.append(timed(functools.partial(bare_run, work)))
-            ours.append(timed(functools.partial(impyard_run, home)))
-        shutil.rmtree(home, ignore_errors=True)
+        for runtime in runtimes:
+            home = setup(model.url, runtime)
+            work = home / "bare"
+            work.mkdir()
+            (work / "task.md").write_text("Write one note.\n")
+            # Warm-up (excluded): page cache for the image and the first checkout layer.
+            impyard_run(home)
+            bare_run(work, runtime)
+            bare, ours = [], []
+            for _ in range(reps):
+                bare.append(timed(functools.partial(bare_run, work, runtime)))
+                ours.append(timed(functools.partial(impyard_run, home)))
+            shutil.rmtree(home, ignore_errors=True)
+            if runtime == "runc":
+                runc_ms = median(ours)
+            rows.append(
+                (
+                    runtime,
+                    f"{median(bare):.0f}",
+                    f"{median(ours):.0f}",
+                    f"{median(ours) / median(bare):.2f}x",
+                    f"{median(ours) / runc_ms:.2f}x" if runc_ms else "-",
+                    size,
+                    build,
+                )
+            )
     print_table(
         f"Pi run (3 model turns, one note): impyard run vs bare docker run, median of {reps}",
-        ("docker run ms", "impyard run ms", "ratio", "image", "build"),
-        [
-            (
-                f"{median(bare):.0f}",
-                f"{median(ours):.0f}",
-                f"{median(ours) / median(bare):.2f}x",
-                size,
-                build,
-            )
-        ],
+        ("runtime", "docker run ms", "impyard run ms", "ratio", "vs runc", "image", "build"),
+        rows,
     )
 
 

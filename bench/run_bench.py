@@ -1,7 +1,9 @@
 """Run overhead: `impyard run` of a one-note box against a bare `docker run --rm` of the
-same image doing the same write, side by side, at 0 / 10,000 / 100,000 records.
+same image doing the same write under the same runtime, side by side, at 0 / 10,000 /
+100,000 records, under runc and under runsc (gVisor).
 
-IMPYARD_BENCH_SIZES (default 0,10000,100000) and IMPYARD_BENCH_REPS (default 9).
+IMPYARD_BENCH_SIZES (default 0,10000,100000), IMPYARD_BENCH_REPS (default 9) and
+IMPYARD_BENCH_RUNTIMES (default runc,runsc).
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ BARE = (
 )
 
 
-def bare_run(target: Path) -> None:
+def bare_run(target: Path, runtime: str) -> None:
     subprocess.run(
         [
             "docker",
             "run",
             "--rm",
+            "--runtime",
+            runtime,
             "--network",
             "none",
             "--user",
@@ -61,12 +65,13 @@ def impyard_run(home: Path) -> None:
         )
 
 
-def setup(records: int, command: str | None = None) -> Path:
-    """A data root with imp `bench` holding ``records`` notes (and its own command)."""
+def setup(records: int, command: str | None = None, runtime: str = "runc") -> Path:
+    """A data root with imp `bench` holding ``records`` notes (and its own command), whose
+    boxes run under ``runtime``."""
     from impyard.knowledge.origin import publish_origin
 
     home = scratch_dir("impyard-runbench-")
-    impyard(home, "init")
+    impyard(home, "init", env={"IMPYARD_INIT_RUNTIME": runtime})
     impyard(home, "deploy")
     impyard(home, "imp", "create", "bench", *(["--command", command] if command else []))
     if records:
@@ -78,32 +83,39 @@ def setup(records: int, command: str | None = None) -> Path:
 def main() -> None:
     sizes = [int(s) for s in os.environ.get("IMPYARD_BENCH_SIZES", "0,10000,100000").split(",")]
     reps = int(os.environ.get("IMPYARD_BENCH_REPS", "9"))
+    runtimes = os.environ.get("IMPYARD_BENCH_RUNTIMES", "runc,runsc").split(",")
     byte_compiled()
     rows = []
     for records in sizes:
-        home = setup(records)
-        target = home / "bare-target"
-        target.mkdir()
-        os.chown(target, 65532, 65532)
-        # Warm-up (excluded): the first run on a new base materializes its layer once.
-        impyard_run(home)
-        bare_run(target)
-        bare, ours = [], []
-        for _ in range(reps):
-            bare.append(timed(functools.partial(bare_run, target)))
-            ours.append(timed(functools.partial(impyard_run, home)))
-        rows.append(
-            (
-                records,
-                f"{median(bare):.0f}",
-                f"{median(ours):.0f}",
-                f"{median(ours) / median(bare):.2f}x",
+        runc_ms: float | None = None
+        for runtime in runtimes:
+            home = setup(records, runtime=runtime)
+            target = home / "bare-target"
+            target.mkdir()
+            os.chown(target, 65532, 65532)
+            # Warm-up (excluded): the first run on a new base materializes its layer once.
+            impyard_run(home)
+            bare_run(target, runtime)
+            bare, ours = [], []
+            for _ in range(reps):
+                bare.append(timed(functools.partial(bare_run, target, runtime)))
+                ours.append(timed(functools.partial(impyard_run, home)))
+            if runtime == "runc":
+                runc_ms = median(ours)
+            rows.append(
+                (
+                    records,
+                    runtime,
+                    f"{median(bare):.0f}",
+                    f"{median(ours):.0f}",
+                    f"{median(ours) / median(bare):.2f}x",
+                    f"{median(ours) / runc_ms:.2f}x" if runc_ms else "-",
+                )
             )
-        )
-        shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(home, ignore_errors=True)
     print_table(
-        f"impyard run (one note) vs bare docker run --rm, median of {reps}",
-        ("records", "docker run ms", "impyard run ms", "ratio"),
+        f"impyard run (one note) vs bare docker run --rm of the same runtime, median of {reps}",
+        ("records", "runtime", "docker run ms", "impyard run ms", "ratio", "vs runc"),
         rows,
     )
 

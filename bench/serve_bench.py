@@ -74,7 +74,7 @@ MIXED_NOTE = 'impyard-note bench one-note --source https://example.com < "$IMPYA
 
 def bare_batch(target: Path, tasks: int, concurrency: int) -> None:
     with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda _: bare_run(target), range(tasks)))
+        list(pool.map(lambda _: bare_run(target, "runc"), range(tasks)))
 
 
 def integrated(home: Path) -> int:
@@ -261,7 +261,7 @@ def bare_half(target: Path, count: int, concurrency: int) -> tuple[float, list[f
     start = time.monotonic()
 
     def one(_: int) -> float:
-        bare_run(target)
+        bare_run(target, "runc")
         return time.monotonic()
 
     with ThreadPoolExecutor(concurrency) as pool:

@@ -15,8 +15,11 @@ from impyard.queue.db import connect
 from impyard.web.token import ensure_token
 
 
-def init_home(home: Home) -> bool:
-    """Create what is missing; never overwrite an owner's edited policy. True if anything new."""
+def init_home(home: Home, runtime: str | None = None) -> bool:
+    """Create what is missing; never overwrite an owner's edited policy. True if anything new.
+
+    A new org policy names ``runtime`` as the box runtime (default: the ``init_runtime``
+    setting)."""
     if home.root.exists() and not home.root.is_dir():
         raise UsageError(f"the data root {home.root} exists and is not a directory")
     fresh = not home.is_initialized()
@@ -31,7 +34,13 @@ def init_home(home: Home) -> bool:
         ):
             directory.mkdir(parents=True, exist_ok=True)
         if not home.org_policy.exists():
-            atomic_write_bytes(home.org_policy, default_org_policy())
+            if runtime is None:
+                # Imported here, not at the top: the settings (pydantic) matter to a data
+                # root only when one is created.
+                from impyard.settings import load_settings
+
+                runtime = load_settings().init_runtime
+            atomic_write_bytes(home.org_policy, default_org_policy(runtime))
     except OSError as exc:
         # A path under a regular file, a read-only mount, no permission: the owner's to fix.
         where = exc.filename or home.root
@@ -46,8 +55,17 @@ def init_home(home: Home) -> bool:
     return fresh
 
 
-def default_org_policy() -> bytes:
+#: The line of the shipped org policy that names the box runtime.
+_RUNTIME_LINE = b'\nruntime = "runc"\n'
+
+
+def default_org_policy(runtime: str = "runc") -> bytes:
+    """The shipped org policy, naming ``runtime`` as the box runtime."""
     # Package data, so an installed wheel carries it; the repository's top-level policy/
     # is a link to the same directory, where an owner reads the defaults.
     resource = importlib.resources.files("impyard.policy").joinpath("defaults", "org.toml")
-    return resource.read_bytes()
+    text = resource.read_bytes()
+    if runtime == "runc":
+        return text
+    assert _RUNTIME_LINE in text, "the shipped org policy names the box runtime"
+    return text.replace(_RUNTIME_LINE, f'\nruntime = "{runtime}"\n'.encode(), 1)

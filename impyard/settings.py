@@ -72,6 +72,11 @@ class Settings(BaseModel):
         description="Free space on the data root kept for the host's own state; a run is "
         "admitted only when it fits beside it.",
     )
+    init_runtime: Literal["runc", "runsc"] = Field(
+        default="runc",
+        description="The box.runtime the org policy a new data root gets (`impyard init`) "
+        "names: runc, or runsc (gVisor).",
+    )
     lease_ttl_seconds: float = Field(
         default=120.0,
         gt=0,

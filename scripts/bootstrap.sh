@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Everything a fresh Debian machine (Python + root) needs before the demo or the
-# tests: the Docker engine, a virtualenv with Impyard and its test tools (which
-# bring `just`), and the offline box image. Idempotent and quiet when done.
+# tests: the Docker engine with gVisor's runsc beside runc, a virtualenv with
+# Impyard and its test tools (which bring `just`), and the offline box images.
+# Idempotent and quiet when done.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 bash scripts/engine.sh
+bash scripts/gvisor.sh
 
 # The console's browser tests drive Debian's chromium through its chromedriver (never a
 # browser a test tool downloads).

@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.images import BOX_IMAGE, PI_IMAGE
+from tests.helpers.runtime import TEST_RUNTIME
 from tests.helpers.upstream import Upstream
 
 INTEGRATION = Path(__file__).resolve().parent / "integration"
@@ -33,11 +34,18 @@ def _engine_problem() -> str | None:
         try:
             client.ping()
             client.images.get(BOX_IMAGE)
+            runtimes = client.info().get("Runtimes") or {}
+            if TEST_RUNTIME not in runtimes:
+                return f"the engine has no runtime {TEST_RUNTIME} (run `bash scripts/gvisor.sh`)"
         finally:
             client.close()
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def pytest_report_header() -> str:
+    return f"box runtime: {TEST_RUNTIME} (IMPYARD_INIT_RUNTIME)"
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from impyard.box import engine
+from impyard.box.check_isolation import (
+    GVISOR_TMP_PROBE,
+    gvisor_info_rows,
+    gvisor_tmp_row,
+    network_rows,
+)
+from impyard.box.checkrow import Check, CheckRunError
+from impyard.box.runtime import require_runtime
 from impyard.box.spec import TMP_TMPFS
 from impyard.box.tmpwatch import gib
 from impyard.contract import TMP_SIZE_BYTES
@@ -43,18 +51,12 @@ if [ -e /opt/impyard/scratch ]; then echo "@scratch present"; else echo "@scratc
 SECOND_SCRIPT = 'if [ -e /tmp/probe ]; then echo "@again present"; else echo "@again absent"; fi'
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-
 @dataclass
 class CheckReport:
     image: str
     checks: list[Check] = field(default_factory=list)
     checkout: str = "copy"
+    runtime: str = "runc"
 
     @property
     def ok(self) -> bool:
@@ -68,21 +70,9 @@ class CheckReport:
             "image": self.image,
             "checks": [asdict(c) for c in self.checks],
             "checkout": self.checkout,
+            "runtime": self.runtime,
             "ok": self.ok,
         }
-
-
-class CheckRunError(EngineError):
-    """The check box could not be run at all (not: a check failed)."""
-
-    def __init__(self, image: str, exit_code: int, stderr: str) -> None:
-        tail = engine.stderr_tail(stderr)
-        super().__init__(
-            f"could not run the check box from {image} (docker exit {exit_code}): {tail}"
-        )
-        self.image = image
-        self.exit_code = exit_code
-        self.stderr_tail = tail
 
 
 class CheckFailedError(ImpyardError):
@@ -95,7 +85,7 @@ class CheckFailedError(ImpyardError):
         self.report = report
 
 
-def _run_sh(image: str, script: str) -> dict[str, str]:
+def _run_sh(image: str, script: str, runtime: str) -> dict[str, str]:
     """Run ``script`` in a throwaway ``--rm`` box; return its ``@key value`` lines."""
     from python_on_whales import DockerClient
     from python_on_whales.exceptions import DockerException, NoSuchImage
@@ -107,6 +97,7 @@ def _run_sh(image: str, script: str) -> dict[str, str]:
             ["-lc", script],
             entrypoint="/bin/sh",
             tmpfs=[f"/tmp:{TMP_TMPFS}"],
+            runtime=runtime,
             remove=True,
             pull="never",  # nothing can be pulled here; also saves an image inspect
             stream=True,
@@ -164,7 +155,7 @@ FILL_SCRIPT = (
 )
 
 
-def _fill_check(image: str, memory_bytes: int) -> Check:
+def _fill_check(image: str, memory_bytes: int, runtime: str) -> Check:
     """Fill /tmp under the box memory limit: tmpfs pages are charged to the box, so a limit
     below the size of /tmp means a box that fills it is OOM-killed, not told "disk full"."""
     from python_on_whales import DockerClient
@@ -180,6 +171,7 @@ def _fill_check(image: str, memory_bytes: int) -> Check:
             tmpfs=[f"/tmp:{TMP_TMPFS}"],
             memory=memory_bytes,
             memory_swap=memory_bytes,
+            runtime=runtime,
             remove=True,
             pull="never",
         )
@@ -241,26 +233,34 @@ def _space_row(settings: Settings) -> Check:
     return Check("run write limit (info)", True, detail)
 
 
-def check_box(image: str, settings: Settings, home: Home, memory_bytes: int) -> CheckReport:
+def check_box(
+    image: str, settings: Settings, home: Home, memory_bytes: int, runtime: str = "runc"
+) -> CheckReport:
     """Run the primitive and return every check; raises only when it cannot run at all.
 
-    ``memory_bytes`` is the box memory limit runs use (policy ``box.memory_bytes``)."""
+    ``memory_bytes`` is the box memory limit runs use (policy ``box.memory_bytes``);
+    ``runtime`` the engine runtime the boxes run under (runc or runsc)."""
     if shutil.which("docker") is None:
         # python-on-whales would otherwise try to download a docker CLI.
         raise EngineError("the docker CLI is not on PATH: install docker.io (`just engine`)")
     # One engine round trip first: a missing image or an unreachable engine gets
     # the same one-line reason as every other Impyard command.
     engine.call("image inspect", engine.api().inspect_image, image, image=image)
+    require_runtime(runtime)
 
-    facts = _run_sh(image, PROBE_SCRIPT)
-    report = CheckReport(image=image)
+    gvisor = runtime == "runsc"
+    facts = _run_sh(image, PROBE_SCRIPT + (GVISOR_TMP_PROBE if gvisor else ""), runtime)
+    report = CheckReport(image=image, runtime=runtime)
     fstype = facts.get("fstype", "")
     report.checks.append(Check("filesystem is tmpfs", fstype == "tmpfs", f"/tmp is {fstype!r}"))
     report.checks.append(_size_check(facts))
     probe = facts.get("probe", "")
     report.checks.append(Check("probe reads back ok", probe == "ok", f"read {probe!r}"))
-    report.checks.extend(_mount_checks(facts))
-    again = _run_sh(image, SECOND_SCRIPT).get("again", "")
+    mount_rows = _mount_checks(facts)
+    if gvisor:  # gVisor's /proc/mounts lists no nosuid,nodev: what they prevent is tried
+        mount_rows[0] = gvisor_tmp_row(facts)
+    report.checks.extend(mount_rows)
+    again = _run_sh(image, SECOND_SCRIPT, runtime).get("again", "")
     report.checks.append(
         Check(
             "second box does not see /tmp/probe",
@@ -277,10 +277,13 @@ def check_box(image: str, settings: Settings, home: Home, memory_bytes: int) -> 
         )
     )
     if fstype == "tmpfs":
-        report.checks.append(_fill_check(image, memory_bytes))
+        report.checks.append(_fill_check(image, memory_bytes, runtime))
     else:  # filling a /tmp on the box's disk would only write 2 GiB to the engine's disk
         report.checks.append(Check(FILL_CHECK, False, "not run: /tmp is not a tmpfs"))
     report.checkout, row = _checkout_row(settings, home, image)
     report.checks.append(row)
+    report.checks.extend(network_rows(runtime))
+    if gvisor:
+        report.checks.extend(gvisor_info_rows())
     report.checks.append(_space_row(settings))
     return report

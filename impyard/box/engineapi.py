@@ -31,6 +31,10 @@ class EngineAPI:
         answer: dict[str, Any] = self.transport.request("GET", "/version")
         return answer
 
+    def info(self) -> dict[str, Any]:
+        answer: dict[str, Any] = self.transport.request("GET", "/info")
+        return answer
+
     def ping(self) -> bool:
         """True; ``NotAnEngineAnswer`` when what answers at the address says anything but
         the engine's ``OK``."""

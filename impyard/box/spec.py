@@ -20,6 +20,8 @@ LABEL_IMP = "impyard.imp"
 
 
 MountKind = Literal["bind", "volume"]
+#: runc: the host's kernel behind namespaces, cgroups and seccomp; runsc: gVisor's own.
+Runtime = Literal["runc", "runsc"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class BoxSpec:
     cpus: float = 1.0
     pids_limit: int = 256
     network: Literal["none"] = "none"
+    runtime: Runtime = "runc"
     timeout_seconds: float = 3600.0
     name: str | None = None
     #: Replaces the image's entrypoint, e.g. ``["/opt/impyard/bin/box-init"]``.
@@ -78,6 +81,8 @@ class BoxSpec:
             raise ValueError(f"box labels must name the run and imp; missing {missing}")
         if _is_root(self.user):
             raise ValueError(f"boxes never run as root (user {self.user!r})")
+        if self.runtime not in ("runc", "runsc"):
+            raise ValueError(f"unknown box runtime {self.runtime!r}")
         if self.network != "none":
             raise ValueError("boxes have no network; egress goes through the gateway")
         if self.memory_bytes <= 0 or self.cpus <= 0 or self.pids_limit <= 0:

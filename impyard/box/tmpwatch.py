@@ -9,6 +9,11 @@ small file a few times a second costs nothing measurable.
 
 Works with cgroup v1 (``memory`` controller) and v2 (unified) hierarchies;
 where neither can be read the watch simply reports nothing.
+
+Under gVisor (runsc) the box's tmpfs lives in the sandbox's own memory file, a memfd the
+sentry also backs every process's memory with: the cgroup's ``shmem`` is then the whole
+box (a 300 MiB /tmp read 315 MB, the box's processes included). The watch reports that
+figure as it is, and ``oom_reason`` does not blame /tmp alone for it.
 """
 
 from __future__ import annotations
@@ -106,12 +111,18 @@ class TmpWatch:
         return TmpUsage(last_bytes=self._last, peak_bytes=self._peak)
 
 
-def oom_reason(limit_bytes: int, usage: TmpUsage | None) -> str:
+def oom_reason(limit_bytes: int, usage: TmpUsage | None, runtime: str = "runc") -> str:
     """What an owner reads when the box was OOM-killed."""
     base = "killed by the out-of-memory killer"
     if usage is None:
         return f"{base} (memory limit {gib(limit_bytes)})"
     held = max(usage.last_bytes, usage.peak_bytes)
+    if runtime == "runsc":
+        return (
+            f"{base}: the box held {gib(held)} of the {gib(limit_bytes)} memory limit (under "
+            "gVisor /tmp's files and the processes' memory are one figure; /tmp is memory and "
+            "counts against box.memory_bytes)"
+        )
     if held >= TMP_SHARE_TO_BLAME * limit_bytes:
         return (
             f"{base}: files in /tmp held {gib(held)} of the {gib(limit_bytes)} memory limit "

@@ -7,6 +7,7 @@ import typer
 from impyard.cli import complete
 from impyard.cli._common import echo, print_json, state
 from impyard.contract import DEFAULT_IMAGE
+from impyard.errors import UsageError
 
 check_app = typer.Typer(
     name="check",
@@ -22,8 +23,13 @@ def box(
     imp: str | None = typer.Option(
         None,
         "--imp",
-        help="Use this imp's memory limit (default: the org policy's).",
+        help="Use this imp's memory limit and runtime (default: the org policy's).",
         autocompletion=complete.imps,
+    ),
+    runtime: str | None = typer.Option(
+        None,
+        "--runtime",
+        help="Engine runtime to check: runc or runsc (gVisor); default: the policy's box.runtime.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
@@ -37,14 +43,17 @@ def box(
         policy, _warnings = policy_for_run(home, imp, strict=settings.strict_policy)
     else:
         policy = deployed_org_policy(home)
-    report = check_box(image, settings, home, policy.box.memory_bytes)
+    if runtime is not None and runtime not in ("runc", "runsc"):
+        raise UsageError(f"--runtime must be runc or runsc, not {runtime!r}")
+    chosen = runtime or policy.box.runtime
+    report = check_box(image, settings, home, policy.box.memory_bytes, chosen)
     if as_json:
         print_json(report.to_json())
     else:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"impyard check box: {image}")
+        table = Table(title=f"impyard check box: {image} under {chosen}")
         table.add_column("check")
         table.add_column("result")
         table.add_column("detail")

@@ -142,6 +142,7 @@ def register(app: typer.Typer) -> None:
             ("quarantine ref", m.quarantine_ref or "-"),
             ("container", m.container_id or "-"),
             ("image", m.image or "-"),
+            ("runtime", m.runtime or "runc"),
             ("started", m.started_at or "-"),
             ("ended", m.ended_at or "-"),
             ("timings (ms)", ", ".join(f"{k}={v}" for k, v in m.timings_ms.items()) or "-"),

@@ -44,6 +44,8 @@ class Trailers:
     at_exit: bool = True
     #: A rework run: the rejected run whose files it started from.
     rework_of: str | None = None
+    #: The engine runtime the box that wrote it ran under (runc or runsc).
+    runtime: str = "runc"
 
     def lines(self) -> list[str]:
         values = {
@@ -53,6 +55,7 @@ class Trailers:
             "Impyard-Channel": self.channel or "-",
             "Impyard-Base": self.base,
             "Impyard-Mode": self.mode,
+            "Impyard-Runtime": self.runtime,
             "Impyard-Checkpoint": f"{self.checkpoint} ({'exit' if self.at_exit else 'mid-run'})",
         }
         if self.rework_of is not None:

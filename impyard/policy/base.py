@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict
 #: An environment variable name (secret_env of a route, keys of [box.env]).
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-OverlayRule = Literal["lower", "disable", "require", "fixed", "free", "subset", "superset"]
+OverlayRule = Literal[
+    "lower", "disable", "require", "fixed", "free", "subset", "superset", "harden"
+]
 
 
 @dataclass(frozen=True)
@@ -27,9 +29,12 @@ class Overlay:
     subset   the overlay may drop entries; each entry it keeps must fit within an org entry
     superset the overlay may add entries, never drop one the org lists (lists that protect,
              like the query parameters redacted from receipts)
+    harden   the overlay may move the value later in ``order`` (weakest first), never
+             earlier (the box runtime: runc to runsc, never back)
     """
 
     rule: OverlayRule
+    order: tuple[str, ...] = ()
 
 
 LOWER = Overlay("lower")
@@ -39,6 +44,9 @@ FIXED = Overlay("fixed")
 FREE = Overlay("free")
 SUBSET = Overlay("subset")
 SUPERSET = Overlay("superset")
+#: The box runtimes, weakest isolation first.
+RUNTIME_ORDER = ("runc", "runsc")
+HARDEN_RUNTIME = Overlay("harden", RUNTIME_ORDER)
 
 
 class _Strict(BaseModel):

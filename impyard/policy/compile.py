@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from impyard.errors import ConfigError
+from impyard.errors import ConfigError, EngineError
 from impyard.fsutil import atomic_write_json
 from impyard.home import Home
 from impyard.names import check_imp_name, utc_now
@@ -107,9 +107,50 @@ def _compile(
     return org, effective, sources
 
 
+def runtime_violations(home: Home, org: Policy, imps: dict[str, Policy]) -> list[PolicyViolation]:
+    """A violation for each policy whose box runtime the engine does not have. Only a
+    policy naming runsc asks the engine; runc is every engine's."""
+    wanted = {str(home.org_policy): org} | {str(home.imp_policy(i)): p for i, p in imps.items()}
+    named = {path: p.box.runtime for path, p in wanted.items() if p.box.runtime != "runc"}
+    if not named:
+        return []
+    # Imported here, not at the top: runs and status read compiled policy through this
+    # module, and only a policy naming runsc needs the engine client.
+    from impyard.box.runtime import RUNSC_FIX, engine_runtimes
+
+    try:
+        known: list[str] | None = engine_runtimes()
+        problem = ""
+    except EngineError as exc:
+        known, problem = None, f"cannot ask the engine for its runtimes ({exc})"
+    found = []
+    for path, runtime in sorted(named.items()):
+        if known is not None and runtime in known:
+            continue
+        message = (
+            problem or f"the engine has no runtime {runtime} (it has: {', '.join(known or [])})"
+        )
+        fix = RUNSC_FIX if runtime == "runsc" else "register it with the engine"
+        found.append(
+            PolicyViolation(
+                path,
+                "box.runtime",
+                "runtime-unavailable",
+                f"{message}; {fix}",
+                org.box.runtime,
+                runtime,
+            )
+        )
+    return found
+
+
 def deploy(home: Home) -> DeployReport:
-    """Check every policy file and, only if all are valid, replace compiled.json atomically."""
+    """Check every policy file and, only if all are valid and the engine has every box runtime
+    they name, replace compiled.json atomically."""
     org, imps, sources = _compile(home)
+    missing = runtime_violations(home, org, imps)
+    if missing:
+        raise PolicyError(missing)
     document = {
         "format": FORMAT,
         "compiled_at": utc_now(),

@@ -15,7 +15,17 @@ from pydantic import AfterValidator, Field, field_validator
 
 from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
 from impyard.credentials import find_credentials
-from impyard.policy.base import DISABLE, ENV_NAME, FIXED, FREE, LOWER, REQUIRE, Overlay, _Strict
+from impyard.policy.base import (
+    DISABLE,
+    ENV_NAME,
+    FIXED,
+    FREE,
+    HARDEN_RUNTIME,
+    LOWER,
+    REQUIRE,
+    Overlay,
+    _Strict,
+)
 from impyard.policy.gateway import (
     GatewayAllow,
     GatewayArchive,
@@ -28,6 +38,7 @@ from impyard.policy.gateway import (
 
 __all__ = [
     "BoxPolicy",
+    "BoxRuntime",
     "EffectivePolicy",
     "GatewayAllow",
     "GatewayArchive",
@@ -107,6 +118,10 @@ BoxEnvName = Annotated[str, AfterValidator(_box_env_name)]
 BoxEnvValue = Annotated[str, Field(max_length=BOX_ENV_MAX_VALUE), AfterValidator(_box_env_value)]
 
 
+#: The engine runtimes a box may run under (the engine registers runsc as gVisor).
+BoxRuntime = Literal["runc", "runsc"]
+
+
 class KnowledgePolicy(_Strict):
     enabled: Annotated[bool, DISABLE] = Field(
         default=True, description="Mount a knowledge checkout and checkpoint what the imp writes."
@@ -160,6 +175,11 @@ class BoxPolicy(_Strict):
     )
     network: Annotated[Literal["none"], FIXED] = Field(
         default="none", description="Docker network of the box; egress only via the gateway."
+    )
+    runtime: Annotated[BoxRuntime, HARDEN_RUNTIME] = Field(
+        default="runc",
+        description="Engine runtime of the box: runc (the host's kernel) or runsc (gVisor, "
+        "a kernel of its own); an overlay may move an imp from runc to runsc, never back.",
     )
     env: Annotated[dict[BoxEnvName, BoxEnvValue], Field(max_length=BOX_ENV_MAX_KEYS), FREE] = Field(
         default_factory=dict,

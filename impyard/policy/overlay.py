@@ -106,6 +106,9 @@ def tighten_violations(org: Policy, effective: Policy, file: str) -> list[Policy
             problem = ("enables-feature", "the org turned this off; an overlay may not turn it on")
         elif marker.rule == "require" and was and not now:
             problem = ("removes-requirement", "the org requires this; an overlay may not drop it")
+        elif marker.rule == "harden" and marker.order.index(now) < marker.order.index(was):
+            order = " -> ".join(marker.order)
+            problem = ("weakens-isolation", f"may only move towards {marker.order[-1]} ({order})")
         elif marker.rule == "fixed":
             problem = ("org-only", "only the org policy sets this key")
         if problem is not None:

@@ -23,6 +23,8 @@ RULES: dict[str, str] = {
     "removes-requirement": "an overlay may not turn off a requirement the org sets",
     "org-only": "only the org policy sets this key",
     "not-granted": "an overlay may keep or narrow org grants, never add one",
+    "weakens-isolation": "an overlay may move a box from runc to runsc, never back",
+    "runtime-unavailable": "the engine has no runtime of that name registered",
 }
 
 

@@ -112,6 +112,7 @@ def new_manifest(
         rework_origin=request.rework.origin if request.rework else None,
         created_at=names.utc_now(),
         timeout_seconds=box_timeout(request, policy),
+        runtime=policy.box.runtime,
         limits=KnowledgeLimits.of(policy.knowledge),
     )
 

@@ -117,6 +117,7 @@ def box_spec(
         cpus=box.cpus,
         pids_limit=box.pids_limit,
         network=box.network,
+        runtime=m.runtime or box.runtime,
         labels=box_labels(m.run_id, m.imp),
         timeout_seconds=m.timeout_seconds or box_timeout(request, policy),
     )

@@ -15,9 +15,10 @@ def record_exit(
 ) -> bool:
     """Record how the box ended; True when it is a clean exit that may be checkpointed."""
     m = run.manifest
-    if box_exit.oom_killed:
+    runtime = m.runtime or "runc"  # under runsc the /tmp watch sees the whole box
+    if box_exit.oom_killed and runtime == "runc":
         m.oom_tmp_bytes = usage.peak_bytes if usage else None
-    reason = unclean_reason(box_exit, interrupted, m, run.policy.box.memory_bytes, usage)
+    reason = unclean_reason(box_exit, interrupted, m, run.policy.box.memory_bytes, usage, runtime)
     run.event(
         "box.exited",
         exit_code=box_exit.exit_code,
@@ -35,19 +36,22 @@ def unclean_reason(
     manifest: Manifest,
     memory_bytes: int,
     tmp_usage: TmpUsage | None,
+    runtime: str = "runc",
 ) -> str | None:
     """Why a box's exit may not be checkpointed; None for a clean exit."""
     if interrupted is None and box_exit.clean:
         return None
-    reason = interrupted or exit_reason(box_exit, memory_bytes, tmp_usage)
+    reason = interrupted or exit_reason(box_exit, memory_bytes, tmp_usage, runtime)
     return reason + space_full_note(manifest)
 
 
-def exit_reason(box_exit: BoxExit, memory_bytes: int, tmp_usage: TmpUsage | None) -> str:
+def exit_reason(
+    box_exit: BoxExit, memory_bytes: int, tmp_usage: TmpUsage | None, runtime: str = "runc"
+) -> str:
     if box_exit.error:
         return f"engine error: {box_exit.error}"
     if box_exit.timed_out:
         return "timed out and killed"
     if box_exit.oom_killed:
-        return oom_reason(memory_bytes, tmp_usage)
+        return oom_reason(memory_bytes, tmp_usage, runtime)
     return f"exited with status {box_exit.exit_code}"

@@ -28,6 +28,7 @@ def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
         channel=m.channel or "",
         base=m.base_commit,
         mode=m.mode,
+        runtime=m.runtime or "runc",
         checkpoint=number,
         at_exit=at_exit,
         rework_of=m.rework_of,

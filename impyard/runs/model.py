@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from impyard.box.spec import BoxExit
+from impyard.box.spec import BoxExit, Runtime
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.runspace import RunSpace
@@ -146,6 +146,9 @@ class Manifest(BaseModel):
     container_name: str | None = None
     image: str | None = None
     image_id: str | None = None
+    #: The engine runtime the box runs under (runc or runsc), fixed when the run is admitted;
+    #: None in a manifest from before runtimes were recorded (those ran under runc).
+    runtime: Runtime | None = None
     oom_killed: bool = False
     #: On an OOM kill, the most the box's /tmp held (tmpfs pages count against its memory).
     oom_tmp_bytes: int | None = None

@@ -118,7 +118,9 @@ class Run(RunRecord):
         self.gateway.open()
         self.gateway.attach(pid)
         self.save()
-        self.event("box.started", container=started.container_id, image=spec.image)
+        self.event(
+            "box.started", container=started.container_id, image=spec.image, runtime=spec.runtime
+        )
         if self.ctx.on_box_started is not None:
             self.ctx.on_box_started(self.manifest)
         self.tmp_watch.start(pid)

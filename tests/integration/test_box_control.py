@@ -18,6 +18,7 @@ from impyard.journal import Journal
 from tests.helpers.cli import Cli
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.repo import assert_fsck_clean
+from tests.helpers.runtime import TEST_RUNTIME
 
 pytestmark = pytest.mark.docker
 
@@ -163,6 +164,10 @@ rm -rf records/t records/d organization/index.md .hidden
         "hard-link",
         "too-deep",
     }
+    if TEST_RUNTIME == "runsc":
+        # gVisor keeps a fifo made in a bind mount inside the sandbox: the host's snapshot
+        # never holds it, so there is nothing special to refuse.
+        expected.discard("special-file")
     assert expected <= rules, (expected - rules, log)
     assert "impyard-check: " in log and "violation(s)" in log
     # Nothing reached Git: no ref moved, no object was written, by the check or the exit.

@@ -15,21 +15,36 @@ import pytest
 from tests.helpers.cli import Cli
 from tests.helpers.images import BOX_IMAGE
 from tests.helpers.policy import edit_org
+from tests.helpers.runtime import TEST_RUNTIME
 
 pytestmark = pytest.mark.docker
 
-CHECKS = {
+COMMON_CHECKS = {
     "filesystem is tmpfs",
     "size is 2 GiB",
     "probe reads back ok",
-    "mounted nosuid,nodev",
     "mode 1777",
     "second box does not see /tmp/probe",
     "no /opt/impyard/scratch",
     "a full /tmp fits box.memory_bytes",
     "checkout kind (info)",
+    "the gateway is reachable and nothing else is",
+    "no capabilities inside",
     "run write limit (info)",
 }
+CHECKS_BY_RUNTIME = {
+    "runc": COMMON_CHECKS | {"mounted nosuid,nodev", "seccomp filters the box's system calls"},
+    "runsc": COMMON_CHECKS
+    | {
+        "no setuid or device files in /tmp (gVisor)",
+        "kernel is gVisor",
+        "system calls meet gVisor, which is seccomp-filtered (gVisor)",
+        "/tmp usage and OOM kills (info)",
+    },
+}
+CHECKS = CHECKS_BY_RUNTIME[TEST_RUNTIME]
+#: Every check box below runs under the runtime the suite runs under.
+RT = ("--runtime", TEST_RUNTIME)
 
 
 def _one_line_error(stderr: str) -> str:
@@ -41,12 +56,12 @@ def _one_line_error(stderr: str) -> str:
 
 
 def test_check_box_passes(cli: Cli) -> None:
-    result = cli("check", "box")
+    result = cli("check", "box", *RT)
     assert result.code == 0, result.stderr
     assert "all box checks passed" in result.stdout
     assert "FAIL" not in result.stdout
 
-    result = cli("check", "box", "--json", "--image", BOX_IMAGE)
+    result = cli("check", "box", "--json", "--image", BOX_IMAGE, *RT)
     assert result.code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["image"] == BOX_IMAGE
@@ -58,7 +73,7 @@ def test_check_box_passes(cli: Cli) -> None:
 
 
 def test_check_box_passes_on_the_pi_agent_image(cli: Cli, pi_image: str) -> None:
-    result = cli("check", "box", "--json", "--image", pi_image)
+    result = cli("check", "box", "--json", "--image", pi_image, *RT)
     assert result.code == 0, result.stderr
     report = json.loads(result.stdout)
     assert {c["name"] for c in report["checks"]} == CHECKS
@@ -70,7 +85,7 @@ def test_a_memory_limit_below_a_full_tmp_is_named_as_the_cause(cli: Cli) -> None
     assert cli("init").code == 0
     edit_org(cli.home, "memory_bytes = 3221225472", "memory_bytes = 1073741824")
     assert cli("deploy").code == 0
-    result = cli("check", "box", "--json")
+    result = cli("check", "box", "--json", *RT)
     assert result.code != 0
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     fill = checks["a full /tmp fits box.memory_bytes"]
@@ -137,13 +152,13 @@ def plain_tmp_image(tmp_path: Path) -> Iterator[str]:
 
 
 def test_image_whose_tmp_is_not_tmpfs(cli: Cli, plain_tmp_image: str) -> None:
-    result = cli("check", "box", "--image", plain_tmp_image)
+    result = cli("check", "box", "--image", plain_tmp_image, *RT)
     assert result.code != 0
     line = _one_line_error(result.stderr)
     assert "filesystem is tmpfs" in line
     assert "FAIL" in result.stdout
 
-    result = cli("check", "box", "--json", "--image", plain_tmp_image)
+    result = cli("check", "box", "--json", "--image", plain_tmp_image, *RT)
     assert result.code != 0
     report = json.loads(result.stdout)
     assert report["ok"] is False

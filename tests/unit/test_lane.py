@@ -82,6 +82,7 @@ def test_one_note_lands_with_trusted_trailers(tmp_path: Path) -> None:
         "Impyard-Channel": "-",
         "Impyard-Base": base,
         "Impyard-Mode": "append",
+        "Impyard-Runtime": "runc",
         "Impyard-Checkpoint": "1 (exit)",
     }
     assert git("-C", home.repo("yuko"), "show", f"main:{path}").stdout.encode() == data

@@ -312,17 +312,18 @@ def test_the_commit_carries_a_source_receipt_trailer_per_cited_receipt(tmp_path:
     assert result.checkpoint == "integrated", result.violations
     message = message_of(repo, result.commit)
     trailers = message.rstrip("\n").rsplit("\n\n", 1)[1].split("\n")
-    assert [t.split(":")[0] for t in trailers[:7]] == [
+    assert [t.split(":")[0] for t in trailers[:8]] == [
         "Impyard-Imp",
         "Impyard-Run",
         "Impyard-Task",
         "Impyard-Channel",
         "Impyard-Base",
         "Impyard-Mode",
+        "Impyard-Runtime",
         "Impyard-Checkpoint",
     ]
     expected = sorted(f"Source-Receipt: {r.id} {r.url} sha256={r.sha256}" for r in (first, second))
-    assert trailers[7:] == expected  # one per receipt, sorted, after the Impyard-* ones
+    assert trailers[8:] == expected  # one per receipt, sorted, after the Impyard-* ones
     assert set(parse_trailers(message)) == {
         Citation(r.id, r.url, r.sha256) for r in (first, second)
     }

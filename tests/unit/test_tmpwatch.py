@@ -40,3 +40,12 @@ def test_oom_reason_blames_tmp_only_when_it_held_most_of_the_limit() -> None:
         not_tmp == "killed by the out-of-memory killer (memory limit 1.00 GiB; /tmp held 0.00 GiB)"
     )
     assert oom_reason(GIB, None) == "killed by the out-of-memory killer (memory limit 1.00 GiB)"
+
+
+def test_under_gvisor_an_oom_reports_the_whole_box_and_does_not_blame_tmp() -> None:
+    """gVisor's tmpfs is the sandbox's memory: the cgroup's shmem is the whole box."""
+    usage = TmpUsage(last_bytes=2**30, peak_bytes=2**30)
+    reason = oom_reason(2**30, usage, runtime="runsc")
+    assert reason.startswith("killed by the out-of-memory killer: the box held 1.00 GiB of")
+    assert "files in /tmp held" not in reason
+    assert "under gVisor /tmp's files and the processes' memory are one figure" in reason
