@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from impyard.home import Home, init_home
+from impyard.dataroot import init_home
+from impyard.home import Home
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org
 
@@ -30,6 +31,7 @@ def violations(result_stdout: str) -> list[tuple[str, str, str]]:
 
 def test_the_shipped_policy_runs_boxes_under_runc(cli: Cli) -> None:
     assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
     shown = json.loads(cli("policy", "show", "yuko", "--json").stdout)
     value = shown["values"]["box.runtime"]
     assert (value["value"], value["source"], value["overlay_rule"]) == ("runc", "org", "harden")
