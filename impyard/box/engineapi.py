@@ -140,7 +140,7 @@ class EngineAPI:
     def get_archive(self, container_id: str, path: str, limit: int) -> bytes | None:
         """A tar of ``path`` in the box's filesystem, or None when it is over ``limit``."""
         try:
-            return self.transport.request_bytes(
+            answer = self.transport.fetch(
                 "GET",
                 f"/containers/{_q(container_id)}/archive",
                 query={"path": path},
@@ -148,6 +148,7 @@ class EngineAPI:
             )
         except AnswerTooLarge:
             return None
+        return answer.data
 
     # -- volumes -------------------------------------------------------------------------
 

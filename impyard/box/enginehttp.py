@@ -177,21 +177,15 @@ class Transport:
         while True:
             conn, reused = self._take()
             try:
-                if conn.sock is not None:
-                    conn.sock.settimeout(timeout or self.timeout)
-                conn.request(method, target, body=payload, headers=sent_headers)
-                return conn, conn.getresponse()
+                with _closed_on_failure(conn, method, target):
+                    if conn.sock is not None:
+                        conn.sock.settimeout(timeout or self.timeout)
+                    conn.request(method, target, body=payload, headers=sent_headers)
+                    return conn, conn.getresponse()
             except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected) as exc:
-                conn.close()
                 if not reused:
                     raise
-                del exc  # stale idle connection: try a fresh one
-            except TimeoutError as exc:
-                conn.close()
-                raise EngineTimeout(f"no answer to {method} {target}") from exc
-            except BaseException:
-                conn.close()
-                raise
+                del exc  # stale idle connection (closed on the way out): try a fresh one
 
     def request(
         self,
@@ -211,19 +205,6 @@ class Transport:
         except ValueError as exc:  # an engine answers JSON here; what answered is not one
             raise answer.not_an_engine() from exc
 
-    def request_bytes(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        timeout: float | None = None,
-        limit: int = MAX_ANSWER_BYTES,
-    ) -> bytes:
-        """One call's whole answer body (at most ``limit`` bytes: more is an error)."""
-        return self.fetch(method, path, query=query, body=body, timeout=timeout, limit=limit).data
-
     def fetch(
         self,
         method: str,
@@ -237,17 +218,10 @@ class Transport:
         """One call's whole answer (at most ``limit`` bytes of body: more is an error)."""
         target = self.url(path, query)
         conn, response = self._send(method, target, body, timeout)
-        try:
+        with _closed_on_failure(conn, method, target):
             data = response.read(limit + 1)
             if len(data) > limit:
-                conn.close()
                 raise AnswerTooLarge(f"{path}: answer over {limit} bytes")
-        except TimeoutError as exc:
-            conn.close()
-            raise EngineTimeout(f"no answer to {method} {target}") from exc
-        except BaseException:
-            conn.close()
-            raise
         if response.will_close:
             conn.close()
         else:
@@ -345,6 +319,22 @@ class RawStream:
                 sock.shutdown(socket.SHUT_RDWR)
         self._response.close()
         self._conn.close()
+
+
+@contextlib.contextmanager
+def _closed_on_failure(
+    conn: http.client.HTTPConnection, method: str, target: str
+) -> Iterator[None]:
+    """A call that fails part-way leaves its connection in no state to reuse: close it.
+    A timeout says which call went unanswered."""
+    try:
+        yield
+    except TimeoutError as exc:
+        conn.close()
+        raise EngineTimeout(f"no answer to {method} {target}") from exc
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _error(answer: Answered) -> Exception:

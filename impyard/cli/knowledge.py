@@ -122,20 +122,6 @@ def check_command(
 
 
 def _report(imp: str, found: NoteProvenance, logged: dict[str, Receipt]) -> dict[str, Any]:
-    receipts = []
-    for citation in found.citations:
-        fetched = logged.get(citation.receipt)
-        receipts.append(
-            {
-                **citation.as_dict(),
-                "logged": fetched is not None,
-                "status": fetched.status if fetched else None,
-                "bytes": fetched.bytes if fetched else None,
-                "content_type": fetched.content_type if fetched else None,
-                "started_at": fetched.started_at if fetched else None,
-                "ended_at": fetched.ended_at if fetched else None,
-            }
-        )
     return {
         "imp": imp,
         "path": found.path,
@@ -145,7 +131,7 @@ def _report(imp: str, found: NoteProvenance, logged: dict[str, Receipt]) -> dict
         "commit": found.commit,
         "run": found.run,
         "independent_sources": found.independent_sources,
-        "receipts": receipts,
+        "receipts": found.receipts(logged),
     }
 
 

@@ -16,6 +16,7 @@ import io
 import select
 import socket
 import ssl
+from dataclasses import dataclass
 
 from impyard.gateway.client import Client
 from impyard.gateway.fetch import Fetch
@@ -32,17 +33,22 @@ from impyard.gateway.upstream import UpstreamError, open_connection
 _OWN_HEADERS = frozenset({RECEIPT_HEADER.lower(), "content-length"})
 
 
-def forward(
-    client: Client,
-    rec: Record,
-    host: str,
-    port: int,
-    tls: bool,
-    target: str,
-    extra: tuple[str, str] | None,
-) -> None:
-    """Send the client's request to ``host:port`` as ``target``, with ``extra`` (a route's
-    credential header) replacing any header of that name the client sent."""
+@dataclass(frozen=True)
+class Destination:
+    """Where a judged request goes: ``host:port`` (over TLS or not), as ``target``, with
+    ``extra`` (a route's credential header) replacing any header of that name the client
+    sent."""
+
+    host: str
+    port: int
+    tls: bool
+    target: str
+    extra: tuple[str, str] | None = None
+
+
+def forward(client: Client, rec: Record, to: Destination) -> None:
+    """Send the client's request to its destination and relay the answer."""
+    host, port, tls = to.host, to.port, to.tls
     gw = client.gateway
     framing = client.framing
     assert framing is not None  # the handler read the head
@@ -59,11 +65,11 @@ def forward(
         gw.receipts,
         run=gw.run_id,
         method=rec.method,
-        url=receipt_url(scheme, host, port, target, gw.policy.secret_query_params),
+        url=receipt_url(scheme, host, port, to.target, gw.policy.secret_query_params),
         route=rec.route,
         archive=gw.archive,
     )
-    head = _request_head(client, rec, host, port, tls, target, extra)
+    head = _request_head(client, rec, to)
     # Only a credential route the owner marked may reach a name that resolves privately.
     private = any(r.allow_private and r.name == rec.route for r in gw.policy.route)
     try:
@@ -106,22 +112,15 @@ def forward(
         _relay_response(client, rec, response, Body(stream, response.framing), fetch, sock)
 
 
-def _request_head(
-    client: Client,
-    rec: Record,
-    host: str,
-    port: int,
-    tls: bool,
-    target: str,
-    extra: tuple[str, str] | None,
-) -> bytes:
+def _request_head(client: Client, rec: Record, to: Destination) -> bytes:
     """The head sent upstream: the box's end-to-end headers (never its Host or framing, and
     never the route's header name), the route's header, and framing the gateway wrote."""
     framing = client.framing
     assert framing is not None
+    extra = to.extra
     skip = {"host", "content-length"} | ({extra[0].lower()} if extra else set())
-    default_port = 443 if tls else 80
-    fields = [("Host", host if port == default_port else f"{host}:{port}")]
+    default_port = 443 if to.tls else 80
+    fields = [("Host", to.host if to.port == default_port else f"{to.host}:{to.port}")]
     fields += end_to_end(client.headers, frozenset(skip))
     if extra is not None:
         fields.append(extra)
@@ -130,9 +129,9 @@ def _request_head(
     elif framing.kind == "length":
         fields.append(("Content-Length", str(framing.length)))
     try:
-        return request_head(rec.method, target, fields)
+        return request_head(rec.method, to.target, fields)
     except Malformed as exc:
-        reason = f"cannot send to {host}:{port}: {exc.reason}"
+        reason = f"cannot send to {to.host}:{to.port}: {exc.reason}"
         raise Refused(502, rec.rule, reason, "failed") from exc
 
 

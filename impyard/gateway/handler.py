@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from impyard.gateway.client import RunGateway
 from impyard.gateway.control import ControlRate, RunControl, is_control, serve_control
 from impyard.gateway.errors import GatewayError
-from impyard.gateway.forward import forward
+from impyard.gateway.forward import Destination, forward
 from impyard.gateway.framing import (
     Framing,
     Malformed,
@@ -213,7 +213,8 @@ class GatewayHandler(BaseHTTPRequestHandler):
             rec.host, rec.port, rec.path = host, port, path
         self._admit(rec)
         self.body_read = True  # forward relays it
-        forward(self, rec, host, port, tls, path + (f"?{query}" if query else ""), extra)
+        upstream_target = path + (f"?{query}" if query else "")
+        forward(self, rec, Destination(host, port, tls, upstream_target, extra))
 
     def serve_inspected(self, tls: ssl.SSLSocket, host: str, port: int) -> None:
         """Serve the requests inside a terminated tunnel to ``host:port``."""
@@ -260,7 +261,7 @@ class InspectedHandler(GatewayHandler):
         check_decision(rec, decide(self.gateway.policy, rec.method, host, port, path))
         self._admit(rec)
         self.body_read = True  # forward relays it
-        forward(self, rec, host, port, True, path + (f"?{query}" if query else ""), None)
+        forward(self, rec, Destination(host, port, True, path + (f"?{query}" if query else "")))
 
     def _is_tunnel(self, scheme: str, name: str | None, port: int | None) -> bool:
         return (

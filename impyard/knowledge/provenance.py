@@ -8,8 +8,9 @@ the caller's to add.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import pygit2
@@ -21,6 +22,9 @@ from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.records import parse_frontmatter
 from impyard.knowledge.repo import main_commit
+
+if TYPE_CHECKING:
+    from impyard.gateway.receipts import Receipt
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,32 @@ class NoteProvenance:
         Zero reads "no fetched source"."""
         hosts = {_host(c.url) for c in self.citations if not c.partial}
         return len(hosts - {None})
+
+    @property
+    def uncited(self) -> list[str]:
+        """The receipts the note names that its commit has no ``Source-Receipt`` trailer
+        for."""
+        trailered = {c.receipt for c in self.citations}
+        return [r for r in self.source_receipts if r not in trailered]
+
+    def receipts(self, logged: Mapping[str, Receipt]) -> list[dict[str, Any]]:
+        """Each cited receipt as its commit records it, with what the run's receipt log
+        (``logged``, by id) says of the fetch: all None when the log no longer has it."""
+        rows = []
+        for citation in self.citations:
+            fetched = logged.get(citation.receipt)
+            rows.append(
+                {
+                    **citation.as_dict(),
+                    "logged": fetched is not None,
+                    "status": fetched.status if fetched else None,
+                    "bytes": fetched.bytes if fetched else None,
+                    "content_type": fetched.content_type if fetched else None,
+                    "started_at": fetched.started_at if fetched else None,
+                    "ended_at": fetched.ended_at if fetched else None,
+                }
+            )
+        return rows
 
 
 def note_provenance(home: Home, imp: str, path: str) -> NoteProvenance:

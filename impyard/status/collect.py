@@ -19,7 +19,14 @@ from impyard.status.disk import MIN_FREE_RATIO, Statvfs, disk_section
 from impyard.status.engine import DockerProbe, EngineProbe, engine_status, image_statuses
 from impyard.status.images import named_images
 from impyard.status.knowledge import imp_knowledge
-from impyard.status.model import Problem, Status
+from impyard.status.model import (
+    DiskSection,
+    EngineStatus,
+    ImageStatus,
+    Problem,
+    RunningRun,
+    Status,
+)
 from impyard.status.policy import policy_section
 from impyard.status.units import human_bytes, iso
 from impyard.status.work import queue_and_leases, serve_section, unfinished_runs
@@ -61,6 +68,36 @@ def collect(
     imps = list_imps(home)
     engine = engine_status(probe)
     images = image_statuses(probe, named_images(home, imps), engine.reachable)
+    disk = disk_section(
+        home.root,
+        _disk_parts(home, imps),
+        min_free_ratio=min_free_ratio,
+        statvfs=statvfs or os.statvfs,
+    )
+    status = judged_status(
+        home, settings, now, imps, engine, images, runs=unfinished_runs(home, now), disk=disk
+    )
+    # Overlays may only keep the org's routes, so the org's are every route a run can use.
+    status.warnings.extend(
+        Problem(code=f.code, message=f.message)
+        for f in policy_findings(deployed_org_policy(home).gateway)
+    )
+    return status
+
+
+def judged_status(
+    home: Home,
+    settings: Settings,
+    now: datetime,
+    imps: list[str],
+    engine: EngineStatus,
+    images: list[ImageStatus],
+    *,
+    runs: list[RunningRun],
+    disk: DiskSection,
+) -> Status:
+    """The sections every status view shows, gathered now around the engine, images, runs
+    and disk the caller asked for (each view asks those its own way), and judged."""
     queue, leases = queue_and_leases(home, settings.lease_ttl_seconds, now)
     knowledge = [imp_knowledge(home, imp) for imp in imps]
     status = Status(
@@ -70,24 +107,14 @@ def collect(
         images=images,
         serve=serve_section(home),
         queue=queue,
-        runs=unfinished_runs(home, now),
+        runs=runs,
         leases=leases,
         knowledge=knowledge,
         backup=backup_section(home, len(deployed_org_policy(home).backup.remotes), knowledge),
-        disk=disk_section(
-            home.root,
-            _disk_parts(home, imps),
-            min_free_ratio=min_free_ratio,
-            statvfs=statvfs or os.statvfs,
-        ),
+        disk=disk,
         policy=policy_section(home),
     )
     judge(status)
-    # Overlays may only keep the org's routes, so the org's are every route a run can use.
-    status.warnings.extend(
-        Problem(code=f.code, message=f.message)
-        for f in policy_findings(deployed_org_policy(home).gateway)
-    )
     return status
 
 

@@ -124,19 +124,6 @@ def note(home: Home, imp: str, path: str) -> NoteView:
     text = data[:NOTE_BYTES].decode("utf-8", errors="replace")
     frontmatter = parse_frontmatter(text)
     logged = run_receipts(home, found.run) if found.run else {}
-    receipts = []
-    for citation in found.citations:
-        fetched = logged.get(citation.receipt)
-        receipts.append(
-            {
-                **citation.as_dict(),
-                "logged": fetched is not None,
-                "status": fetched.status if fetched else None,
-                "bytes": fetched.bytes if fetched else None,
-                "ended_at": fetched.ended_at if fetched else None,
-            }
-        )
-    cited = {row["id"] for row in receipts}
     return NoteView(
         imp=imp,
         path=path,
@@ -148,8 +135,8 @@ def note(home: Home, imp: str, path: str) -> NoteView:
             "commit": found.commit,
             "run": found.run,
             "source_urls": found.source_urls,
-            "uncited": [r for r in found.source_receipts if r not in cited],
-            "receipts": receipts,
+            "uncited": found.uncited,
+            "receipts": found.receipts(logged),
         },
         independent_sources=found.independent_sources,
     )

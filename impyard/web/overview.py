@@ -13,18 +13,14 @@ from datetime import UTC, datetime
 
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
-from impyard.policy.compile import deployed_org_policy
 from impyard.settings import Settings
-from impyard.status.backup import backup_section
-from impyard.status.collect import judge
+from impyard.status.collect import judged_status
 from impyard.status.disk import MIN_FREE_RATIO, disk_section
 from impyard.status.engine import DockerProbe, EngineProbe, engine_status, image_statuses
 from impyard.status.images import named_images
-from impyard.status.knowledge import imp_knowledge
 from impyard.status.model import EngineStatus, ImageStatus, QueueSection, Status
-from impyard.status.policy import policy_section
-from impyard.status.units import age_seconds, iso
-from impyard.status.work import queue_and_leases, serve_section
+from impyard.status.units import age_seconds
+from impyard.status.work import queue_and_leases
 from impyard.web.runindex import IndexView, RunFacts, RunIndex
 
 #: Seconds the engine's answer is reused (a stuck engine costs status seconds per ask).
@@ -89,26 +85,11 @@ def overview(home: Home, settings: Settings, engines: EngineCache, index: RunInd
     now = datetime.now(UTC)
     imps = list_imps(home)
     engine, images = engines.get(home, imps)
-    queue, leases = queue_and_leases(home, settings.lease_ttl_seconds, now)
     view = index.refresh()
-    knowledge = [imp_knowledge(home, imp) for imp in imps]
-    status = Status(
-        home=str(home.root),
-        generated_at=iso(now),
-        engine=engine,
-        images=images,
-        serve=serve_section(home),
-        queue=queue,
-        runs=[],
-        leases=leases,
-        knowledge=knowledge,
-        backup=backup_section(home, len(deployed_org_policy(home).backup.remotes), knowledge),
-        # Free space only: the usage walk is `impyard status`'s (budgeted, but seconds).
-        disk=disk_section(home.root, {}, min_free_ratio=MIN_FREE_RATIO, statvfs=os.statvfs),
-        policy=policy_section(home),
-    )
-    judge(status)
-    return Overview(status, _live(queue, view, now))
+    # Free space only: the usage walk is `impyard status`'s (budgeted, but seconds).
+    disk = disk_section(home.root, {}, min_free_ratio=MIN_FREE_RATIO, statvfs=os.statvfs)
+    status = judged_status(home, settings, now, imps, engine, images, runs=[], disk=disk)
+    return Overview(status, _live(status.queue, view, now))
 
 
 def live(home: Home, settings: Settings, index: RunIndex) -> Live:

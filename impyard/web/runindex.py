@@ -8,7 +8,6 @@ is gone (gc) leaves the index at the next refresh.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from impyard.home import Home
-from impyard.names import RUN_ID
+from impyard.runs.lookup import run_ids
 from impyard.runs.model import TERMINAL_STATES
 
 
@@ -77,7 +76,7 @@ class RunIndex:
         self._finished: dict[str, RunFacts] = {}
 
     def refresh(self) -> IndexView:
-        ids = _run_ids(self.home)
+        ids = run_ids(self.home)
         with self._lock:
             present = set(ids)
             for gone in [run_id for run_id in self._finished if run_id not in present]:
@@ -93,15 +92,6 @@ class RunIndex:
                 if read.finished:
                     self._finished[run_id] = read
         return IndexView(ids, facts)
-
-
-def _run_ids(home: Home) -> list[str]:
-    try:
-        with os.scandir(home.runs_dir) as entries:
-            names = [entry.name for entry in entries if RUN_ID.fullmatch(entry.name)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(names, reverse=True)
 
 
 def read_facts(home: Home, run_id: str) -> RunFacts | None:
