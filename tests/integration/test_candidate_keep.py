@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
+from tests.helpers.runtime import TEST_RUNTIME
 
 pytestmark = pytest.mark.docker
 
@@ -93,9 +94,14 @@ def test_links_and_fifos_are_listed_as_not_kept_and_nothing_to_land_keeps_the_re
     assert shown.code == 0, shown.stderr
     not_kept = json.loads(shown.stdout)["not_kept"]
     assert any("'records/t/link.md': symlink" in line for line in not_kept), not_kept
-    assert any("'records/t/pipe.md': special-file" in line for line in not_kept), not_kept
     text = yard("candidates", "show", run_id).stdout
-    assert "not kept (2):" in text, text
+    if TEST_RUNTIME == "runsc":
+        # gVisor keeps a fifo made in a bind mount inside the sandbox: the host's snapshot
+        # never sees it, so only the link is left out.
+        assert "not kept (1):" in text, text
+    else:
+        assert any("'records/t/pipe.md': special-file" in line for line in not_kept), not_kept
+        assert "not kept (2):" in text, text
 
     before = refs(yard)
     retried = yard("candidates", "retry", run_id)
