@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from impyard.errors import ImpyardError
+from impyard.home import Home
+from impyard.knowledge.imps import list_imps, read_imp_settings
+from impyard.policy.compile import policy_for_run
 from impyard.policy.gateway import GatewayPolicy, GatewayRoute
 
 #: Clients that add ``/v1`` to the base URL they are given (Pi's models.json does).
@@ -99,6 +103,21 @@ def run_refusal(
     if not found:
         return None
     return f"refusing to run imp {imp!r}: " + "; ".join(f.message for f in found)
+
+
+def imps_refused(home: Home) -> list[str]:
+    """One ``run_refusal`` line per imp whose every run would fail: serve says them at
+    start, and refuses each such task when its turn comes."""
+    found = []
+    for imp in list_imps(home):
+        try:
+            policy, _ = policy_for_run(home, imp, strict=False)
+            refusal = run_refusal(imp, policy.gateway, read_imp_settings(home, imp).agent)
+        except ImpyardError:
+            continue  # an invalid policy is the run's own error, said when it is refused
+        if refusal is not None:
+            found.append(refusal)
+    return found
 
 
 def private_addresses(host: str) -> list[str]:

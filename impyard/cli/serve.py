@@ -11,7 +11,6 @@ from types import FrameType
 import typer
 
 from impyard.cli._common import initialized_home, state, warn
-from impyard.home import Home
 
 
 def register(app: typer.Typer) -> None:
@@ -47,7 +46,9 @@ def register(app: typer.Typer) -> None:
 
         home = initialized_home(ctx)
         settings = state(ctx).settings
-        for refusal in refusals(home):
+        from impyard.preflight import imps_refused
+
+        for refusal in imps_refused(home):
             warn(refusal)
         console = None
         if web is not None:
@@ -91,23 +92,3 @@ def register(app: typer.Typer) -> None:
             lines.close()
             if console is not None:
                 console.stop()
-
-
-def refusals(home: Home) -> list[str]:
-    """One line per imp whose every run would fail (a route's secret unset, ...): its tasks
-    are refused when their turn comes; the owner hears it at start, not per task."""
-    from impyard.errors import ImpyardError
-    from impyard.knowledge.imps import list_imps, read_imp_settings
-    from impyard.policy.compile import policy_for_run
-    from impyard.preflight import run_refusal
-
-    found = []
-    for imp in list_imps(home):
-        try:
-            policy, _ = policy_for_run(home, imp, strict=False)
-            refusal = run_refusal(imp, policy.gateway, read_imp_settings(home, imp).agent)
-        except ImpyardError:
-            continue  # an invalid policy is the run's own error, said when it is refused
-        if refusal is not None:
-            found.append(refusal)
-    return found
