@@ -142,7 +142,7 @@ class HeadTailWriter:
         size = self._layout.segment
         needed_from = max(0, self._tail_written - self._layout.tail) // size
         while self._oldest_kept < needed_from:
-            _unlink(self._live / _segment_name(self._oldest_kept))
+            (self._live / _segment_name(self._oldest_kept)).unlink(missing_ok=True)
             self._oldest_kept += 1
 
     def _tail_pieces(self, length: int) -> Iterator[bytes]:
@@ -151,12 +151,8 @@ class HeadTailWriter:
         position = self._tail_written - length
         while position < self._tail_written:
             index, within = divmod(position, size)
-            fd = os.open(self._live / _segment_name(index), _OPEN_FLAGS)
-            try:
-                want = min(size - within, self._tail_written - position)
-                data = os.pread(fd, want, within)
-            finally:
-                os.close(fd)
+            want = min(size - within, self._tail_written - position)
+            data = _read_at(self._live / _segment_name(index), within, want)
             if not data:
                 raise OSError(f"box log segment {index} is shorter than written")
             position += len(data)
@@ -178,7 +174,7 @@ class HeadTailWriter:
         # Recorded before the segments go: a reader that finds one missing looks here first.
         atomic_write_json(self._live / _END, asdict(ending), durable=False)
         for index in range(self._oldest_kept, self._segment_index + 1):
-            _unlink(self._live / _segment_name(index))
+            (self._live / _segment_name(index)).unlink(missing_ok=True)
         kept = self._head_written + tail
         return KeptLog(seen_bytes=self._seen, kept_bytes=kept, truncated=omitted > 0)
 
@@ -217,7 +213,9 @@ class LogReader:
 
     def read_whole(self) -> Iterator[bytes]:
         """A log with no live directory, from the reader's position to its end."""
-        yield from _read_file(self._path, self.position, None)
+        while data := _read_at(self._path, self.position, READ_BYTES):
+            self.position += len(data)
+            yield data
         self.ended = True
 
     def _read_live(self, layout: Layout) -> list[bytes]:
@@ -300,10 +298,6 @@ def _oldest_segment(live: Path) -> int | None:
     return min(numbers, default=None)
 
 
-def _unlink(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
 def _read_at(path: Path, offset: int, length: int) -> bytes:
     try:
         fd = os.open(path, _OPEN_FLAGS)
@@ -311,24 +305,6 @@ def _read_at(path: Path, offset: int, length: int) -> bytes:
         return b""
     try:
         return os.pread(fd, length, offset)
-    finally:
-        os.close(fd)
-
-
-def _read_file(path: Path, offset: int, length: int | None) -> Iterator[bytes]:
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except FileNotFoundError:
-        return
-    try:
-        while length is None or length > 0:
-            data = os.pread(fd, READ_BYTES if length is None else min(length, READ_BYTES), offset)
-            if not data:
-                return
-            offset += len(data)
-            if length is not None:
-                length -= len(data)
-            yield data
     finally:
         os.close(fd)
 

@@ -193,3 +193,13 @@ def test_a_stream_split_inside_a_character_or_an_escape_is_shown_the_same() -> N
     split = "".join(pieces.feed(data[i : i + 1]) for i in range(len(data))) + pieces.flush()
     assert split == expected
     assert "é ☃ \\x1b[2J end\n" in expected and expected.endswith("\\xff\\xfe")
+
+
+def test_a_log_written_before_live_logs_is_read_whole_once(tmp_path: Path) -> None:
+    log = tmp_path / "box.log"
+    data = stream_of(2_500_000)  # more than one read's worth
+    log.write_bytes(data)
+    reader = LogReader(log)
+    assert reader.read() == [] and not reader.started() and reader.legacy()
+    assert b"".join(reader.read_whole()) == data
+    assert reader.ended and reader.position == len(data)
