@@ -137,7 +137,6 @@ def register(app: typer.Typer) -> None:
         """Drive one run handed over on stdin to its end (what `run --detach` starts)."""
         from impyard.runs.admission import execute
         from impyard.runs.detach import ProgressPipe, read_request
-        from impyard.runs.model import EXIT_CODES
 
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -163,22 +162,18 @@ def register(app: typer.Typer) -> None:
         from impyard import backup
 
         backup.drain()
-        raise typer.Exit(EXIT_CODES.get(outcome.manifest.checkpoint, 1))
+        raise typer.Exit(outcome.exit_code)
 
 
 def _detach(home: Home, request: RunRequest, as_json: bool) -> None:
-    from impyard.runs.detach import DetachError, spawn
+    from impyard.runs.detach import spawn
+    from impyard.runs.model import RunOutcome
 
-    try:
-        detached = spawn(home, request)
-    except DetachError as exc:
-        typer.echo(f"impyard: error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+    # A refusal (DetachError) goes to the one error handler, with the driver's exit code.
+    detached = spawn(home, request)
     if detached.ended is not None:
         _report(detached.ended, as_json)
-        from impyard.runs.model import EXIT_CODES
-
-        raise typer.Exit(EXIT_CODES.get(detached.ended.checkpoint, 1))
+        raise typer.Exit(RunOutcome(detached.ended).exit_code)
     if as_json:
         print_json({"run_id": detached.run_id, "state": "running"})
     else:

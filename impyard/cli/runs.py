@@ -231,7 +231,7 @@ def register(app: typer.Typer) -> None:
         from impyard.runs import follow as following
         from impyard.runs import manifest
         from impyard.runs.lookup import resolve_run
-        from impyard.runs.model import EXIT_CODES
+        from impyard.runs.model import RunOutcome
 
         home = initialized_home(ctx)
         run_id = resolve_run(home, run_id)
@@ -255,4 +255,4 @@ def register(app: typer.Typer) -> None:
         assert ended is not None, "never stopped early"
         for line in outcome_lines(ended):
             echo(line)
-        raise typer.Exit(EXIT_CODES.get(ended.checkpoint, 1) if exit_code else 0)
+        raise typer.Exit(RunOutcome(ended).exit_code if exit_code else 0)
