@@ -2,8 +2,8 @@
 landed, looked for on main (a checkpoint a dead host landed), checked against its base
 (``validate.check_change``), and its commit message written.
 
-``lane.integrate`` and ``lane.preview`` (a repair's dry run) both start here, so a dry
-run refuses exactly what the lane refuses before its turn.
+``lane.integrate`` starts here, and so does its ``dry_run`` (a repair's preview), so a
+dry run refuses exactly what the lane refuses before its turn.
 """
 
 from __future__ import annotations
