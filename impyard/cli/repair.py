@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from impyard.repair.preserved import Kind
 
 
+#: ``retry --dry-run``'s help.
+DRY_RETRY = "Say whether it would land, what and why not; change nothing."
 #: Longest reason a listing shows on its row (show has all of it).
 REASON_CHARS = 80
 
@@ -92,18 +94,19 @@ def _group(kind: Kind) -> typer.Typer:
             return
         _print_diff(shown, noun)
 
-    def retry(ctx: typer.Context, run_id: str, as_json: bool, from_ref: bool) -> None:
+    def retry(ctx: typer.Context, run_id: str, as_json: bool, from_ref: bool, dry: bool) -> None:
+        from impyard.cli.repair_print import print_retry
         from impyard.repair.preserved import preserved_run
         from impyard.repair.retry import retry as retry_change
 
         run_id = preserved_run(initialized_home(ctx), run_id)
-        result = retry_change(state(ctx).settings, kind, run_id, from_ref=from_ref)
+        result = retry_change(state(ctx).settings, kind, run_id, from_ref=from_ref, dry_run=dry)
         for message in result.warnings:
             warn(message)
         if as_json:
             print_json(result.as_dict())
         else:
-            _print_retry(result.as_dict())
+            print_retry(result.as_dict())
         raise typer.Exit(result.exit_code)
 
     if kind == "candidate":
@@ -113,14 +116,15 @@ def _group(kind: Kind) -> typer.Typer:
             ctx: typer.Context,
             run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
             as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+            dry: bool = typer.Option(False, "--dry-run", help=DRY_RETRY),
         ) -> None:
             """Land a candidate refused under a policy since changed (e.g. a raised limit).
 
             Re-validates the same files against the current main and policy, then lands
             through the lane; it cannot fix content (`rework` or re-run the task). Exit 0
             landed (the ref is removed after main moved), 3 rejected, 5 conflict, 1
-            nothing to land (the ref stays as it was in all three)."""
-            retry(ctx, run_id, as_json, False)
+            nothing to land (the ref stays as it was in all three); 0 for a dry run."""
+            retry(ctx, run_id, as_json, False, dry)
 
     else:
 
@@ -132,14 +136,16 @@ def _group(kind: Kind) -> typer.Typer:
             from_ref: bool = typer.Option(
                 False, "--from-ref", help="Use the ref's tree, not the kept checkout."
             ),
+            dry: bool = typer.Option(False, "--dry-run", help=DRY_RETRY),
         ) -> None:
             """Land a quarantined change under a policy since changed (e.g. a raised limit).
 
             Re-validates a fresh snapshot of the kept checkout (or the ref's tree when it is
             gone) against the current main and policy, then lands through the lane; it
             cannot fix content (`rework` or re-run the task). Exit 0 landed, 3 rejected, 5
-            conflict, 1 nothing to land (everything stays as it was in all three)."""
-            retry(ctx, run_id, as_json, from_ref)
+            conflict, 1 nothing to land (everything stays as it was in all three); 0 for a
+            dry run."""
+            retry(ctx, run_id, as_json, from_ref, dry)
 
     @group.command("rework")
     def rework_command(
@@ -149,6 +155,9 @@ def _group(kind: Kind) -> typer.Typer:
             None, "--note", help="What the agent should know besides the violations."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the task as JSON."),
+        dry: bool = typer.Option(
+            False, "--dry-run", help="Show the task and its task file; queue nothing."
+        ),
     ) -> None:
         """Queue a rework task: the same imp fixes the refused files and tries again.
 
@@ -159,6 +168,15 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.rework import rework
 
         home = initialized_home(ctx)
+        if dry:
+            from impyard.cli.repair_print import print_rework
+
+            preview = rework(home, kind, preserved_run(home, run_id), note, dry_run=True)
+            if as_json:
+                print_json(preview.as_dict())
+            else:
+                print_rework(preview.as_dict())
+            return
         task = rework(home, kind, preserved_run(home, run_id), note)
         if as_json:
             print_json(task.as_dict())
@@ -173,22 +191,19 @@ def _group(kind: Kind) -> typer.Typer:
         ctx: typer.Context,
         run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+        dry: bool = typer.Option(False, "--dry-run", help="Say what it removes; remove nothing."),
     ) -> None:
         """Delete the ref (and a quarantined run's kept checkout); main is untouched."""
+        from impyard.cli.repair_print import print_drop
         from impyard.repair.drop import drop
         from impyard.repair.preserved import preserved_run
 
         home = initialized_home(ctx)
-        result = drop(home, kind, preserved_run(home, run_id))
+        result = drop(home, kind, preserved_run(home, run_id), dry_run=dry).as_dict()
         if as_json:
-            print_json(result.as_dict())
-            return
-        line = f"dropped {result.ref}"
-        if result.commit:
-            line += f" ({result.commit})"
-        if result.checkout_removed:
-            line += "; the kept checkout is removed"
-        echo(line)
+            print_json(result)
+        else:
+            print_drop(result)
 
     @group.command("export")
     def export_command(
@@ -305,29 +320,6 @@ def _print_diff(shown: dict[str, Any], noun: str) -> None:
         echo(f"... {left} more file(s) not shown: `impyard {noun} export` writes them all")
     if not shown["files_total"]:
         echo("no difference from main")
-
-
-def _print_retry(result: dict[str, Any]) -> None:
-    from impyard.textsafe import visible
-
-    if result["landed"]:
-        commit = f" {result['commit']}" if result["commit"] else ""
-        echo(
-            f"{result['run_id']} {result['outcome']}{commit} (checkpoint {result['checkpoint']}, "
-            f"from the {result['source']})"
-        )
-        if result["candidate_ref"]:
-            echo(f"kept back at {result['candidate_ref']}:")
-    else:
-        count = len(result["violations"])
-        echo(
-            f"{result['run_id']} {result['outcome']}: {count} violation(s); "
-            f"{result['ref']} is kept as it was"
-        )
-    for v in result["violations"]:
-        echo(visible(f"  {v['path'] or '-'}: {v['rule']}: {v['message']}"))
-    if result["advice"]:
-        echo(result["advice"])
 
 
 def repair_line(r: dict[str, Any]) -> str:

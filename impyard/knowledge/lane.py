@@ -34,21 +34,20 @@ landing it twice.
 
 What a lane commit says and what an integration answers (trailers, results,
 candidate refs, how an integration ends) are in ``lanerecord``; this module
-re-exports them.
+re-exports them. The validation before a change's turn is ``lanecheck``'s.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import cast
 
 import pygit2
 
-from impyard.errors import KnowledgeError, UsageError
+from impyard.errors import KnowledgeError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
@@ -56,8 +55,9 @@ from impyard.knowledge.citations import Receipts
 from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.headtree import HeadTree
 from impyard.knowledge.history import Added, checkpoint_number, lane_commit, remember_added
-from impyard.knowledge.imps import open_repo, require_imp
-from impyard.knowledge.increments import Landed, Split, split
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.increments import Landed
+from impyard.knowledge.lanecheck import Prepared, prepare
 from impyard.knowledge.lanequeue import Ticket, take_turn
 from impyard.knowledge.lanerecord import (
     LaneCheckpoint,
@@ -65,21 +65,18 @@ from impyard.knowledge.lanerecord import (
     Outcome,
     Trailers,
     candidate_ref,
-    commit_message,
     commits_since,
     find_landed_commit,
     keep_candidate,
     run_commits,
 )
 from impyard.knowledge.origin import sync_origin
-from impyard.knowledge.readers import validation_reader
-from impyard.knowledge.rechecks import LandedSince, recheck_since
+from impyard.knowledge.rechecks import LandedSince
 from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.sizes import blob_size, record_tree_bytes, tree_bytes
 from impyard.knowledge.staging import MemoryObjects, staged
 from impyard.knowledge.trees import PathConflict
-from impyard.knowledge.validate import REPO_PATH, check_change
-from impyard.names import check_run_id
+from impyard.knowledge.validate import REPO_PATH
 
 __all__ = [
     "LaneCheckpoint",
@@ -91,7 +88,6 @@ __all__ = [
     "find_landed_commit",
     "integrate",
     "keep_candidate",
-    "recheck",
     "run_commits",
 ]
 
@@ -116,6 +112,7 @@ def integrate(
     landed: Landed | None = None,
     keep_refused: bool = True,
     receipts: Receipts | None = None,
+    dry_run: bool = False,
 ) -> LaneResult:
     """Validate, then land ``change`` on main (or keep it as a candidate); never lands twice.
 
@@ -128,37 +125,29 @@ def integrate(
     Validation runs here, in the caller's thread (``readers``: at most two of an imp's at
     once, sharing a repository per base); then the change waits its turn in the imp's
     lane, where it may land in one pass with others that waited alongside it.
-    """
-    check_run_id(trailers.run)
-    if (trailers.imp, trailers.base, trailers.mode) != (imp, base, mode):
-        raise UsageError("trailers disagree with the run being integrated (imp, base or mode)")
-    trailers.lines()  # refuse unusable trailer values before any work
-    require_imp(home, imp)
-    parts = split(change, landed or {})
-    increment = parts.increment
-    outcome = Outcome(home, parts, trailers, keep_refused)
-    if increment.is_empty:
-        return outcome.landed("empty")
-    with validation_reader(home, imp, base) as reader:
-        found = find_landed_commit(reader, trailers.run, base, trailers.checkpoint)
-        if found is not None:
-            return outcome.landed("integrated", found)
-        checked = check_change(
-            reader,
-            base,
-            parts.effective,
-            namespace=namespace,
-            mode=mode,
-            limits=limits,
-            receipts=receipts,
-        )
-    if checked.violations:
-        return outcome.refused("rejected", checked.violations)
-    # Notes an earlier checkpoint landed had their receipts in that checkpoint's commit.
-    cited = [c for path in increment.written for c in checked.citations.get(path, ())]
-    message = commit_message(increment, trailers, cited)
 
-    prepared = _Prepared(parts, trailers, namespace, mode, limits, keep_refused, message)
+    ``dry_run`` (a repair's preview) writes nothing: the same validation, then the same
+    replay onto main's head in memory, never published; no candidate is kept, and a change
+    that would land answers ``integrated`` without a commit. Main may move before a real
+    landing, which then checks again.
+    """
+    prepared = prepare(
+        home,
+        imp,
+        change,
+        base=base,
+        namespace=namespace,
+        mode=mode,
+        limits=limits,
+        trailers=trailers,
+        landed=landed,
+        keep_refused=keep_refused and not dry_run,
+        receipts=receipts,
+    )
+    if isinstance(prepared, LaneResult):
+        return prepared
+    if dry_run:
+        return _dry_replay(home, imp, prepared)
 
     def land(batch: list[_Ticket]) -> None:
         _land(home, imp, batch)
@@ -167,20 +156,16 @@ def integrate(
     return take_turn(lane_lock, prepared, partial(locked, lane_lock), land)
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """A validated change waiting for the lane: all a pass needs, computed by its caller."""
-
-    parts: Split
-    trailers: Trailers
-    namespace: str
-    mode: Mode
-    limits: KnowledgeLimits
-    keep_refused: bool
-    message: str
+def _dry_replay(home: Home, imp: str, prepared: Prepared) -> LaneResult:
+    """How the lane would end ``prepared`` on main's head now, its commit never kept."""
+    repo = open_repo(home, imp)
+    outcome = Outcome(home, prepared.parts, prepared.trailers, keep_refused=False)
+    with staged(repo.path) as (stage, memory):
+        replayed = _Chain(home, repo, stage, memory, {})._replay(prepared, outcome)
+    return replayed if isinstance(replayed, LaneResult) else outcome.landed("integrated")
 
 
-_Ticket = Ticket[_Prepared, LaneResult]
+_Ticket = Ticket[Prepared, LaneResult]
 
 
 def _land(home: Home, imp: str, batch: list[_Ticket]) -> None:
@@ -272,7 +257,7 @@ class _Chain:
         else:
             self.landed.append((ticket, outcome, replayed))
 
-    def _replay(self, prepared: _Prepared, outcome: Outcome) -> LaneResult | str:
+    def _replay(self, prepared: Prepared, outcome: Outcome) -> LaneResult | str:
         """One change onto the chain's head: its new commit, or how it ends without one."""
         trailers, increment = prepared.trailers, prepared.parts.increment
         since = self._landed_since(trailers.base)
@@ -390,10 +375,3 @@ def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -
         ref.set_target(new, f"impyard lane: {old[:12]} -> {str(new)[:12]}")
     except pygit2.GitError as exc:  # libgit2 refuses when the stored value is not ``old``
         raise KnowledgeError(f"main moved outside the lane while integrating: {exc}") from exc
-
-
-def recheck(
-    repo: pygit2.Repository, base: str, change: Change, namespace: str, mode: Mode, run_id: str
-) -> list[Violation]:
-    """What landed on main since ``base`` that ``change`` now clashes with (reads only)."""
-    return recheck_since(repo, base, main_commit(repo), change, namespace, mode, run_id)

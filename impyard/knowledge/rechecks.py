@@ -23,6 +23,7 @@ from impyard.knowledge.clashes import landed_name_clashes
 from impyard.knowledge.history import LaneCommit, changed_by, lane_commits_since
 from impyard.knowledge.pathnames import normalize_segment
 from impyard.knowledge.records import ORGANIZATION, RECORDS, parse_record_path
+from impyard.knowledge.repo import main_commit
 
 _ORG_PREFIX = ORGANIZATION + "/"
 _RECORDS_PREFIX = RECORDS + "/"
@@ -170,3 +171,10 @@ def recheck_since(
         return []
     since = LandedSince.read(repo, base, head)
     return since.clashes(lambda: repo[head].peel(pygit2.Tree), change, namespace, mode, run_id)
+
+
+def recheck(
+    repo: pygit2.Repository, base: str, change: Change, namespace: str, mode: Mode, run_id: str
+) -> list[Violation]:
+    """What landed on main since ``base`` that ``change`` now clashes with (reads only)."""
+    return recheck_since(repo, base, main_commit(repo), change, namespace, mode, run_id)

@@ -65,14 +65,22 @@ def acting_owner() -> str:
 
 
 @contextlib.contextmanager
-def owning(home: Home, run_id: str) -> Iterator[Manifest]:
-    """The run's manifest, read under its owner lock (held until the block ends)."""
+def owning(home: Home, run_id: str, *, claim: bool = True) -> Iterator[Manifest]:
+    """The run's manifest, read under its owner lock (held until the block ends).
+    ``claim`` False (a dry run) only looks: refused as a repair would be, it holds and
+    creates nothing, and the manifest may change meanwhile."""
     manifest = manifests.read(home, run_id)
     if not manifest.is_terminal:
         raise ImpyardError(f"run {run_id} is {manifest.state}, not finished: repair it after")
+    busy = f"run {run_id} is being driven or repaired by another process"
+    if not claim:
+        if RunOwnership.is_held(home, run_id):
+            raise ImpyardError(busy)
+        yield manifest
+        return
     ownership = RunOwnership.claim(home, run_id)
     if ownership is None:
-        raise ImpyardError(f"run {run_id} is being driven or repaired by another process")
+        raise ImpyardError(busy)
     with ownership:
         yield manifests.read(home, run_id)  # as it is now that no one else may change it
 

@@ -23,6 +23,13 @@ commit on main instead of landing it again. The preserved ref is removed only af
 that: once main holds the commit and the manifest says so, and only if the ref still
 names the commit this retry read. A refused retry writes nothing to Git: the preserved
 ref, main and the candidate stay as they were.
+
+Dry run: the same reading (``retryread``), the same validation and the same replay
+onto main's head (``lane.integrate(dry_run=True)``), writing nothing: no repair record,
+no journal entry, no ref, no lane turn, no lease; the kept checkout stays. It answers
+what the retry would do now: land (and which paths it would write and delete on main)
+or be refused (and every violation). Main may move before the retry itself, which then
+checks again.
 """
 
 from __future__ import annotations
@@ -35,23 +42,15 @@ from typing import Any
 import pygit2
 
 from impyard import backup
-from impyard.errors import ImpyardError, KnowledgeError, NotFoundError
+from impyard.errors import ImpyardError, LeaseHeldError
 from impyard.home import Home
-from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Violation
-from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import Landed, landed_by, split
-from impyard.knowledge.lane import (
-    LaneCheckpoint,
-    checkpoint_number,
-    keep_candidate,
-    run_commits,
-)
-from impyard.knowledge.snapshot import snapshot
-from impyard.policy.compile import policy_for_run
+from impyard.knowledge.change import Violation
+from impyard.knowledge.lane import LaneCheckpoint, LaneResult, candidate_ref, keep_candidate
 from impyard.queue import leases
 from impyard.queue.db import opened
 from impyard.repair import kept, records
-from impyard.repair.preserved import Kind, base_of, ref_of, tree_change
+from impyard.repair.preserved import Kind
+from impyard.repair.retryread import Reading, changed_by, read_change, would_change
 from impyard.runs import manifest as manifests
 from impyard.runs.landing import integrate_run, trailers
 from impyard.runs.model import EXIT_CODES, Manifest, RepairRecord
@@ -80,10 +79,19 @@ class RetryResult:
     #: Changes to files the run had already landed, kept here after the rest landed.
     candidate_ref: str | None = None
     warnings: list[str] = field(default_factory=list)
+    #: What landing changed (a dry run: would change) on main.
+    written: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    #: Computed and nothing done (``retry(dry_run=True)``).
+    dry_run: bool = False
+
+    @property
+    def would_land(self) -> bool:
+        return self.outcome in ("integrated", "empty")
 
     @property
     def landed(self) -> bool:
-        return self.outcome in ("integrated", "empty")
+        return self.would_land and not self.dry_run
 
     @property
     def advice(self) -> str | None:
@@ -95,7 +103,7 @@ class RetryResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.outcome]
+        return 0 if self.dry_run else EXIT_CODES[self.outcome]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -103,11 +111,15 @@ class RetryResult:
             "run_id": self.run_id,
             "imp": self.imp,
             "ref": self.ref,
+            "dry_run": self.dry_run,
             "outcome": self.outcome,
             "landed": self.landed,
+            "would_land": self.would_land,
             "checkpoint": self.checkpoint,
             "source": self.source,
             "commit": self.commit,
+            "written": self.written,
+            "deleted": self.deleted,
             "violations": [v.as_dict() for v in self.violations],
             "candidate_ref": self.candidate_ref,
             "warnings": self.warnings,
@@ -115,83 +127,92 @@ class RetryResult:
         }
 
 
-def retry(settings: Settings, kind: Kind, run_id: str, *, from_ref: bool = False) -> RetryResult:
-    """Re-validate the run's preserved change against main and land it, or say why not."""
+def retry(
+    settings: Settings,
+    kind: Kind,
+    run_id: str,
+    *,
+    from_ref: bool = False,
+    dry_run: bool = False,
+) -> RetryResult:
+    """Re-validate the run's preserved change against main and land it, or say why not;
+    ``dry_run``: say which, and do nothing."""
     home = Home(settings.home)
-    with records.owning(home, run_id) as m:
-        ref = ref_of(kind, run_id)
-        repo = open_repo(home, m.imp)
-        if ref not in repo.references:
-            raise NotFoundError(_missing(m, kind, ref))
-        policy, warnings = policy_for_run(home, m.imp, strict=settings.strict_policy)
-        if not policy.knowledge.enabled:
-            raise ImpyardError(
-                f"knowledge is disabled by policy for imp {m.imp!r} (knowledge.enabled = "
-                f"false): nothing is integrated; {ref} is kept"
-            )
-        limits = KnowledgeLimits.of(policy.knowledge)
-        sha = str(repo.lookup_reference(ref).peel(pygit2.Commit).id)
-        if base_of(repo, sha) != m.base_commit:
-            raise KnowledgeError(f"{ref} is not built on run {run_id}'s base {m.base_commit}")
-
-        earlier = records.pending(m, "retry", kind)
-        number = earlier.checkpoint if earlier and earlier.checkpoint else _next_number(repo, m)
-        landed = _landed(repo, m, excluding=number)
-        change, source = _change(repo, m, kind, sha, limits, landed, from_ref=from_ref)
-        parts = split(change, landed)
-        if parts.increment.is_empty and not parts.touched:
-            raise ImpyardError(_nothing_to_land(m, kind, ref, change))
-        if earlier is None:
-            record = records.new_record("retry", kind, ref, checkpoint=number, detail=source)
+    with records.owning(home, run_id, claim=not dry_run) as m:
+        r = read_change(settings, m, kind, from_ref=from_ref)
+        if dry_run:
+            _lease_free(home, m, settings.lease_ttl_seconds)
+            return _result(r, _integrate(home, r, dry_run=True), dry_run=True)
+        if r.earlier is None:
+            record = records.new_record("retry", kind, r.ref, checkpoint=r.number, detail=r.source)
             records.begin(home, m, record)
         else:  # a retry a dead host left: the same number, now by whoever finishes it
-            record = earlier
-            fresh = records.new_record("retry", kind, ref)
-            record.by, record.at, record.detail = fresh.by, fresh.at, source
+            record = r.earlier
+            fresh = records.new_record("retry", kind, r.ref)
+            record.by, record.at, record.detail = fresh.by, fresh.at, r.source
 
-        exit_trailers = trailers(m, number, at_exit=True)
+        exit_trailers = trailers(m, r.number, at_exit=True)
         with _lease(home, m, settings.lease_ttl_seconds):
-            lane = integrate_run(
-                home,
-                m,
-                change,
-                limits,
-                number=number,
-                at_exit=True,
-                landed=landed,
-                keep_refused=False,
-            )
-        outcome = lane.checkpoint
-        if outcome == "empty" and lane.violations:
-            outcome = "rejected"  # nothing new to land, and changes to landed files refused
-        result = RetryResult(
-            kind,
-            run_id,
-            m.imp,
-            ref,
-            outcome,
-            number,
-            source,
-            commit=lane.commit,
-            violations=lane.violations,
-            warnings=warnings,
-        )
+            lane = _integrate(home, r, dry_run=False)
+        result = _result(r, lane, dry_run=False)
         if result.landed:
-            if parts.touched:  # files the run had landed stay refused, kept as the box left them
+            if r.parts.touched:  # files the run had landed stay refused, kept as the box left them
                 result.candidate_ref = keep_candidate(
-                    repo,
-                    parts.kept,
+                    r.repo,
+                    r.parts.kept,
                     exit_trailers,
                     lane.checkpoint,
                     lane.violations,
-                    gone=parts.gone,
+                    gone=r.parts.gone,
                 ).candidate_ref
-            _settle_landed(home, repo, m, record, result, sha)
+            _settle_landed(home, r.repo, m, record, result, r.sha)
         else:
-            record.outcome, record.violations = outcome, len(lane.violations)
+            record.outcome, record.violations = result.outcome, len(lane.violations)
             manifests.write(home, m)
             records.journal(home, record, run_id=run_id, imp=m.imp, violations=lane.violations)
         return result
+
+
+def _integrate(home: Home, r: Reading, *, dry_run: bool) -> LaneResult:
+    return integrate_run(
+        home,
+        r.m,
+        r.change,
+        r.limits,
+        number=r.number,
+        at_exit=True,
+        landed=r.landed,
+        keep_refused=False,
+        dry_run=dry_run,
+    )
+
+
+def _result(r: Reading, lane: LaneResult, *, dry_run: bool) -> RetryResult:
+    """How the retry ends (a dry run: would end), as the owner is told."""
+    outcome = lane.checkpoint
+    if outcome == "empty" and lane.violations:
+        outcome = "rejected"  # nothing new to land, and changes to landed files refused
+    result = RetryResult(
+        r.kind,
+        r.m.run_id,
+        r.m.imp,
+        r.ref,
+        outcome,
+        r.number,
+        r.source,
+        commit=lane.commit,
+        violations=lane.violations,
+        warnings=r.warnings,
+        dry_run=dry_run,
+    )
+    if result.would_land:
+        if lane.commit is not None:
+            result.written, result.deleted = changed_by(r.repo, lane.commit)
+        elif dry_run:
+            result.written, result.deleted = would_change(r.repo, r.parts.increment)
+        if dry_run and r.parts.touched:
+            result.candidate_ref = candidate_ref(r.m.run_id)  # where the rest would be kept
+    return result
 
 
 def _settle_landed(
@@ -245,69 +266,6 @@ def _remove_ref(repo: pygit2.Repository, ref: str, read: str, warnings: list[str
     reference.delete()
 
 
-def _nothing_to_land(m: Manifest, kind: Kind, ref: str, change: Change) -> str:
-    """Why a retry refused to act: the preserved change adds nothing to main."""
-    noun = "candidates" if kind == "candidate" else "quarantine"
-    what = (
-        "holds no change against the run's base"
-        if change.is_empty
-        else "holds nothing the run has not already landed"
-    )
-    return (
-        f"nothing to land: {ref} {what}; it is kept (`impyard {noun} show {m.run_id}` "
-        f"says why it was preserved, `impyard {noun} drop {m.run_id}` removes it)"
-    )
-
-
-def _change(
-    repo: pygit2.Repository,
-    m: Manifest,
-    kind: Kind,
-    sha: str,
-    limits: KnowledgeLimits,
-    landed: Landed,
-    *,
-    from_ref: bool,
-) -> tuple[Change, str]:
-    """The run's whole change against its base, and where it was read."""
-    if kind == "quarantine" and not from_ref and kept.is_kept(m):
-        try:
-            with kept.readable(m) as checkout:
-                return snapshot(repo, checkout, limits), "checkout"
-        except ImpyardError as exc:
-            raise ImpyardError(
-                f"cannot read the kept checkout of run {m.run_id}: {exc}; "
-                f"`retry --from-ref` uses the tree of {ref_of(kind, m.run_id)} instead"
-            ) from exc
-    # A preserved tree holds only what had not landed: what did is added back as it landed.
-    change = tree_change(repo, sha)
-    for path, was in landed.items():
-        if path in change.written or path in change.deleted:
-            continue
-        if was is None:
-            change.deleted.add(path)
-        else:
-            change.written[path] = FileState(was.blob, was.size, was.executable)
-    return change, "ref"
-
-
-def _landed(repo: pygit2.Repository, m: Manifest, *, excluding: int) -> Landed:
-    """What the run's commits on main landed (mid-run and exit checkpoints, earlier
-    retries), read from the commits; not the one numbered ``excluding``, which is this
-    retry's own if an earlier attempt landed it."""
-    commits = [
-        str(c.id)
-        for c in run_commits(repo, m.run_id, m.base_commit)
-        if checkpoint_number(c) != excluding
-    ]
-    return landed_by(repo, reversed(commits))
-
-
-def _next_number(repo: pygit2.Repository, m: Manifest) -> int:
-    numbers = [checkpoint_number(c) for c in run_commits(repo, m.run_id, m.base_commit)]
-    return max([len(m.landed_checkpoints), *numbers]) + 1
-
-
 @contextlib.contextmanager
 def _lease(home: Home, m: Manifest, ttl_seconds: float) -> Iterator[None]:
     """A reorganize change lands under the imp's exclusive lease, as its run did."""
@@ -323,17 +281,14 @@ def _lease(home: Home, m: Manifest, ttl_seconds: float) -> Iterator[None]:
             leases.release(conn, m.imp, m.run_id)
 
 
-def _missing(m: Manifest, kind: Kind, ref: str) -> str:
-    """Why there is nothing to retry: a retry already landed it, or it was dropped."""
-    for record in reversed(m.repairs):
-        if record.kind != kind or record.ref != ref:
-            continue
-        if record.action == "retry" and record.outcome in ("integrated", "empty"):
-            landed = f" as {record.commit}" if record.commit else ""
-            return f"no {ref}: already landed{landed} (retried by {record.by} at {record.at})"
-        if record.action == "drop" and record.outcome == "dropped":
-            return f"no {ref}: dropped by {record.by} at {record.at}"
-    return f"no {ref}: run {m.run_id} has no {kind} kept"
+def _lease_free(home: Home, m: Manifest, ttl_seconds: float) -> None:
+    """A dry run is refused as ``_lease`` would refuse the retry, holding nothing."""
+    if m.mode != "reorganize":
+        return
+    with opened(home.db) as conn:
+        holder = leases.holder_of(conn, m.imp, ttl_seconds)
+    if holder is not None and holder != m.run_id:
+        raise LeaseHeldError(m.imp, holder)
 
 
 __all__ = ["RetryResult", "retry"]

@@ -49,7 +49,7 @@ class BoxControl:
         # box's start, see ``Run.beside_box_start``), never before a box starts.
         from impyard.knowledge.imps import open_repo
         from impyard.knowledge.increments import split
-        from impyard.knowledge.lane import recheck
+        from impyard.knowledge.rechecks import recheck
         from impyard.knowledge.records import ORGANIZATION, RECORDS
         from impyard.knowledge.snapshot import CheckTooLarge, snapshot
         from impyard.knowledge.validate import validate

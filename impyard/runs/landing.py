@@ -53,11 +53,13 @@ def integrate_run(
     at_exit: bool,
     landed: Landed,
     keep_refused: bool | None = None,
+    dry_run: bool = False,
 ) -> LaneResult:
     """Checkpoint ``number`` of run ``m`` through its imp's lane: the run's base, namespace,
     mode and receipts, what its earlier checkpoints landed, and its trailers. What main
     refuses is kept as a candidate only at exit (default): mid-run, the box can still fix
-    it, and an owner's retry leaves every ref as it was."""
+    it, and an owner's retry leaves every ref as it was. ``dry_run``: what the lane would
+    answer now, writing nothing (``lane.integrate``)."""
     return integrate(
         home,
         m.imp,
@@ -70,6 +72,7 @@ def integrate_run(
         landed=landed,
         keep_refused=at_exit if keep_refused is None else keep_refused,
         receipts=run_receipts(home, m.run_id),
+        dry_run=dry_run,
     )
 
 

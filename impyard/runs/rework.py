@@ -8,12 +8,15 @@ oid, the namespace its files were named in, the violations, the owner's note). I
 prompt is the chain's original prompt; the run's task file quotes it with the rest
 (``task_text``). The owner queues one with ``candidates|quarantine rework``; policy
 ``review.rework_attempts`` queues one after a rejection, at most that many per
-original task (``after_rejection``).
+original task (``after_rejection``). ``plan_rework`` builds the task without queueing
+it, so a dry run shows exactly what ``queue_rework`` would queue (and ``preview_text``
+the task file its run would read).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from impyard import names
 from impyard.errors import ImpyardError, NotFoundError
@@ -38,6 +41,64 @@ POLICY_ACTOR = "policy review.rework_attempts"
 PROMPT_BYTES = 256 * 1024
 
 
+@dataclass(frozen=True)
+class ReworkPlan:
+    """The rework task as it would be queued: for which imp, how, starting from what."""
+
+    imp: str
+    #: The chain's original prompt (the task's; the run's task file quotes it).
+    prompt: str
+    reorganize: bool
+    channel: str | None
+    origin: ReworkOrigin
+    link: tasks.ReworkLink
+
+    @property
+    def mode(self) -> str:
+        return "reorganize" if self.reorganize else "append"
+
+
+def plan_rework(home: Home, m: Manifest, kind: str, *, note: str | None = None) -> ReworkPlan:
+    """The rework of finished run ``m``'s preserved ``kind`` (candidate or quarantine),
+    built and not queued: reads only."""
+    ref = candidate_ref(m.run_id) if kind == "candidate" else quarantine_ref(m.run_id)
+    repo = open_repo(home, m.imp)
+    reference = repo.references.get(ref)
+    if reference is None:
+        raise NotFoundError(f"no {ref}: run {m.run_id} has no {kind} to rework")
+    origin = ReworkOrigin(
+        of=m.run_id,
+        origin=m.rework_origin or m.run_id,
+        kind="candidate" if kind == "candidate" else "quarantine",
+        ref=ref,
+        commit=str(reference.peel().id),
+        namespace=m.namespace,
+        reason=m.reason,
+        note=note.strip() if note and note.strip() else None,
+        violations=m.validation_errors,
+        violations_total=m.validation_errors_total or len(m.validation_errors),
+    )
+    with opened(home.db) as conn:
+        parent = tasks.find(conn, m.task_id) if m.task_id else None
+    link = tasks.ReworkLink(
+        of=m.run_id,
+        root=(parent.rework_root or parent.id) if parent is not None else None,
+        attempt=(parent.rework_attempt or 0) + 1 if parent is not None else 1,
+        details=origin.model_dump(mode="json"),
+    )
+    prompt = _original_prompt(home, m, parent)
+    return ReworkPlan(m.imp, prompt, m.mode == "reorganize", m.channel, origin, link)
+
+
+def preview_text(home: Home, plan: ReworkPlan) -> tuple[str, SeedPlan]:
+    """The task file a run of ``plan`` would read, and the files it would start with, as
+    ``task_text`` and ``seed_plan`` make them; with record names in the reworked run's
+    namespace (the rework run's own is issued when it starts, and renames them)."""
+    ns = plan.origin.namespace
+    seeded = plan_seed(open_repo(home, plan.imp), plan.origin.commit, ns, ns)
+    return task_text(plan.origin, plan.prompt, ns, seeded), seeded
+
+
 def queue_rework(
     home: Home,
     m: Manifest,
@@ -46,42 +107,19 @@ def queue_rework(
     note: str | None = None,
     by: str,
 ) -> tasks.Task:
-    """Queue a rework of finished run ``m``'s preserved ``kind`` (candidate or quarantine),
+    """Queue a rework of finished run ``m``'s preserved ``kind`` (``plan_rework``),
     record it in ``m``'s repairs and the journal; the caller owns ``m`` and saves it."""
-    ref = candidate_ref(m.run_id) if kind == "candidate" else quarantine_ref(m.run_id)
-    repo = open_repo(home, m.imp)
-    reference = repo.references.get(ref)
-    if reference is None:
-        raise NotFoundError(f"no {ref}: run {m.run_id} has no {kind} to rework")
-    commit = str(reference.peel().id)
+    plan = plan_rework(home, m, kind, note=note)
     with opened(home.db) as conn:
-        parent = tasks.find(conn, m.task_id) if m.task_id else None
-        origin = ReworkOrigin(
-            of=m.run_id,
-            origin=m.rework_origin or m.run_id,
-            kind="candidate" if kind == "candidate" else "quarantine",
-            ref=ref,
-            commit=commit,
-            namespace=m.namespace,
-            reason=m.reason,
-            note=note.strip() if note and note.strip() else None,
-            violations=m.validation_errors,
-            violations_total=m.validation_errors_total or len(m.validation_errors),
-        )
-        link = tasks.ReworkLink(
-            of=m.run_id,
-            root=(parent.rework_root or parent.id) if parent is not None else None,
-            attempt=(parent.rework_attempt or 0) + 1 if parent is not None else 1,
-            details=origin.model_dump(mode="json"),
-        )
         task = tasks.add(
             conn,
-            m.imp,
-            _original_prompt(home, m, parent),
-            reorganize=m.mode == "reorganize",
-            channel=m.channel,
-            rework=link,
+            plan.imp,
+            plan.prompt,
+            reorganize=plan.reorganize,
+            channel=plan.channel,
+            rework=plan.link,
         )
+    origin = plan.origin
     m.repairs.append(
         RepairRecord(
             action="rework",
@@ -89,8 +127,8 @@ def queue_rework(
             by=by,
             at=names.utc_now(),
             outcome="queued",
-            ref=ref,
-            commit=commit,
+            ref=origin.ref,
+            commit=origin.commit,
             detail=task.id,
         )
     )

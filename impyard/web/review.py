@@ -2,9 +2,11 @@
 functions ``impyard candidates|quarantine list|show|diff`` use, and the repair actions
 they have, each recorded as done by ``web``.
 
-Previews: retry has no dry run, so its preview is what it will re-validate (the
-reasons the change was refused and its diff against main now); drop's preview names
-what it removes; export's names where it writes.
+Previews: retry, drop and rework show their dry run (the same functions, writing
+nothing): whether the retry would land, the files it would write and delete on main or
+every violation it would be refused for; what drop would remove; the task rework would
+queue, with the task file its run would read (the owner's note included). Export's
+names where it writes.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from impyard.repair.drop import drop
 from impyard.repair.export import export
 from impyard.repair.preserved import Kind, find_preserved, list_preserved
 from impyard.repair.retry import RETRY_ADVICE, retry
+from impyard.repair.rework import rework
 from impyard.repair.views import details, diff, row
 from impyard.settings import Settings
 
-Action = Literal["retry", "drop", "export"]
-ACTIONS: tuple[Action, ...] = ("retry", "drop", "export")
+Action = Literal["retry", "drop", "rework", "export"]
+ACTIONS: tuple[Action, ...] = ("retry", "drop", "rework", "export")
 KINDS: tuple[Kind, ...] = ("candidate", "quarantine")
 #: Who the journal and the run's manifest name for a repair made in the console.
 ACTOR = "web"
@@ -66,39 +69,84 @@ def item(home: Home, kind: Kind, run_id: str) -> Item:
     return Item(details(found, repo), diff(found, repo))
 
 
-def preview(home: Home, kind: Kind, run_id: str, action: Action) -> dict[str, Any]:
-    """What the action will do, in words, beside the item it acts on."""
+def preview(
+    home: Home,
+    settings: Settings,
+    kind: Kind,
+    run_id: str,
+    action: Action,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """What the action will do: its dry run (or why the action would be refused), in
+    words, beside the item it acts on."""
     shown = item(home, kind, run_id)
     d = shown.shown
+    dry: dict[str, Any] | None = None
+    refused: str | None = None
+    if action != "export":
+        try:
+            dry = _dry_run(home, settings, kind, run_id, action, note)
+        except ImpyardError as exc:
+            refused = exc.message
     lines: list[str]
     if action == "retry":
         lines = [
             f"Re-validates the {d['written']} written and {d['deleted']} deleted file(s) of "
-            f"{d['ref']} against main ({d['main'][:12]}) and today's policy, then lands them "
-            "through the lane if they pass; if they do not, nothing changes.",
-            "Retry has no dry run: this preview is the reasons the change was refused and "
-            "its diff against main now, below.",
-            RETRY_ADVICE + ".",
+            f"{d['ref']} against main and today's policy, then lands them through the lane "
+            "if they pass; if they do not, nothing changes. Below: its dry run now.",
+            RETRY_ADVICE.format(noun=f"{kind}s" if kind == "candidate" else kind, run=run_id) + ".",
         ]
     elif action == "drop":
         lines = [f"Deletes {d['ref']} ({d['commit'][:12]}); main is untouched."]
         if d.get("checkout_kept"):
             lines.append("Also removes the run's kept checkout.")
         lines.append("The change is lost unless exported first.")
+    elif action == "rework":
+        lines = [
+            f"Queues a task for imp {d['imp']} to fix the refused files: its box starts with "
+            "them, and its task file (below) quotes every violation and your note. "
+            f"{d['ref']} stays until you drop it."
+        ]
     else:
         lines = [
             f"Writes the {d['written']} file(s) and {d['deleted']} deletion(s) of {d['ref']} "
             f"as plain files, with export.json, under {home.exports_dir}/{run_id}/."
         ]
-    return {"action": action, "lines": lines, "item": shown}
+    return {
+        "action": action,
+        "lines": lines,
+        "item": shown,
+        "dry": dry,
+        "refused": refused,
+        "note": note or "",
+    }
 
 
-def act(home: Home, settings: Settings, kind: Kind, run_id: str, action: Action) -> dict[str, Any]:
+def _dry_run(
+    home: Home, settings: Settings, kind: Kind, run_id: str, action: Action, note: str | None
+) -> dict[str, Any]:
+    if action == "retry":
+        return retry(settings, kind, run_id, dry_run=True).as_dict()
+    if action == "drop":
+        return drop(home, kind, run_id, dry_run=True).as_dict()
+    return rework(home, kind, run_id, note, dry_run=True).as_dict()
+
+
+def act(
+    home: Home,
+    settings: Settings,
+    kind: Kind,
+    run_id: str,
+    action: Action,
+    note: str | None = None,
+) -> dict[str, Any]:
     """Do it, as ``web``; the result as the CLI's ``--json`` has it."""
     with records.acting_as(ACTOR):
         if action == "retry":
             return retry(settings, kind, run_id).as_dict()
         if action == "drop":
             return drop(home, kind, run_id).as_dict()
+        if action == "rework":
+            return rework(home, kind, run_id, note).as_dict()
         stamp = utc_now().replace(":", "").replace(".", "")
         return export(home, kind, run_id, home.exports_dir / run_id / stamp).as_dict()

@@ -1,5 +1,5 @@
-"""Review routes: the queue, one item with its diff, a preview per action, and the POST
-that does it."""
+"""Review routes: the queue, one item with its diff, a preview per action (its dry run;
+rework's with the note given as ``?note=``), and the POST that does it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from impyard.names import RUN_ID
 from impyard.repair.preserved import Kind
 from impyard.web import auth, review
 from impyard.web.console import Console
+
+#: Longest rework note the console takes (the CLI's ``--note`` has no such bound).
+MAX_NOTE_CHARS = 4000
 
 
 def routes(console: Console) -> list[Route]:
@@ -34,19 +37,23 @@ def routes(console: Console) -> list[Route]:
     async def confirm_page(request: Request) -> Response:
         kind, run_id = _target(request)
         action = _action(request)
+        note = _note(request.query_params.get("note"))
         try:
-            shown = await run_in_threadpool(review.preview, home, kind, run_id, action)
+            shown = await run_in_threadpool(
+                review.preview, home, console.settings, kind, run_id, action, note
+            )
         except NotFoundError as exc:
             raise HTTPException(404, exc.message) from exc
         return console.pages.page(request, "review_confirm.html", p=shown)
 
     async def do(request: Request) -> Response:
-        await auth.form(request)
+        fields = await auth.form(request)
         kind, run_id = _target(request)
         action = _action(request)
+        note = _note(fields.get("note"))
         try:
             result = await run_in_threadpool(
-                review.act, home, console.settings, kind, run_id, action
+                review.act, home, console.settings, kind, run_id, action, note
             )
             error = None
         except ImpyardError as exc:
@@ -82,3 +89,12 @@ def _action(request: Request) -> review.Action:
     if action not in review.ACTIONS:
         raise HTTPException(404, f"no action {action!r}")
     return action
+
+
+def _note(text: str | None) -> str | None:
+    """Rework's note (None: no note); a longer one than a page should carry is refused."""
+    if text is None or not text.strip():
+        return None
+    if len(text) > MAX_NOTE_CHARS:
+        raise HTTPException(413, f"the note is longer than {MAX_NOTE_CHARS} characters")
+    return text

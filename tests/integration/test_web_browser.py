@@ -111,19 +111,25 @@ def test_a_rejected_run_is_in_review_and_a_retry_lands_it_after_a_policy_change(
     set_max_file_chars(home, 300)
     deploy(cli)
     rejected_candidate(home, repo, {note_path(): note_text(f"{NS}_1", body=LONG_BODY).encode()})
+    home.run_task(RUN).write_text("Find vendors.\n")
     with chromium.console_process(home.root, "web", "--listen", "127.0.0.1:0") as base:
         log_in(driver, base, home.root)
         driver.find_element(By.LINK_TEXT, "Review").click()
         row = driver.find_element(By.ID, "review").text
         assert RUN in row and "file-too-large" in row
         driver.find_element(By.LINK_TEXT, RUN).click()
+        driver.find_element(By.LINK_TEXT, "Rework…").click()
+        task = driver.find_element(By.ID, "task-text").text
+        assert f"{note_path()}: file-too-large:" in task and "Find vendors." in task
+        driver.back()
         driver.find_element(By.LINK_TEXT, "Retry…").click()
-        assert "Retry has no dry run" in driver.find_element(By.ID, "preview").text
+        assert "would be rejected" in driver.find_element(By.ID, "dry-run").text
         driver.find_element(By.CSS_SELECTOR, "form.actions button").click()
         assert driver.find_element(By.ID, "outcome").text == "rejected"
         set_max_file_chars(home, 1000)
         deploy(cli)
         driver.get(f"{base}/review/candidate/{RUN}/retry")
+        assert note_path() in driver.find_element(By.ID, "dry-run").text
         driver.find_element(By.CSS_SELECTOR, "form.actions button").click()
         assert driver.find_element(By.ID, "outcome").text.startswith("integrated")
         driver.get(base + "/review")
