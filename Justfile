@@ -25,23 +25,16 @@ lint:
     {{venv}}/ruff format --check impyard tests bench
     {{venv}}/mypy
 
-# Lint, then the whole test suite: unit tests in parallel, then the docker tests one at a time
-# (they share one engine, and their hygiene check counts its containers): all of them with
-# boxes under runc, then the box-facing ones again under gVisor (runsc); then every bench at
-# its smoke size (each must still run and pass its own checks; figures are not judged)
+# Lint, then the whole test suite: unit tests in parallel, then the docker tests, three at a
+# time on the one engine (each counts only the boxes of its own data root), once with boxes
+# under runc and once under gVisor (runsc); then every bench at its smoke size (each must
+# still run and pass its own checks; figures are not judged). Work stealing keeps the long
+# Pi and serve tests from ending the pass on one worker.
 test: lint
     {{venv}}/pytest -q -n auto tests/unit
-    {{venv}}/pytest -q tests/integration
-    IMPYARD_INIT_RUNTIME=runsc {{venv}}/pytest -q {{runsc_suite}}
+    {{venv}}/pytest -q -n 3 --dist worksteal tests/integration
+    IMPYARD_INIT_RUNTIME=runsc {{venv}}/pytest -q -n 3 --dist worksteal tests/integration
     {{venv}}/python -m bench --smoke
-
-# The docker tests that run again with boxes under runsc, chosen for what a runtime changes:
-# the gateway reached through the box's own network namespace, the control endpoint and the
-# snapshot of what the box wrote (fifos, modes, links), and the tmpfs primitive. test_runsc
-# runs under gVisor in the first pass too (a note landing, a timeout kill, every direct
-# network path refused). The whole suite under both runtimes does not fit CI's time on two
-# cores; `IMPYARD_INIT_RUNTIME=runsc .venv/bin/pytest tests/integration` runs it.
-runsc_suite := "tests/integration/test_gateway_box.py tests/integration/test_box_control.py tests/integration/test_check_box.py"
 
 # Full demo: verify the tmpfs primitive
 demo:

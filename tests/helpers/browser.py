@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -64,7 +65,14 @@ def browser(profile: Path) -> Iterator[WebDriver]:
 
 
 def wait(driver: WebDriver, seconds: float = 20) -> WebDriverWait[WebDriver]:
-    return WebDriverWait(driver, seconds, poll_frequency=0.1)
+    # The live parts of a page replace their elements: one found a moment before may be
+    # gone when it is read, which means "look again", not "failed".
+    return WebDriverWait(
+        driver,
+        seconds,
+        poll_frequency=0.1,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    )
 
 
 @contextmanager

@@ -299,8 +299,10 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
         set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
         overlays = cli.home / "policy" / "imps"
         overlays.mkdir(exist_ok=True)
+        # Long enough for Pi to start and ask on a loaded machine (parallel tests, gVisor):
+        # a box killed before it asked would show nothing about a hanging model.
         (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 12\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
+            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
         )
         (overlays / "thrifty.toml").write_text(
             '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'

@@ -68,12 +68,16 @@ def serve_process(cli: Cli, *args: str, env: dict[str, str] | None = None) -> su
     )
 
 
-def running_boxes(imp_label: str) -> int:
+def running_boxes(cli: Cli, imp_label: str) -> int:
+    """Running boxes of ``imp_label`` whose run lives in this test's data root (other tests
+    on the same engine may run an imp of the same name at the same time)."""
     import docker
 
     client = docker.from_env()
     try:
-        return len(client.containers.list(filters={"label": f"impyard.imp={imp_label}"}))
+        found = client.api.containers(filters={"label": f"impyard.imp={imp_label}"})
+        runs = [c["Labels"].get("impyard.run", "-") for c in found]
+        return sum((cli.home / "runs" / run).is_dir() for run in runs)
     finally:
         client.close()
 
@@ -134,7 +138,7 @@ def test_kill_9_then_restart_loses_and_doubles_nothing(cli: Cli) -> None:
         add_task(cli, "ada", f"durable fact {i}")
     server = serve_process(cli, "--concurrency", "3")
     try:
-        wait_for(lambda: running_boxes("ada") >= 2)
+        wait_for(lambda: running_boxes(cli, "ada") >= 2)
     finally:
         server.send_signal(signal.SIGKILL)
         server.communicate(timeout=30)
@@ -156,7 +160,7 @@ def test_kill_9_then_restart_loses_and_doubles_nothing(cli: Cli) -> None:
     runs = json.loads(cli("runs", "list", "--json").stdout)
     assert all(r["state"] == "finished" for r in runs)
     assert_linear_and_clean(repo(cli, "ada"))
-    assert running_boxes("ada") == 0
+    assert running_boxes(cli, "ada") == 0
 
 
 def test_sigterm_quarantines_the_running_box_and_exits_zero(cli: Cli) -> None:
@@ -164,7 +168,7 @@ def test_sigterm_quarantines_the_running_box_and_exits_zero(cli: Cli) -> None:
     add_task(cli, "ada", "a long task")
     server = serve_process(cli, env={"IMPYARD_SHUTDOWN_GRACE_SECONDS": "1"})
     try:
-        wait_for(lambda: running_boxes("ada") == 1)
+        wait_for(lambda: running_boxes(cli, "ada") == 1)
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=30)
     finally:
@@ -176,7 +180,7 @@ def test_sigterm_quarantines_the_running_box_and_exits_zero(cli: Cli) -> None:
     assert task["checkpoint"] == "quarantined"
     shown = json.loads(cli("runs", "show", task["run_id"], "--json").stdout)
     assert shown["checkpoint"] == "quarantined"
-    assert running_boxes("ada") == 0
+    assert running_boxes(cli, "ada") == 0
     del out
 
 
@@ -218,7 +222,7 @@ def test_a_second_signal_during_recovery_kills_and_quarantines_the_reattached_bo
     add_task(cli, "ada", "a long task")
     first = serve_process(cli)
     try:
-        wait_for(lambda: running_boxes("ada") == 1)
+        wait_for(lambda: running_boxes(cli, "ada") == 1)
     finally:
         first.send_signal(signal.SIGKILL)  # the host dies; the box keeps running
         first.communicate(timeout=30)
@@ -238,7 +242,7 @@ def test_a_second_signal_during_recovery_kills_and_quarantines_the_reattached_bo
     shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
     assert shown["checkpoint"] == "quarantined", shown
     assert records(cli, "ada") == []
-    assert running_boxes("ada") == 0
+    assert running_boxes(cli, "ada") == 0
 
 
 def test_serve_leaves_a_live_foreground_run_to_its_owner(cli: Cli) -> None:
@@ -264,7 +268,7 @@ def test_serve_leaves_a_live_foreground_run_to_its_owner(cli: Cli) -> None:
         env={**os.environ, **GIT_ENV},
     )
     try:
-        wait_for(lambda: running_boxes("ada") == 1)
+        wait_for(lambda: running_boxes(cli, "ada") == 1)
         served = cli("serve", "--once", timeout=60)
         out, err = foreground.communicate(timeout=60)
     finally:
