@@ -217,9 +217,13 @@ def _chunked_only(codings: list[str], length: int | None, http10: bool) -> None:
 
 def request_framing(fields: list[tuple[str, str]], version: str) -> Framing:
     """How a request's body is framed (RFC 9112 section 6.3); Malformed when it cannot be
-    told for certain. More than one Host is refused too: which one names the target?"""
-    if sum(1 for name, _ in fields if name.lower() == "host") > 1:
+    told for certain. More than one Host is refused too: which one names the target? So
+    is an HTTP/1.1 request with none (RFC 9112 section 3.2: a server must answer 400)."""
+    hosts = sum(1 for name, _ in fields if name.lower() == "host")
+    if hosts > 1:
         raise Malformed("more than one Host header")
+    if hosts == 0 and version != "HTTP/1.0":
+        raise Malformed(f"an {version} request without a Host header")
     codings = _codings(fields)
     length = _content_length(fields)
     if codings:

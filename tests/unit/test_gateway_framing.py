@@ -209,6 +209,18 @@ def test_more_than_one_host_is_refused(
     assert "more than one Host" in refused_unseen(s, raw, exchange(s.port, request))
 
 
+def test_an_http11_request_without_host_is_refused_and_http10_is_not(
+    tmp_path: Path, upstream: Upstream, raw: RawUpstream
+) -> None:
+    s = serve(tmp_path, upstream, raw, "GET")
+    request = f"GET {raw.url('/no-host')} HTTP/1.1\r\nConnection: close\r\n\r\n".encode()
+    assert "without a Host header" in refused_unseen(s, raw, exchange(s.port, request))
+    s = serve(tmp_path / "again", upstream, raw, "GET")
+    answer = exchange(s.port, f"GET {raw.url('/old')} HTTP/1.0\r\n\r\n".encode())
+    s.gateway.close()
+    assert status_of(answer) == 200 and raw.seen.startswith(b"GET /old HTTP/1.1\r\n")
+
+
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
