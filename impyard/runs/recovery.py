@@ -23,6 +23,7 @@ from impyard.policy.models import Policy
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
+from impyard.runs import rework
 from impyard.runs.context import RunContext
 from impyard.runs.landing import settle_pending
 from impyard.runs.model import Manifest
@@ -142,7 +143,9 @@ def recover_all(
     with opened(ctx.home.db) as conn:
         for imp, holder in leases.expire_dead(conn, ctx.settings.lease_ttl_seconds):
             ctx.journal.record("lease.expired", imp=imp, run=holder)
-        settle_tasks(ctx, conn)
+        rejected = settle_tasks(ctx, conn)
+    for manifest in rejected:
+        queue_lost_rework(ctx, manifest)
     return resolutions
 
 
@@ -164,16 +167,40 @@ def give_up(ctx: RunContext, manifest: Manifest, reason: str) -> Resolution:
     return Resolution(manifest.run_id, manifest.imp, found, "quarantined", "quarantined")
 
 
-def settle_tasks(ctx: RunContext, conn: sqlite3.Connection) -> None:
-    """A task left 'running' by a dead server is done if its run finished, else queued again."""
+def settle_tasks(ctx: RunContext, conn: sqlite3.Connection) -> list[Manifest]:
+    """A task left 'running' by a dead server is done if its run finished, else queued again.
+    The runs of those tasks that ended rejected: each may owe the rework its policy asks for."""
     by_task = {m.task_id: m for m in manifests.list_all(ctx.home) if m.task_id}
+    rejected = []
     for task in tasks.list_tasks(conn, "running"):
         manifest = by_task.get(task.id)
         if manifest is not None and manifest.is_terminal:
             tasks.finish(conn, task.id, checkpoint=manifest.checkpoint, run_id=manifest.run_id)
+            if manifest.checkpoint == "rejected":
+                rejected.append(manifest)
         elif manifest is None:
             tasks.requeue(conn, task.id)
             ctx.journal.record("task.requeued", task=task.id, imp=task.imp)
+    return rejected
+
+
+def queue_lost_rework(ctx: RunContext, manifest: Manifest) -> None:
+    """A rejected run's automatic rework is queued just after its manifest says rejected;
+    a host that died between the two left a run owed its rework. Queue it now (once per
+    run: ``after_rejection`` finds one already queued), recorded in the run's repairs."""
+    owner = RunOwnership.claim(ctx.home, manifest.run_id)
+    if owner is None:
+        return  # a repair command holds the run; it is not a lost ending
+    with owner:
+        m = manifests.read(ctx.home, manifest.run_id)
+        try:
+            policy, _warnings = policy_for_run(ctx.home, m.imp, strict=False)
+            task = rework.after_rejection(ctx.home, m, policy.review.rework_attempts)
+        except (ImpyardError, sqlite3.Error) as exc:
+            log.warning("could not queue a rework of run %s: %s", m.run_id, exc)
+            return
+        if task is not None:
+            manifests.write(ctx.home, m)
 
 
 def sweep_finished_checkouts(ctx: RunContext) -> None:
