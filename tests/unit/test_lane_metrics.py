@@ -16,9 +16,10 @@ from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge import lane as lane_module
+from impyard.knowledge.lane import integrate
 from impyard.knowledge.lanequeue import waiting
 from impyard.web.tallies import MAX_SERIES, OTHER, LaneTally
-from tests.helpers.repo import change_of, make_imp, note_text, run_id
+from tests.helpers.repo import change_of, make_imp, note_text, run_id, trailers
 from tests.helpers.web import console_for
 from tests.unit.test_lane_group import Job, Outcome, one_note_jobs, results, wait_for
 
@@ -108,6 +109,24 @@ def test_a_pass_whose_main_did_not_move_records_no_integration(
     assert all(isinstance(o, KnowledgeError) for o in outcomes)
     [event] = passes(home)
     assert event["size"] == 3 and event["outcomes"] == {"error": 3}
+
+
+def test_a_dry_run_takes_no_pass(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    [job] = one_note_jobs(repo, 1)
+    dry = integrate(
+        home,
+        "yuko",
+        job.change,
+        base=job.base,
+        namespace=job.ns,
+        mode=job.mode,
+        limits=job.limits,
+        trailers=trailers(job.base, run=job.run),
+        dry_run=True,
+    )
+    assert dry.checkpoint == "integrated" and dry.commit is None
+    assert passes(home) == []
 
 
 def lane_samples(text: str) -> dict[tuple[str, str, str], float]:
