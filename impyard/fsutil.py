@@ -70,10 +70,19 @@ def locked(path: Path) -> Iterator[int]:
 
 def append_line_durably(path: Path, line: str) -> None:
     """Append one line under an exclusive lock and fsync, so concurrent writers never interleave."""
+    append_line(path, line, sync=True)
+
+
+def append_line(path: Path, line: str, *, sync: bool) -> None:
+    """Append one line under an exclusive lock; fsync it only with ``sync``. Without, the
+    line is there for every reader at once and outlives the process, and any later
+    synced append to the file makes it durable too; a power cut before that may lose it
+    (a whole line: the lines before it were synced by their own writers)."""
     data = (line.rstrip("\n") + "\n").encode()
     with locked_append_file(path) as fd:
         os.write(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
 
 
 @contextlib.contextmanager

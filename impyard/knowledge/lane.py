@@ -23,7 +23,8 @@ on top of the previous one, with its own trailers. A change that no longer fits
 go on. The chain's new objects are held in memory (``staging``) and written as
 one durable batch (one pack, rewritten trees as deltas), then main moves once by
 compare-and-swap, and the origin and the size cache are refreshed once: a pass
-pays the fsyncs of one landing, and each change only its replay.
+pays the fsyncs of one landing, and each change only its replay. Each pass leaves a
+``lane.pass`` journal event once it is over (``lanepass``).
 
 Crash safety: the chain's objects are durable before main moves, and main moves
 once, so a chain either landed whole or not at all. A host that dies after
@@ -58,7 +59,8 @@ from impyard.knowledge.history import Added, checkpoint_number, lane_commit, rem
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed
 from impyard.knowledge.lanecheck import Prepared, prepare
-from impyard.knowledge.lanequeue import Ticket, take_turn
+from impyard.knowledge.lanepass import take_recorded_turn
+from impyard.knowledge.lanequeue import Ticket
 from impyard.knowledge.lanerecord import (
     LaneCheckpoint,
     LaneResult,
@@ -148,12 +150,10 @@ def integrate(
         return prepared
     if dry_run:
         return _dry_replay(home, imp, prepared)
-
-    def land(batch: list[_Ticket]) -> None:
-        _land(home, imp, batch)
-
-    lane_lock = home.lane_lock(imp)
-    return take_turn(lane_lock, prepared, partial(locked, lane_lock), land)
+    lane_lock, land = home.lane_lock(imp), partial(_land, home, imp)
+    return take_recorded_turn(
+        home.journal, imp, lane_lock, prepared, partial(locked, lane_lock), land
+    )
 
 
 def _dry_replay(home: Home, imp: str, prepared: Prepared) -> LaneResult:

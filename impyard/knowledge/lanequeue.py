@@ -8,11 +8,15 @@ thread whose turn it is (the leader) takes the lane lock, then everything
 waiting (its own change and all that arrived meanwhile) and lands them in one
 pass; every caller gets its own outcome, or the exception that ended its part
 of the pass. A caller whose change another leader took only waits for it.
+
+Each ticket keeps when it was queued and when its pass settled it (monotonic clock,
+both in the caller's process): how long the change spent in the lane (``lanepass``).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
@@ -29,12 +33,23 @@ class Ticket(Generic[T, R]):
         self._result: R | None = None
         self._error: BaseException | None = None
         self.done = False
+        self.queued = time.monotonic()
+        self.ended: float | None = None
 
     def settle(self, result: R) -> None:
-        self._result, self.done = result, True
+        self._result, self.done, self.ended = result, True, time.monotonic()
 
     def fail(self, error: BaseException) -> None:
-        self._error, self.done = error, True
+        self._error, self.done, self.ended = error, True, time.monotonic()
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    @property
+    def result(self) -> R | None:
+        """The outcome once settled (None while open or failed)."""
+        return self._result
 
     def outcome(self) -> R:
         if self._error is not None:

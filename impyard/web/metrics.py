@@ -2,21 +2,22 @@
 
 Computed at scrape time from what the console already keeps: runs from the run index
 (each finished manifest read once, ever), the queue and disk as ``impyard status``
-reads them, backup lag from the backup status file, and gateway requests from the
-journal's ``gateway.request`` events, read incrementally (the journal is read whole on
-the first scrape, then only what was appended since the one before).
+reads them, backup lag from the backup status file, and gateway requests and lane
+passes from the journal's ``gateway.request`` and ``lane.pass`` events, read
+incrementally (``tallies``: the journal is read whole on the first scrape, then only
+what was appended since the one before).
 
 Labels are bounded: imps are the data root's imps, outcomes and phases closed sets, and
 routes and rules what policy and code name; no run id, URL, host or path is a label.
-A label value past ``MAX_SERIES`` distinct ones counts as ``other``.
+A label value read from the journal past ``tallies.MAX_SERIES`` distinct ones counts as
+``other``.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -33,8 +34,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from impyard.home import Home
-from impyard.journal_query import JournalQuery
-from impyard.journal_tail import JournalTail
 from impyard.knowledge.imps import list_imps
 from impyard.policy.compile import deployed_org_policy
 from impyard.status.backup import backup_section
@@ -43,75 +42,18 @@ from impyard.status.units import age_seconds
 from impyard.status.work import queue_and_leases
 from impyard.web.console import Console
 from impyard.web.runindex import RunFacts
+from impyard.web.tallies import OTHER, GatewayTally, Histograms, JournalTallies, LaneTally
 
 OUTCOMES = ("integrated", "empty", "rejected", "conflict", "quarantined")
 PHASES = ("prepare", "start", "gateway", "box", "checkpoint", "quarantine")
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 PHASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 1800.0)
-MAX_SERIES = 200
-OTHER = "other"
-GATEWAY_EVENT = "gateway.request"
-BUDGET_RULE_PREFIX = "gateway.budget."
-
-
-class Bounded:
-    """Label values kept to ``MAX_SERIES`` distinct ones, in the order first seen."""
-
-    def __init__(self, limit: int = MAX_SERIES) -> None:
-        self._limit = limit
-        self._seen: set[str] = set()
-
-    def __call__(self, value: object) -> str:
-        text = "none" if value is None else str(value)
-        if text in self._seen:
-            return text
-        if len(self._seen) >= self._limit:
-            return OTHER
-        self._seen.add(text)
-        return text
-
-
-class GatewayTally:
-    """Counts of ``gateway.request`` events, kept up to date from the journal."""
-
-    def __init__(self, home: Home) -> None:
-        self.home = home
-        self._lock = threading.Lock()
-        self._tail: JournalTail | None = None
-        self._query = JournalQuery(events=(GATEWAY_EVENT,))
-        self._labels = Bounded()
-        self.requests: Counter[tuple[str, str, str]] = Counter()
-        self.request_bytes: Counter[str] = Counter()
-        self.response_bytes: Counter[str] = Counter()
-        self.refusals: Counter[str] = Counter()
-
-    def update(self) -> None:
-        with self._lock:
-            if self._tail is None:
-                self._tail = JournalTail(self.home.journal)
-                self._add(self._tail.history(self._query))
-            else:
-                self._add(self._tail.poll(self._query))
-
-    def _add(self, entries: Iterable[dict[str, object]]) -> None:
-        for e in entries:
-            route, rule = self._labels(e.get("route")), self._labels(e.get("rule"))
-            decision = "allow" if e.get("decision") == "allow" else "deny"
-            self.requests[(route, rule, decision)] += 1
-            self.request_bytes[route] += _number(e.get("request_bytes"))
-            self.response_bytes[route] += _number(e.get("bytes"))
-            if isinstance(e.get("rule"), str) and str(e["rule"]).startswith(BUDGET_RULE_PREFIX):
-                self.refusals[rule] += 1
-
-
-def _number(value: object) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
 
 
 class ConsoleCollector(Collector):
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.gateway = GatewayTally(console.home)
+        self.journal = JournalTallies(console.home)
 
     def collect(self) -> Iterator[Metric]:
         home = self.console.home
@@ -128,8 +70,9 @@ class ConsoleCollector(Collector):
         yield from _queue(self.console)
         yield from _disk(home)
         yield from _backup(home, sorted(imps))
-        self.gateway.update()
-        yield from _gateway(self.gateway)
+        self.journal.update()
+        yield from _gateway(self.journal.gateway)
+        yield from _lane(self.journal.lane)
 
 
 def _runs(finished: list[RunFacts], imps: set[str]) -> Iterator[Metric]:
@@ -245,6 +188,25 @@ def _gateway(tally: GatewayTally) -> Iterator[Metric]:
     for rule, n in sorted(tally.refusals.items()):
         refusals.add_metric([rule], n)
     yield refusals
+
+
+def _lane(tally: LaneTally) -> Iterator[Metric]:
+    yield _by_imp(
+        "impyard_lane_integration_seconds",
+        "Seconds each change spent in its imp's lane, from entering it (validated) to the "
+        "pass settling it (main moved, or it was refused).",
+        tally.seconds,
+    )
+    yield _by_imp(
+        "impyard_lane_batch_size", "Changes each pass of an imp's lane took.", tally.batch
+    )
+
+
+def _by_imp(name: str, help_text: str, histograms: Histograms) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, help_text, labels=["imp"])
+    for imp in sorted(histograms.counts):
+        family.add_metric([imp], histograms.buckets(imp), histograms.sums[imp])
+    return family
 
 
 def metrics_route(console: Console) -> Route:
