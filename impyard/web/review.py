@@ -85,7 +85,7 @@ def preview(
     refused: str | None = None
     if action != "export":
         try:
-            dry = _dry_run(home, settings, kind, run_id, action, note)
+            dry = _repair(home, settings, kind, run_id, action, note, dry_run=True)
         except ImpyardError as exc:
             refused = exc.message
     lines: list[str]
@@ -122,14 +122,25 @@ def preview(
     }
 
 
-def _dry_run(
-    home: Home, settings: Settings, kind: Kind, run_id: str, action: Action, note: str | None
+def _repair(
+    home: Home,
+    settings: Settings,
+    kind: Kind,
+    run_id: str,
+    action: Action,
+    note: str | None,
+    *,
+    dry_run: bool,
 ) -> dict[str, Any]:
+    """Retry, drop or rework, or their dry run: one call, so the preview and the action
+    can never be two different computations."""
     if action == "retry":
-        return retry(settings, kind, run_id, dry_run=True).as_dict()
+        return retry(settings, kind, run_id, dry_run=dry_run).as_dict()
     if action == "drop":
-        return drop(home, kind, run_id, dry_run=True).as_dict()
-    return rework(home, kind, run_id, note, dry_run=True).as_dict()
+        return drop(home, kind, run_id, dry_run=dry_run).as_dict()
+    if dry_run:  # rework's two forms return two types
+        return rework(home, kind, run_id, note, dry_run=True).as_dict()
+    return rework(home, kind, run_id, note).as_dict()
 
 
 def act(
@@ -142,11 +153,7 @@ def act(
 ) -> dict[str, Any]:
     """Do it, as ``web``; the result as the CLI's ``--json`` has it."""
     with records.acting_as(ACTOR):
-        if action == "retry":
-            return retry(settings, kind, run_id).as_dict()
-        if action == "drop":
-            return drop(home, kind, run_id).as_dict()
-        if action == "rework":
-            return rework(home, kind, run_id, note).as_dict()
+        if action != "export":
+            return _repair(home, settings, kind, run_id, action, note, dry_run=False)
         stamp = utc_now().replace(":", "").replace(".", "")
         return export(home, kind, run_id, home.exports_dir / run_id / stamp).as_dict()

@@ -396,12 +396,9 @@ def test_show_and_diff_say_what_landing_would_do_now_and_escape_control_characte
     assert f"--- a/{index}" in diffed.stdout and note_path(number=2) not in diffed.stdout
 
 
-def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
-    tmp_path: Path,
-) -> None:
-    """Checkpoint 1 landed note 1 mid-run; the exit rewrote it and added a too-long note 2.
-    With the limit raised, a retry lands note 2 as checkpoint 2 and keeps note 1's rewrite
-    at the candidate ref: checkpointed files are final for the run."""
+def checkpointed_then_refused(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
+    """Under max_file_chars 300: checkpoint 1 landed note 1 mid-run; the exit rewrote it
+    and added a too-long note 2, refused (refs/candidates/<run>, a finished manifest)."""
     home, repo = make_imp(tmp_path)
     cli = Cli(home=home.root)
     set_max_file_chars(home, 300)
@@ -447,6 +444,17 @@ def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
             )
         ],
     )
+    return home, repo, cli
+
+
+def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
+    tmp_path: Path,
+) -> None:
+    """Checkpoint 1 landed note 1 mid-run; the exit rewrote it and added a too-long note 2.
+    With the limit raised, a retry lands note 2 as checkpoint 2 and keeps note 1's rewrite
+    at the candidate ref: checkpointed files are final for the run."""
+    home, repo, cli = checkpointed_then_refused(tmp_path)
+    one, two = note_path(number=1), note_path(number=2)
     set_max_file_chars(home, 1000)
     deploy(cli)
     done = cli("candidates", "retry", RUN, "--json", env=OWNER)

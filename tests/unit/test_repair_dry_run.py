@@ -13,29 +13,25 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.increments import landed_by
-from impyard.knowledge.lane import Trailers, integrate
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.seed import plan_seed
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs.model import CheckpointRecord
 from impyard.runs.rework import origin_of, task_text
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text
+from tests.helpers.repo import NS, RUN, make_imp, note_path, note_text
 from tests.unit.test_repair import (
     LONG_BODY,
     OWNER,
-    TIGHT,
     as_process,
+    checkpointed_then_refused,
     deploy,
     hostile,
     quarantined,
     refs,
     rejected_candidate,
     set_max_file_chars,
-    write_manifest,
 )
 
 PROMPT = "Find the vendors that ship SSO."
@@ -263,54 +259,8 @@ def test_a_dry_run_retry_of_a_run_that_checkpointed_says_what_it_would_keep_back
     """Checkpoint 1 landed note 1; the exit rewrote it and added a too-long note 2. After
     the limit is raised the dry run says: checkpoint 2, note 2 written, note 1's rewrite
     kept back at the candidate ref; the retry then does exactly that."""
-    home, repo = make_imp(tmp_path)
-    cli = Cli(home=home.root)
-    set_max_file_chars(home, 300)
-    deploy(cli)
-    base = main_commit(repo)
+    home, repo, cli = checkpointed_then_refused(tmp_path)
     one, two = note_path(number=1), note_path(number=2)
-    first = integrate(
-        home,
-        "yuko",
-        change_of(repo, {one: note_text(f"{NS}_1").encode()}),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=TIGHT,
-        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", 1, False),
-        keep_refused=False,
-    )
-    assert first.commit is not None
-    exit_change = change_of(
-        repo,
-        {
-            one: note_text(f"{NS}_1", body="Rewritten.\n").encode(),
-            two: note_text(f"{NS}_2", body=LONG_BODY).encode(),
-        },
-    )
-    refused = integrate(
-        home,
-        "yuko",
-        exit_change,
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=TIGHT,
-        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", 2, True),
-        landed=landed_by(repo, [first.commit]),
-    )
-    write_manifest(
-        home,
-        base,
-        checkpoint="rejected",
-        candidate_ref=refused.candidate_ref,
-        produced_commit=first.commit,
-        checkpoints=[
-            CheckpointRecord(
-                number=1, state="integrated", requested_at="t", commit=first.commit, files=[one]
-            )
-        ],
-    )
     set_max_file_chars(home, 1000)
     deploy(cli)
     before = untouched(home, repo)
