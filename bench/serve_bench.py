@@ -4,9 +4,9 @@ same parallelism. Two workloads, chosen by the first argument or IMPYARD_BENCH_S
 serve_bench``):
 
 ``single`` (the default): one imp on a repository of IMPYARD_BENCH_RECORDS (default
-100,000) records; IMPYARD_BENCH_TASKS (default 50) one-note tasks queued, then drained
-by ``impyard serve --once`` at concurrency 1, 2, 4; serve's wall time (start-up
-included) against a pool of bare runs.
+100,000) records; at each concurrency of IMPYARD_BENCH_CONCURRENCY (default 1,2,4)
+IMPYARD_BENCH_TASKS (default 50) one-note tasks, each half queued in a burst, then
+drained by ``impyard serve --once`` (its start-up inside the measured window).
 
 ``mixed``: IMPYARD_BENCH_IMPS (default 10) imps of IMPYARD_BENCH_RECORDS (default
 10,000) records each; at each concurrency of IMPYARD_BENCH_CONCURRENCY (default
@@ -17,6 +17,20 @@ found on main. Tasks are added with the queue's own ``tasks.add`` (what ``impyar
 add`` runs, without a process start per task, which would pace the queue): a burst,
 as an owner's script would queue them.
 
+IMPYARD_BENCH_CONSOLE=1 (``single`` only) adds a third side: serve with the owner's
+console open and following. Each serve half then runs under a long-lived serve of its
+own, warmed by one task (excluded, so neither side's start-up is measured): ``serve``
+alone, or ``serve --web 127.0.0.1:<free port>`` with a client in this process doing
+what a browser on the console does (``bench.console_client``): logged in with the token
+from ``impyard web --print-url``, the overview loaded and its live part streamed, and
+the page of a run the overview lists as running opened and its box output followed to
+its ``end``, then back to the overview for the next running run. A second table sets
+the two side by side, ratios console/no-console: throughput, p50 and p95 latency, and
+the lane (the p50 of the runs' ``checkpoint`` phase, from their manifests); a line per
+concurrency counts what the client received (pages, overview updates, runs followed,
+output events and bytes), so it shows the client really followed. Halves in ABCCBA
+order (bare, serve, console, console, serve, bare).
+
 Per-task latency is from the task's ``created_at`` (written by ``tasks.add``) to its
 run's ``knowledge.integrated`` journal entry (written once the lane moved main): both
 recorded by Impyard, neither a polling guess. Serve's throughput is tasks over the time
@@ -26,7 +40,9 @@ a pool of the same parallelism at once; a container's latency is from that submi
 to its exit, and throughput is tasks over the time to the last exit. Halves in ABBA
 order (bare, serve, serve, bare): drift in the machine's speed falls on both sides.
 
-At the end it checks that every task landed exactly once: done and integrated, its run
+The load average is printed at the start and the end (other work on the machine shows
+in every side alike, but it widens the spread between runs). At the end it checks that
+every task of every side landed exactly once: done and integrated, its run
 journaled ``knowledge.integrated`` once, its ``Impyard-Task`` trailer on exactly one
 commit of its own imp's main (and no other imp's), and its prompt in exactly one note.
 """
