@@ -26,7 +26,8 @@ from ``impyard web --print-url``, the overview loaded and its live part streamed
 the page of a run the overview lists as running opened and its box output followed to
 its ``end``, then back to the overview for the next running run. A second table sets
 the two side by side, ratios console/no-console: throughput, p50 and p95 latency, and
-the lane (the p50 of the runs' ``checkpoint`` phase, from their manifests); a line per
+the lane (the p50 of the runs' ``checkpoint`` phase, from their manifests) and the CPU
+time serve's process spent per task while the half drained (``/proc``); a line per
 concurrency counts what the client received (pages, overview updates, runs followed,
 output events and bytes), so it shows the client really followed. Halves in ABCCBA
 order (bare, serve, console, console, serve, bare).
@@ -121,11 +122,11 @@ def single() -> None:
                     if console:
                         follow = token if side == "C" else None
                         measure, added = warmed_half(home, concurrency, batch, follow, received)
+                        sides[side].add(*measure)
                     else:
                         added = enqueue(home, batch)
                         impyard(home, "serve", "--once", "--concurrency", str(concurrency))
-                        measure = measured(home, finished_tasks(home, set(added)))
-                    sides[side].add(*measure)
+                        sides[side].add(*measured(home, finished_tasks(home, set(added))))
                     queued.update(added)
             bare, served, watched = sides["A"], sides["B"], sides["C"]
             rows.append(

@@ -6,6 +6,7 @@ following beside serve alone."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from impyard.home import Home
 from impyard.queue import tasks
 from impyard.queue.db import opened
 
-#: How long one ``serve --once`` may take before the bench gives up on it.
+#: How long a batch may take before the bench gives up on it.
 WAIT_SECONDS = 1800.0
 
 
@@ -107,15 +108,26 @@ def serve_half(
     return measured(home, wait_finished(home, set(added), serve)), added
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system, all threads) process ``pid`` has used so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # Fields after the command name, which is in parentheses and may hold spaces.
+    after = stat.rsplit(")", 1)[1].split()
+    return (int(after[11]) + int(after[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def warmed_half(
     home: Path, concurrency: int, batch: list[Queued], token: str | None, received: Received
-) -> tuple[tuple[float, list[float], list[float]], dict[str, Queued]]:
+) -> tuple[tuple[float, list[float], list[float], float], dict[str, Queued]]:
     """``batch`` under a serve of its own, warmed by one task first (excluded), so that
-    start-up (the console's with ``token``) falls outside the measured window."""
+    start-up (the console's with ``token``) falls outside the measured window; also the
+    CPU time serve's process spent while the batch drained."""
     with serving(home, concurrency, token, received) as serve:
         warm = enqueue(home, [Queued(batch[0].imp, f"[warm-{batch[0].marker}]")])
         wait_finished(home, set(warm), serve)
-        return serve_half(home, batch, serve)
+        before = cpu_seconds(serve.pid)
+        (window, latencies, lanes), added = serve_half(home, batch, serve)
+        return (window, latencies, lanes, cpu_seconds(serve.pid) - before), added
 
 
 CONSOLE_HEADER = (
@@ -131,6 +143,9 @@ CONSOLE_HEADER = (
     "ratio",
     "lane p50 ms",
     "console lane",
+    "CPU ms/task",
+    "console CPU",
+    "ratio",
     "runs followed",
     "integrated",
 )
@@ -141,6 +156,9 @@ def console_row(
 ) -> tuple[object, ...]:
     def lane(side: Side) -> float:
         return percentile(side.lanes_ms, 0.5) if side.lanes_ms else 0.0
+
+    def cpu(side: Side) -> float:
+        return side.cpu_seconds * 1000 / len(side.latencies_ms)
 
     p = percentile
     return (
@@ -156,6 +174,9 @@ def console_row(
         ratio(p(watched.latencies_ms, 0.95), p(served.latencies_ms, 0.95)),
         f"{lane(served):.0f}",
         f"{lane(watched):.0f}",
+        f"{cpu(served):.0f}",
+        f"{cpu(watched):.0f}",
+        ratio(cpu(watched), cpu(served)),
         # Of the runs under the console: its halves' and their two warm-up runs.
         f"{received.runs_followed}/{len(watched.latencies_ms) + 2}",
         f"{len(served.latencies_ms)}+{len(watched.latencies_ms)}/{2 * count}",

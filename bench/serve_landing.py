@@ -5,7 +5,7 @@ queued task landed exactly once on its own imp."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -31,11 +31,20 @@ class Side:
     seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     lanes_ms: list[float] = field(default_factory=list)
+    #: CPU time serve's process spent while its halves drained (where measured).
+    cpu_seconds: float = 0.0
 
-    def add(self, seconds: float, latencies_ms: list[float], lanes_ms: list[float] = []) -> None:  # noqa: B006
+    def add(
+        self,
+        seconds: float,
+        latencies_ms: Sequence[float],
+        lanes_ms: Sequence[float] = (),
+        cpu_seconds: float = 0.0,
+    ) -> None:
         self.seconds += seconds
         self.latencies_ms.extend(latencies_ms)
         self.lanes_ms.extend(lanes_ms)
+        self.cpu_seconds += cpu_seconds
 
     @property
     def rate(self) -> float:
