@@ -4,9 +4,9 @@ same parallelism. Two workloads, chosen by the first argument or IMPYARD_BENCH_S
 serve_bench``):
 
 ``single`` (the default): one imp on a repository of IMPYARD_BENCH_RECORDS (default
-100,000) records; IMPYARD_BENCH_TASKS (default 50) one-note tasks queued, then drained
-by ``impyard serve --once`` at concurrency 1, 2, 4; serve's wall time (start-up
-included) against a pool of bare runs.
+100,000) records; at each concurrency of IMPYARD_BENCH_CONCURRENCY (default 1,2,4)
+IMPYARD_BENCH_TASKS (default 50) one-note tasks, each half queued in a burst, then
+drained by ``impyard serve --once`` (its start-up inside the measured window).
 
 ``mixed``: IMPYARD_BENCH_IMPS (default 10) imps of IMPYARD_BENCH_RECORDS (default
 10,000) records each; at each concurrency of IMPYARD_BENCH_CONCURRENCY (default
@@ -17,6 +17,21 @@ found on main. Tasks are added with the queue's own ``tasks.add`` (what ``impyar
 add`` runs, without a process start per task, which would pace the queue): a burst,
 as an owner's script would queue them.
 
+IMPYARD_BENCH_CONSOLE=1 (``single`` only) adds a third side: serve with the owner's
+console open and following. Each serve half then runs under a long-lived serve of its
+own, warmed by one task (excluded, so neither side's start-up is measured): ``serve``
+alone, or ``serve --web 127.0.0.1:<free port>`` with a client in this process doing
+what a browser on the console does (``bench.console_client``): logged in with the token
+from ``impyard web --print-url``, the overview loaded and its live part streamed, and
+the page of a run the overview lists as running opened and its box output followed to
+its ``end``, then back to the overview for the next running run. A second table sets
+the two side by side, ratios console/no-console: throughput, p50 and p95 latency, and
+the lane (the p50 of the runs' ``checkpoint`` phase, from their manifests) and the CPU
+time serve's process spent per task while the half drained (``/proc``); a line per
+concurrency counts what the client received (pages, overview updates, runs followed,
+output events and bytes), so it shows the client really followed. Halves in ABCCBA
+order (bare, serve, console, console, serve, bare).
+
 Per-task latency is from the task's ``created_at`` (written by ``tasks.add``) to its
 run's ``knowledge.integrated`` journal entry (written once the lane moved main): both
 recorded by Impyard, neither a polling guess. Serve's throughput is tasks over the time
@@ -26,136 +41,162 @@ a pool of the same parallelism at once; a container's latency is from that submi
 to its exit, and throughput is tasks over the time to the last exit. Halves in ABBA
 order (bare, serve, serve, bare): drift in the machine's speed falls on both sides.
 
-At the end it checks that every task landed exactly once: done and integrated, its run
+The load average is printed at the start and the end (other work on the machine shows
+in every side alike, but it widens the spread between runs). At the end it checks that
+every task of every side landed exactly once: done and integrated, its run
 journaled ``knowledge.integrated`` once, its ``Impyard-Task`` trailer on exactly one
 commit of its own imp's main (and no other imp's), and its prompt in exactly one note.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
-import pygit2
-
-from bench.common import (
-    add_records,
-    impyard,
-    percentile,
-    print_table,
-    scratch_dir,
-    timed,
+from bench.common import add_records, impyard, print_table, scratch_dir
+from bench.console_client import Received, token_of
+from bench.run_bench import bare_run, setup
+from bench.serve_console import (
+    CONSOLE_HEADER,
+    console_row,
+    enqueue,
+    ratio,
+    serve_half,
+    serving,
+    wait_finished,
+    warmed_half,
 )
-from bench.run_bench import NOTE, bare_run, setup
+from bench.serve_landing import Queued, Side, landing_problems, measured
 from impyard.home import Home
-from impyard.journal import Journal
-from impyard.names import utc_epoch
 from impyard.queue import tasks
 from impyard.queue.db import opened
 
-#: How long a batch may take before the bench gives up on it.
-WAIT_SECONDS = 1800.0
-#: The mixed workload's box command: its prompt (the task file) as one note.
-MIXED_NOTE = 'impyard-note bench one-note --source https://example.com < "$IMPYARD_TASK_FILE"'
+#: The box command: its prompt (the task file) as one note.
+PROMPT_NOTE = 'impyard-note bench one-note --source https://example.com < "$IMPYARD_TASK_FILE"'
 
 
-def bare_batch(target: Path, tasks: int, concurrency: int) -> None:
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda _: bare_run(target, "runc"), range(tasks)))
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def integrated(home: Path) -> int:
-    listed = impyard(home, "task", "list", "--state", "done", "--json").stdout
-    return listed.count('"checkpoint": "integrated"')
-
-
-def serve_batch(home: Path, tasks: int, concurrency: int) -> None:
-    impyard(home, "serve", "--once", "--concurrency", str(concurrency))
+def finished_tasks(home: Path, ids: set[str]) -> list[tasks.Task]:
+    with opened(Home(home).db) as conn:
+        return [t for t in tasks.list_tasks(conn) if t.id in ids]
 
 
 def single() -> None:
     records = int(os.environ.get("IMPYARD_BENCH_RECORDS", "100000"))
-    tasks = int(os.environ.get("IMPYARD_BENCH_TASKS", "50"))
-    home = setup(records, command=NOTE)
+    count = int(os.environ.get("IMPYARD_BENCH_TASKS", "50"))
+    levels = [int(c) for c in os.environ.get("IMPYARD_BENCH_CONCURRENCY", "1,2,4").split(",")]
+    console = os.environ.get("IMPYARD_BENCH_CONSOLE", "") == "1"
+    home = setup(records, command=PROMPT_NOTE)
     impyard(home, "run", "bench", "--prompt", "warm-up: builds the base layer once")
+    # The login URL an owner opens; the bench's client reads its token from it.
+    token = token_of(impyard(home, "web", "--print-url").stdout) if console else None
     target = scratch_dir("impyard-servebench-target-")
     os.chown(target, 65532, 65532)
-    rows = []
-    for concurrency in (1, 2, 4):
-        before = integrated(home)
-        # ABBA halves (bare, serve, serve, bare): drift in this machine's speed during
-        # the measurement falls on both sides alike.
-        halves = (tasks // 2, tasks - tasks // 2)
-        bare_ms = serve_ms = 0.0
-        for order, half in (("AB", halves[0]), ("BA", halves[1])):
-            for i in range(half):
-                impyard(home, "task", "add", "bench", "--prompt", f"bench fact {order} {i}")
-            for side in order:
-                if side == "A":
-                    bare_ms += timed(functools.partial(bare_batch, target, half, concurrency))
-                else:
-                    serve_ms += timed(functools.partial(serve_batch, home, half, concurrency))
-        landed = integrated(home) - before
-        bare_rate, serve_rate = tasks / (bare_ms / 1000), tasks / (serve_ms / 1000)
-        rows.append(
-            (
-                concurrency,
-                f"{bare_rate:.2f}",
-                f"{serve_rate:.2f}",
-                f"{serve_rate / bare_rate:.2f}x",
-                f"{landed}/{tasks}",
+    print(f"load average at start: {load()}", flush=True)
+    rows: list[tuple[object, ...]] = []
+    console_rows: list[tuple[object, ...]] = []
+    queued: dict[str, Queued] = {}
+    try:
+        for concurrency in levels:
+            sides = {"A": Side(), "B": Side(), "C": Side()}
+            received = Received()
+            # Halves in ABBA order (bare, serve, serve, bare), ABCCBA with the console
+            # (C): drift in this machine's speed falls on every side alike.
+            order = "ABC" if console else "AB"
+            halves = ((count // 2, order), (count - count // 2, order[::-1]))
+            for n, (half, sequence) in enumerate(halves):
+                for side in sequence:
+                    if side == "A":
+                        sides["A"].add(*bare_half(target, half, concurrency))
+                        continue
+                    label = f"c{concurrency}-{n}{side}"
+                    batch = [Queued("bench", f"[{label}-{i}]") for i in range(half)]
+                    if console:
+                        follow = token if side == "C" else None
+                        measure, added = warmed_half(home, concurrency, batch, follow, received)
+                        sides[side].add(*measure)
+                    else:
+                        added = enqueue(home, batch)
+                        impyard(home, "serve", "--once", "--concurrency", str(concurrency))
+                        sides[side].add(*measured(home, finished_tasks(home, set(added))))
+                    queued.update(added)
+            bare, served, watched = sides["A"], sides["B"], sides["C"]
+            rows.append(
+                (
+                    concurrency,
+                    f"{bare.rate:.2f}",
+                    f"{served.rate:.2f}",
+                    ratio(served.rate, bare.rate),
+                    served.p(0.5),
+                    served.p(0.95),
+                    bare.p(0.5),
+                    bare.p(0.95),
+                    f"{len(served.latencies_ms)}/{count}",
+                )
             )
-        )
-    print_table(
-        f"serve --once vs bare docker run, {tasks} one-note tasks, {records} records",
-        ("concurrency", "docker runs/s", "serve runs/s", "ratio", "landed"),
-        rows,
-    )
+            if console:
+                console_rows.append(console_row(concurrency, served, watched, count, received))
+                print(f"c{concurrency} console client: {received.summary()}", flush=True)
+                if not received.runs_followed:
+                    print("  (no run followed: each ended between the overview's looks)")
+        problems = landing_problems(home, queued)
+        print_single(records, count, rows, console_rows)
+        print(f"load average at end: {load()}")
+        report_landing(home, queued, problems)
+    except BaseException:
+        print(f"data root kept for inspection: {home}", file=sys.stderr)
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     shutil.rmtree(home, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)
 
 
+def print_single(
+    records: int, count: int, rows: list[tuple[object, ...]], console_rows: list[tuple[object, ...]]
+) -> None:
+    how = "serve, a warmed one per half," if console_rows else "serve --once"
+    print_table(
+        f"{how} (single: {records} records, {count} one-note tasks per concurrency)"
+        " vs bare docker run --rm; latency from queueing / submission",
+        (
+            "concurrency",
+            "docker tasks/s",
+            "serve tasks/s",
+            "ratio",
+            "serve p50 ms",
+            "serve p95 ms",
+            "docker p50 ms",
+            "docker p95 ms",
+            "integrated",
+        ),
+        rows,
+    )
+    if console_rows:
+        print_table(
+            "serve --web with a console client following vs serve alone, each warmed"
+            " (ratios console/no-console; lane: the runs' checkpoint phase)",
+            CONSOLE_HEADER,
+            console_rows,
+        )
+
+
+def report_landing(home: Path, queued: dict[str, Queued], problems: list[str]) -> None:
+    print(f"\nlanded exactly once: {len(queued) - len(problems)}/{len(queued)} tasks checked")
+    for problem in problems[:20]:
+        print(f"  {problem}")
+    if problems:
+        raise SystemExit(f"{len(problems)} landing problem(s); data root kept at {home}")
+
+
 # -- mixed: many imps under one long-lived serve --------------------------------------
-
-
-@dataclass
-class Side:
-    """One side's measurement at one concurrency, summed over its halves."""
-
-    seconds: float = 0.0
-    latencies_ms: list[float] = field(default_factory=list)
-
-    def add(self, seconds: float, latencies_ms: list[float]) -> None:
-        self.seconds += seconds
-        self.latencies_ms.extend(latencies_ms)
-
-    @property
-    def rate(self) -> float:
-        return len(self.latencies_ms) / self.seconds
-
-    def p(self, fraction: float) -> str:
-        return f"{percentile(self.latencies_ms, fraction):.0f}"
-
-
-@dataclass(frozen=True)
-class Queued:
-    """A task the bench added: its imp and the marker its note must carry."""
-
-    imp: str
-    marker: str
 
 
 def mixed_setup(imps: list[str], records: int) -> Path:
@@ -165,95 +206,11 @@ def mixed_setup(imps: list[str], records: int) -> Path:
     impyard(home, "init")
     impyard(home, "deploy")
     for imp in imps:
-        impyard(home, "imp", "create", imp, "--command", MIXED_NOTE)
+        impyard(home, "imp", "create", imp, "--command", PROMPT_NOTE)
         if records:
             add_records(Home(home).repo(imp), records)
             publish_origin(Home(home), imp)
     return home
-
-
-@contextlib.contextmanager
-def serving(home: Path, concurrency: int) -> Iterator[subprocess.Popen[bytes]]:
-    """A long-lived ``impyard serve`` (its output in the data root), stopped by SIGTERM."""
-    log = (home / f"serve-c{concurrency}.log").open("wb")
-    serve = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "impyard"),
-            "--home",
-            str(home),
-            "serve",
-            "--concurrency",
-            str(concurrency),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield serve
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            serve.wait()
-        log.close()
-
-
-def enqueue(home: Path, batch: list[Queued]) -> dict[str, Queued]:
-    """Add ``batch`` in order, as fast as the queue takes them; task id -> what it is."""
-    added: dict[str, Queued] = {}
-    with opened(Home(home).db) as conn:
-        for queued in batch:
-            task = tasks.add(conn, queued.imp, f"mixed fact {queued.marker} for {queued.imp}")
-            added[task.id] = queued
-    return added
-
-
-def wait_finished(home: Path, ids: set[str], serve: subprocess.Popen[bytes]) -> list[tasks.Task]:
-    """Wait until every task in ``ids`` is done (polled only to know when to stop)."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        with opened(Home(home).db) as conn:
-            found = [t for t in tasks.list_tasks(conn) if t.id in ids]
-        if all(t.state == "done" for t in found) and len(found) == len(ids):
-            return found
-        if serve.poll() is not None:
-            raise SystemExit(f"serve exited ({serve.returncode}); see {home}/serve-c*.log")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"tasks unfinished after {WAIT_SECONDS:.0f} s; see {home}")
-        time.sleep(0.2)
-
-
-def integrated_at(home: Path) -> dict[str, float]:
-    """When each run's exit checkpoint landed (epoch seconds), from the journal."""
-    found: dict[str, float] = {}
-    for entry in Journal(Home(home).journal).read(event="knowledge.integrated"):
-        stamp = utc_epoch(str(entry.get("ts")))
-        if stamp is not None:
-            found.setdefault(str(entry.get("run")), stamp)
-    return found
-
-
-def serve_half(
-    home: Path, batch: list[Queued], serve: subprocess.Popen[bytes]
-) -> tuple[float, list[float], dict[str, Queued]]:
-    """Queue ``batch`` under a running serve and wait for it: (window, latencies, tasks)."""
-    added = enqueue(home, batch)
-    finished = wait_finished(home, set(added), serve)
-    landed = integrated_at(home)
-    starts, ends, latencies = [], [], []
-    for task in finished:
-        created = utc_epoch(task.created_at)
-        end = landed.get(task.run_id or "")
-        if task.checkpoint != "integrated" or created is None or end is None:
-            continue  # reported by the landing check
-        starts.append(created)
-        ends.append(end)
-        latencies.append((end - created) * 1000)
-    if not latencies:
-        raise SystemExit(f"no task of the batch integrated; see {home}/serve-c*.log")
-    return max(ends) - min(starts), latencies, added
 
 
 def bare_half(target: Path, count: int, concurrency: int) -> tuple[float, list[float]]:
@@ -274,58 +231,6 @@ def spread(imps: list[str], count: int, label: str, rng: random.Random) -> list[
     owners = [imps[i % len(imps)] for i in range(count)]
     rng.shuffle(owners)
     return [Queued(imp, f"[{label}-{i}]") for i, imp in enumerate(owners)]
-
-
-def bench_notes(repo: pygit2.Repository, tree: pygit2.Tree) -> Iterator[str]:
-    """The text of every note under ``records/bench`` of ``tree``."""
-    try:
-        notes = cast(pygit2.Tree, cast(pygit2.Tree, tree / "records") / "bench")
-    except KeyError:
-        return
-    for entry in notes:
-        yield cast(pygit2.Blob, repo[entry.id]).data.decode()
-
-
-def landing_problems(home: Path, queued: dict[str, Queued]) -> list[str]:
-    """Whatever shows that a task did not land exactly once, on its own imp."""
-    problems: list[str] = []
-    with opened(Home(home).db) as conn:
-        by_id = {t.id: t for t in tasks.list_tasks(conn)}
-    runs: dict[str, str] = {}
-    for task_id in queued:
-        task = by_id.get(task_id)
-        if task is None or task.state != "done" or task.checkpoint != "integrated":
-            state = "missing" if task is None else f"{task.state}/{task.checkpoint}/{task.error}"
-            problems.append(f"task {task_id}: {state}")
-        elif task.run_id:
-            runs[task.run_id] = task_id
-    journaled = Counter(
-        str(e.get("run")) for e in Journal(Home(home).journal).read(event="knowledge.integrated")
-    )
-    problems += [
-        f"run {r} journaled integrated {journaled[r]} times" for r in runs if journaled[r] != 1
-    ]
-    trailers: Counter[tuple[str, str]] = Counter()
-    markers: Counter[tuple[str, str]] = Counter()
-    for imp in sorted({q.imp for q in queued.values()}):
-        repo = pygit2.Repository(str(Home(home).repo(imp)))
-        head = repo.references["refs/heads/main"].peel(pygit2.Commit)
-        for commit in repo.walk(head.id, pygit2.enums.SortMode.TOPOLOGICAL):
-            for line in commit.message.splitlines():
-                if line.startswith("Impyard-Task: "):
-                    trailers[(line.removeprefix("Impyard-Task: "), imp)] += 1
-        for text in bench_notes(repo, head.tree):
-            for line in text.splitlines():
-                if line.startswith("mixed fact ["):
-                    markers[(line.split()[2], imp)] += 1
-    for task_id, q in queued.items():
-        if trailers[(task_id, q.imp)] != 1:
-            problems.append(f"task {task_id}: {trailers[(task_id, q.imp)]} commits on {q.imp}")
-        if markers[(q.marker, q.imp)] != 1:
-            problems.append(f"task {task_id}: {markers[(q.marker, q.imp)]} notes on {q.imp}")
-    elsewhere = [k for k in trailers if k[0] in queued and k[1] != queued[k[0]].imp]
-    problems += [f"task {t}: landed on {imp}" for t, imp in elsewhere]
-    return problems
 
 
 def mixed() -> None:
@@ -355,8 +260,8 @@ def mixed() -> None:
                             bare.add(*bare_half(target, half, concurrency))
                             continue
                         batch = spread(imps, half, f"c{concurrency}-{order}", rng)
-                        window, latencies, added = serve_half(home, batch, serve)
-                        served.add(window, latencies)
+                        measure, added = serve_half(home, batch, serve)
+                        served.add(*measure)
                         queued.update(added)
             rows.append(
                 (
@@ -388,11 +293,7 @@ def mixed() -> None:
             ),
             rows,
         )
-        print(f"\nlanded exactly once: {len(queued) - len(problems)}/{len(queued)} tasks checked")
-        for problem in problems[:20]:
-            print(f"  {problem}")
-        if problems:
-            raise SystemExit(f"{len(problems)} landing problem(s); data root kept at {home}")
+        report_landing(home, queued, problems)
     except BaseException:
         print(f"data root kept for inspection: {home}", file=sys.stderr)
         shutil.rmtree(target, ignore_errors=True)
@@ -405,6 +306,8 @@ def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("IMPYARD_BENCH_SERVE", "single")
     if mode not in ("single", "mixed"):
         raise SystemExit(f"unknown serve_bench workload {mode!r}: choose single or mixed")
+    if mode == "mixed" and os.environ.get("IMPYARD_BENCH_CONSOLE", "") == "1":
+        raise SystemExit("IMPYARD_BENCH_CONSOLE=1 is measured on the single workload only")
     if mode == "single":
         single()
     else:

@@ -7,7 +7,7 @@ goes through ``escape_text``/``StreamEscaper`` first, so no terminal control rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 import pygit2
@@ -58,6 +58,8 @@ class RunPage:
     receipts: list[Receipt]
     landed: Landed | None
     landed_error: str | None
+    #: The knowledge limits the run was admitted under, by name (empty for an older run).
+    limits: dict[str, int]
 
 
 def run_page(home: Home, run_id: str) -> RunPage:
@@ -78,6 +80,7 @@ def run_page(home: Home, run_id: str) -> RunPage:
         receipts=list(run_receipts(home, run_id).values()),
         landed=landed,
         landed_error=error,
+        limits=asdict(m.limits) if m.limits is not None else {},
     )
 
 

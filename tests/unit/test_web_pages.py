@@ -8,6 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from impyard.home import Home
+from impyard.knowledge.change import KnowledgeLimits
 from impyard.runs import manifest as manifests
 from tests.helpers.cli import Cli
 from tests.helpers.runs import write_run
@@ -151,6 +152,22 @@ def test_the_output_stream_sends_escaped_box_output_then_the_outcome(home: Cli) 
     assert "event: output\ndata: hello <script>window.__pwned=1</script>\\x1b[2J" in body
     assert "\x1b" not in body
     assert body.rstrip().endswith("event: end\ndata: finished: integrated")
+
+
+def test_a_running_run_page_shows_its_limits_and_follows_its_output(home: Cli) -> None:
+    console, client = console_for(home.home)
+    log_in(console, client)
+    write_run(
+        Home(home.home),
+        RUN_C,
+        state="running",
+        started_at="2026-07-11T12:02:00Z",
+        limits=KnowledgeLimits(max_file_chars=1234),
+    )
+    answer = client.get(f"/runs/{RUN_C}")
+    assert answer.status_code == 200
+    assert "max_file_chars=1234 " in answer.text
+    assert f'data-follow="/runs/{RUN_C}/output"' in answer.text
 
 
 def test_a_missing_run_is_a_404_page(home: Cli) -> None:
