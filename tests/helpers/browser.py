@@ -59,6 +59,9 @@ def browser(profile: Path) -> Iterator[WebDriver]:
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     try:
         driver.set_page_load_timeout(30)
+        # A page a click led to may still be loading on a loaded machine (parallel tests):
+        # looking up an element waits for it rather than failing at once.
+        driver.implicitly_wait(10)
         yield driver
     finally:
         driver.quit()
