@@ -120,6 +120,11 @@ class ConsoleClient:
             conn.close()
             return None
         with self._lock:
+            # Checked under the lock stop() shuts sockets under: a request sent after
+            # that is closed here instead of blocking its thread on a live console.
+            if self._stopped.is_set():
+                conn.close()
+                return None
             self._open.add(conn)
         return conn
 
