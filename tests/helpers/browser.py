@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -21,7 +21,9 @@ from typing import IO
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.helpers.git import GIT_ENV
@@ -76,6 +78,30 @@ def wait(driver: WebDriver, seconds: float = 20) -> WebDriverWait[WebDriver]:
         poll_frequency=0.1,
         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
     )
+
+
+def follow(driver: WebDriver, by: str, value: str) -> None:
+    """Click the element and wait until the page it leads to has replaced this one: an
+    element looked up straight after a click may otherwise belong to the old page (both
+    have an ``h1``) and be gone by the time it is read."""
+    _navigate(driver, lambda: driver.find_element(by, value).click())
+
+
+def back(driver: WebDriver) -> None:
+    _navigate(driver, driver.back)
+
+
+def _navigate(driver: WebDriver, action: Callable[[], None]) -> None:
+    page = driver.find_element(By.TAG_NAME, "html")
+    action()
+    wait(driver).until(staleness_of(page))
+
+
+def text(driver: WebDriver, by: str, value: str) -> str:
+    """The element's text, looked up again if a live part of the page replaced it
+    between the lookup and the read (a one-element tuple is truthy even for "")."""
+    found: tuple[str] = wait(driver).until(lambda d: (d.find_element(by, value).text,))
+    return found[0]
 
 
 @contextmanager

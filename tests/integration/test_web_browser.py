@@ -50,9 +50,8 @@ def log_in(driver: WebDriver, base: str, home: Path) -> None:
     assert driver.current_url == base + "/login", "no session: the console asks for a login"
     token = (home / "web-token").read_text().strip()
     driver.find_element(By.NAME, "token").send_keys(token)
-    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
-    chromium.wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "h1"))
-    assert driver.find_element(By.CSS_SELECTOR, "h1").text == "Overview"
+    chromium.follow(driver, By.CSS_SELECTOR, "form.login button")
+    assert chromium.text(driver, By.CSS_SELECTOR, "h1") == "Overview"
 
 
 def test_no_session_and_no_csrf_token_are_refused(cli: Cli, driver: WebDriver) -> None:
@@ -66,7 +65,7 @@ def test_no_session_and_no_csrf_token_are_refused(cli: Cli, driver: WebDriver) -
         status = driver.execute_async_script(POST_WITHOUT_CSRF, base + "/logout")
         assert status == 403, "a session but no CSRF token: refused"
         driver.get(base + "/review")
-        assert driver.find_element(By.CSS_SELECTOR, "h1").text.startswith("Review")
+        assert chromium.text(driver, By.CSS_SELECTOR, "h1").startswith("Review")
         # A phone-width screen: the pages reflow instead of scrolling sideways.
         driver.set_window_size(390, 844)
         for page in ("/", "/review", "/knowledge"):
@@ -85,15 +84,15 @@ def test_a_hostile_note_renders_as_text_and_runs_no_script(
     with chromium.console_process(cli.home, "web", "--listen", "127.0.0.1:0") as base:
         log_in(driver, base, cli.home)
         driver.get(base + "/knowledge/yuko")
-        history = driver.find_element(By.ID, "history").text
+        history = chromium.text(driver, By.ID, "history")
         assert f"owner: {SCRIPT}" in history
-        driver.find_element(By.PARTIAL_LINK_TEXT, "records").click()
-        driver.find_element(By.PARTIAL_LINK_TEXT, "vendors").click()
-        driver.find_element(By.PARTIAL_LINK_TEXT, "<img src=x").click()
-        body = driver.find_element(By.ID, "note-body").text
+        chromium.follow(driver, By.PARTIAL_LINK_TEXT, "records")
+        chromium.follow(driver, By.PARTIAL_LINK_TEXT, "vendors")
+        chromium.follow(driver, By.PARTIAL_LINK_TEXT, "<img src=x")
+        body = chromium.text(driver, By.ID, "note-body")
         assert SCRIPT in body and "<img src=x onerror=window.__pwned=2>" in body
         assert driver.find_elements(By.TAG_NAME, "img") == []
-        assert driver.find_element(By.ID, "trust").text == "no fetched source"
+        assert chromium.text(driver, By.ID, "trust") == "no fetched source"
         links = [a.get_attribute("href") for a in driver.find_elements(By.TAG_NAME, "a")]
         assert not any(href and href.startswith("javascript") for href in links)
         outside = driver.find_element(By.PARTIAL_LINK_TEXT, "https://example.com/")
@@ -114,26 +113,26 @@ def test_a_rejected_run_is_in_review_and_a_retry_lands_it_after_a_policy_change(
     home.run_task(RUN).write_text("Find vendors.\n")
     with chromium.console_process(home.root, "web", "--listen", "127.0.0.1:0") as base:
         log_in(driver, base, home.root)
-        driver.find_element(By.LINK_TEXT, "Review").click()
-        row = driver.find_element(By.ID, "review").text
+        chromium.follow(driver, By.LINK_TEXT, "Review")
+        row = chromium.text(driver, By.ID, "review")
         assert RUN in row and "file-too-large" in row
-        driver.find_element(By.LINK_TEXT, RUN).click()
-        driver.find_element(By.LINK_TEXT, "Rework…").click()
-        task = driver.find_element(By.ID, "task-text").text
+        chromium.follow(driver, By.LINK_TEXT, RUN)
+        chromium.follow(driver, By.LINK_TEXT, "Rework…")
+        task = chromium.text(driver, By.ID, "task-text")
         assert f"{note_path()}: file-too-large:" in task and "Find vendors." in task
-        driver.back()
-        driver.find_element(By.LINK_TEXT, "Retry…").click()
-        assert "would be rejected" in driver.find_element(By.ID, "dry-run").text
-        driver.find_element(By.CSS_SELECTOR, "form.actions button").click()
-        assert driver.find_element(By.ID, "outcome").text == "rejected"
+        chromium.back(driver)
+        chromium.follow(driver, By.LINK_TEXT, "Retry…")
+        assert "would be rejected" in chromium.text(driver, By.ID, "dry-run")
+        chromium.follow(driver, By.CSS_SELECTOR, "form.actions button")
+        assert chromium.text(driver, By.ID, "outcome") == "rejected"
         set_max_file_chars(home, 1000)
         deploy(cli)
         driver.get(f"{base}/review/candidate/{RUN}/retry")
-        assert note_path() in driver.find_element(By.ID, "dry-run").text
-        driver.find_element(By.CSS_SELECTOR, "form.actions button").click()
-        assert driver.find_element(By.ID, "outcome").text.startswith("integrated")
+        assert note_path() in chromium.text(driver, By.ID, "dry-run")
+        chromium.follow(driver, By.CSS_SELECTOR, "form.actions button")
+        assert chromium.text(driver, By.ID, "outcome").startswith("integrated")
         driver.get(base + "/review")
-        assert "Nothing waits for review" in driver.find_element(By.TAG_NAME, "main").text
+        assert "Nothing waits for review" in chromium.text(driver, By.TAG_NAME, "main")
 
 
 @pytest.mark.docker
@@ -156,7 +155,7 @@ def test_the_overview_shows_a_run_landing_under_serve_without_a_reload(
             lambda d: "integrated" in d.find_element(By.ID, "outcomes").text
         )
         assert driver.execute_script("return performance.timeOrigin") == before, "no reload"
-        outcome = driver.find_element(By.ID, "outcomes").text
+        outcome = chromium.text(driver, By.ID, "outcomes")
         assert "yuko" in outcome
         SCREENSHOT.parent.mkdir(exist_ok=True)
         driver.save_screenshot(str(SCREENSHOT))
