@@ -43,7 +43,7 @@ from bench.common import median, print_table, scratch_dir
 from bench.lane_bench import note_bytes
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.knowledge import lane
+from impyard.knowledge import lane, lanecheck
 from impyard.knowledge.change import FileState, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.imps import create_imp, open_repo
@@ -138,15 +138,17 @@ class Phases:
 
 @contextmanager
 def timing_lane(phases: Phases) -> Iterator[None]:
-    # The lane's own names for the two phases timed apart (validation, the origin refresh).
-    originals = {name: getattr(lane, name) for name in ("check_change", "sync_origin")}
-    for name, fn in originals.items():
-        setattr(lane, name, phases.wrap(name, fn))
+    # The two phases timed apart, wrapped where the lane looks them up: validation (the
+    # lane's checks call it from lanecheck) and the origin refresh.
+    targets = ((lanecheck, "check_change"), (lane, "sync_origin"))
+    originals = [(module, name, getattr(module, name)) for module, name in targets]
+    for module, name, fn in originals:
+        setattr(module, name, phases.wrap(name, fn))
     try:
         yield
     finally:
-        for name, fn in originals.items():
-            setattr(lane, name, fn)
+        for module, name, fn in originals:
+            setattr(module, name, fn)
 
 
 def impyard_checkpoint(
