@@ -106,8 +106,18 @@ def preserved_commit(
     return str(oid)
 
 
-def quarantine(repo: pygit2.Repository, run_id: str, base: str, change: Change, reason: str) -> str:
-    """Write refs/quarantine/<run-id> (a retry rewrites it); return the commit sha."""
+def quarantine(
+    repo: pygit2.Repository,
+    run_id: str,
+    base: str,
+    change: Change,
+    reason: str,
+    *,
+    gone: Iterable[str] = (),
+) -> str:
+    """Write refs/quarantine/<run-id> (a retry rewrites it); return the commit sha.
+    ``gone``: files the run landed at a checkpoint that ``change`` (then the box's final
+    tree) no longer holds, named in trailers as a candidate names them."""
     check_run_id(run_id)
     first = reason.splitlines()[0] if reason.strip() else "abnormal exit"
     details = [reason] if reason.strip() and reason.strip() != first else []
@@ -118,7 +128,7 @@ def quarantine(repo: pygit2.Repository, run_id: str, base: str, change: Change, 
         summary=f"Quarantine run {run_id}: {first}",
         details=details,
         author=host_signature(),
-        trailers=[f"Impyard-Run: {run_id}", f"Impyard-Base: {base}"],
+        trailers=[f"Impyard-Run: {run_id}", f"Impyard-Base: {base}", *deleted_trailers(gone)],
     )
     repo.references.create(quarantine_ref(run_id), pygit2.Oid(hex=commit), force=True)
     return commit

@@ -140,10 +140,13 @@ def quarantine_run(run: ActiveRun) -> None:
         if m.checkout is not None:
             repo = open_repo(run.home, m.imp)
             change = snapshot(repo, m.checkout, run.limits)
-            # What mid-run checkpoints landed stays on main; the rest is kept here.
-            rest = split(change, landed_files(repo, m)).rest
-            skipped = digest(rest.problems)
-            quarantine(repo, m.run_id, m.base_commit, rest, m.reason or "abnormal exit")
+            # What mid-run checkpoints landed stays on main; the rest is kept here, or the
+            # box's final tree when it changed or deleted a checkpointed file (as a
+            # candidate keeps it, a deletion named in a trailer).
+            parts = split(change, landed_files(repo, m))
+            skipped = digest(parts.kept.problems)
+            reason = m.reason or "abnormal exit"
+            quarantine(repo, m.run_id, m.base_commit, parts.kept, reason, gone=parts.gone)
             ref = quarantine_ref(m.run_id)
     run.event("run.quarantined", reason=m.reason, ref=ref, skipped=skipped.total)
     earlier = m.landed_checkpoints

@@ -295,6 +295,41 @@ def test_a_box_killed_after_a_checkpoint_keeps_it_and_quarantines_only_the_rest(
     assert two in quarantined and one not in quarantined  # only the rest
 
 
+def test_a_killed_box_that_deleted_a_checkpointed_note_has_the_deletion_quarantined(
+    yard: Cli,
+) -> None:
+    script = "; ".join(
+        [
+            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
+            note("facts", "one", "landed"),
+            "impyard-checkpoint",
+            f"rm {KDIR}/records/facts/one--${{NS}}_1.md",
+            note("facts", "two", "lost?"),
+            "sleep 60",
+        ]
+    )
+    code, record = run(yard, script, "--timeout", "4")
+    assert code == 4, record
+    ns, run_id = record["namespace"], record["run_id"]
+    one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
+    repo = repo_of(yard)
+    assert one in main_files(repo) and two not in main_files(repo)  # what landed stays
+    # The quarantine holds the box's final tree and says the landed note went: against
+    # main it differs by exactly the deletion and the new note.
+    ref = record["quarantine_ref"]
+    differs = git(
+        "-C", repo, "diff", "--no-renames", "--name-status", "main", ref
+    ).stdout.splitlines()
+    assert sorted(differs) == sorted([f"D\t{one}", f"A\t{two}"])
+    message = git("-C", repo, "log", "-1", "--format=%B", ref).stdout
+    assert f"Impyard-Deleted: {one}" in message.splitlines()
+    shown = yard("quarantine", "show", run_id, "--json")
+    assert shown.code == 0, shown.stderr
+    files = [(f["path"], f["status"]) for f in json.loads(shown.stdout)["files"]]
+    assert (one, "deleted") in files and (two, "added") in files
+    assert_fsck_clean(repo)
+
+
 def test_concurrent_runs_of_one_imp_checkpointing_at_once_all_land(yard: Cli) -> None:
     script = "; ".join(
         [
