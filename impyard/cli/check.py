@@ -50,21 +50,23 @@ def box(
     if as_json:
         print_json(report.to_json())
     else:
-        from rich.console import Console
-        from rich.table import Table
+        from impyard.cli._table import Column, print_table
 
-        table = Table(title=f"impyard check box: {image} under {chosen}")
-        table.add_column("check")
-        table.add_column("result")
-        table.add_column("detail")
-        for check in report.checks:
-            mark = "info" if check.name.endswith("(info)") else ("ok" if check.ok else "FAIL")
-            table.add_row(check.name, mark, check.detail)
-        Console(soft_wrap=True).print(table)
+        columns = (Column("check", wrap=True), Column("result"), Column("detail", wrap=True))
+        rows = [
+            (check.name, _result(check.name, check.ok), check.detail) for check in report.checks
+        ]
+        print_table(columns, rows, title=f"impyard check box: {image} under {chosen}")
         if report.ok:
             echo(f"all box checks passed; checkout: {report.checkout}")
     if not report.ok:
         raise CheckFailedError(report)
+
+
+def _result(name: str, ok: bool) -> str:
+    if name.endswith("(info)"):
+        return "info"
+    return "ok" if ok else "FAIL"
 
 
 def register(app: typer.Typer) -> None:
