@@ -1,7 +1,7 @@
 """Agent overhead: an Impyard run of the real Pi agent against a bare `docker run` of the same
 image holding the same scripted conversation, side by side.
 
-Both sides run `pi-imp` in impyard-pi:latest with the same three-turn conversation
+Both sides run `pi-imp` in the Pi image with the same three-turn conversation
 (`impyard/devtools/model_server.py`'s note script: bash, write, answer). The bare side is what a
 `--network none` box minimally needs to reach a model: `docker run -d` with the image's
 box-init waiting for a ready file, the model server bound straight into the box's
@@ -12,7 +12,9 @@ snapshot, validation and the lane.
 Each side runs under runc and under runsc (gVisor), the bare side with `--runtime`.
 
 IMPYARD_BENCH_REPS (default 7); IMPYARD_BENCH_RUNTIMES (default runc,runsc);
-IMPYARD_BENCH_BUILD=1 also times a forced image build.
+IMPYARD_BENCH_PI_IMAGE (default impyard-pi:latest) is the Pi image both sides run, so two
+builds can be compared (e.g. one built with `scripts/build-agent-box.sh impyard-pi:NAME`);
+IMPYARD_BENCH_BUILD=1 also times a forced build of that image.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from bench.common import ROOT, impyard, median, print_table, scratch_dir, timed
 from impyard.devtools.model_server import ModelServer, note_script
 from impyard.gateway.netns import listen_in_netns
 
-IMAGE = "impyard-pi:latest"
+IMAGE = os.environ.get("IMPYARD_BENCH_PI_IMAGE", "impyard-pi:latest")
 SECRET = "bench-placeholder-key"
 PORT = 3128
 
@@ -46,7 +48,7 @@ def setup(model_url: str, runtime: str) -> Path:
         + 'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
     )
     impyard(home, "deploy")
-    impyard(home, "imp", "create", "bench", "--agent", "pi")
+    impyard(home, "imp", "create", "bench", "--agent", "pi", "--image", IMAGE)
     return home
 
 
@@ -191,7 +193,8 @@ def main() -> None:
                 )
             )
     print_table(
-        f"Pi run (3 model turns, one note): impyard run vs bare docker run, median of {reps}",
+        f"Pi run in {IMAGE} (3 model turns, one note): impyard run vs bare docker run, "
+        f"median of {reps}",
         ("runtime", "docker run ms", "impyard run ms", "ratio", "vs runc", "image", "build"),
         rows,
     )
