@@ -14,7 +14,10 @@ Each side runs under runc and under runsc (gVisor), the bare side with `--runtim
 IMPYARD_BENCH_REPS (default 7); IMPYARD_BENCH_RUNTIMES (default runc,runsc);
 IMPYARD_BENCH_PI_IMAGE (default impyard-pi:latest) is the Pi image both sides run, so two
 builds can be compared (e.g. one built with `scripts/build-agent-box.sh impyard-pi:NAME`);
-IMPYARD_BENCH_BUILD=1 also times a forced build of that image.
+IMPYARD_BENCH_BUILD=1 also times a forced build of that image. IMPYARD_BENCH_MODEL_SECONDS
+(default 0: the scripted model answers at once) makes each of the three answers come that
+long after its request, as a real model's does: the runtimes' difference is start-up and
+system calls, so it weighs less in a run whose turns take time.
 """
 
 from __future__ import annotations
@@ -28,12 +31,18 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, impyard, median, print_table, scratch_dir, timed
-from impyard.devtools.model_server import ModelServer, note_script
+from impyard.devtools.model_server import Conversation, ModelServer, Reply, note_script
 from impyard.gateway.netns import listen_in_netns
 
 IMAGE = os.environ.get("IMPYARD_BENCH_PI_IMAGE", "impyard-pi:latest")
 SECRET = "bench-placeholder-key"
 PORT = 3128
+MODEL_SECONDS = float(os.environ.get("IMPYARD_BENCH_MODEL_SECONDS", "0"))
+
+
+def conversation(request: Conversation) -> Reply:
+    """The note script, each answer after MODEL_SECONDS."""
+    return note_script()(request).after(MODEL_SECONDS)
 
 
 def setup(model_url: str, runtime: str) -> Path:
@@ -128,7 +137,7 @@ def bare_run(work: Path, runtime: str) -> None:
                 check=True,
             ).stdout
         )
-        with ModelServer(note_script(), sock=listen_in_netns(pid, "127.0.0.1", PORT)):
+        with ModelServer(conversation, sock=listen_in_netns(pid, "127.0.0.1", PORT)):
             (signal / "ready").write_text("ready\n")
             status = subprocess.run(
                 ["docker", "wait", container], capture_output=True, text=True, check=True
@@ -165,7 +174,7 @@ def main() -> None:
     size, build = image_facts()
     rows = []
     runc_ms: float | None = None
-    with ModelServer(note_script()) as model:
+    with ModelServer(conversation) as model:
         for runtime in runtimes:
             home = setup(model.url, runtime)
             work = home / "bare"
@@ -193,8 +202,8 @@ def main() -> None:
                 )
             )
     print_table(
-        f"Pi run in {IMAGE} (3 model turns, one note): impyard run vs bare docker run, "
-        f"median of {reps}",
+        f"Pi run in {IMAGE} (3 model turns of {MODEL_SECONDS:g} s, one note): impyard run vs "
+        f"bare docker run, median of {reps}",
         ("runtime", "docker run ms", "impyard run ms", "ratio", "vs runc", "image", "build"),
         rows,
     )
