@@ -3,7 +3,8 @@ image holding the same scripted conversation, side by side.
 
 Both sides run `pi-imp` in the Pi image with the same three-turn conversation
 (`impyard/devtools/model_server.py`'s note script: bash, write, answer). The bare side is what a
-`--network none` box minimally needs to reach a model: `docker run -d` with the image's
+`--network none` box minimally needs to reach a model: `docker run -d` under the box's
+hardening and the default policy's limits (CPU, memory, processes), with the image's
 box-init waiting for a ready file, the model server bound straight into the box's
 loopback (no gateway, no policy, no checkpoint), `docker wait`, `docker rm`. The Impyard
 side is `impyard run` end to end: policy, checkout, gateway credential route, the box,
@@ -33,10 +34,14 @@ from pathlib import Path
 from bench.common import ROOT, impyard, median, print_table, scratch_dir, timed
 from impyard.devtools.model_server import Conversation, ModelServer, Reply, note_script
 from impyard.gateway.netns import listen_in_netns
+from impyard.policy.models import BoxPolicy
 
 IMAGE = os.environ.get("IMPYARD_BENCH_PI_IMAGE", "impyard-pi:latest")
 SECRET = "bench-placeholder-key"
 PORT = 3128
+#: The limits the Impyard side's box runs under (the default policy's): the bare box gets
+#: them too. The CPU quota matters most: under runsc gVisor's own kernel works inside it.
+LIMITS = BoxPolicy()
 MODEL_SECONDS = float(os.environ.get("IMPYARD_BENCH_MODEL_SECONDS", "0"))
 
 
@@ -103,6 +108,14 @@ def bare_run(work: Path, runtime: str) -> None:
             "65532:65532",
             "--tmpfs",
             "/tmp:rw,nosuid,nodev,size=2147483648,mode=1777",
+            "--cpus",
+            str(LIMITS.cpus),
+            "--memory",
+            str(LIMITS.memory_bytes),
+            "--memory-swap",
+            str(LIMITS.memory_bytes),
+            "--pids-limit",
+            str(LIMITS.pids_limit),
             "-v",
             f"{knowledge}:/opt/impyard/knowledge",
             "-v",
