@@ -4,7 +4,7 @@ image holding the same scripted conversation, side by side.
 Both sides run `pi-imp` in the Pi image with the same three-turn conversation
 (`impyard/devtools/model_server.py`'s note script: bash, write, answer). The bare side is what a
 `--network none` box minimally needs to reach a model: `docker run -d` under the box's
-hardening and the default policy's limits (CPU, memory, processes), with the image's
+hardening and the deployed policy's limits (CPU, memory, processes), with the image's
 box-init waiting for a ready file, the model server bound straight into the box's
 loopback (no gateway, no policy, no checkpoint), `docker wait`, `docker rm`. The Impyard
 side is `impyard run` end to end: policy, checkout, gateway credential route, the box,
@@ -34,14 +34,13 @@ from pathlib import Path
 from bench.common import ROOT, impyard, median, print_table, scratch_dir, timed
 from impyard.devtools.model_server import Conversation, ModelServer, Reply, note_script
 from impyard.gateway.netns import listen_in_netns
+from impyard.home import Home
+from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import BoxPolicy
 
 IMAGE = os.environ.get("IMPYARD_BENCH_PI_IMAGE", "impyard-pi:latest")
 SECRET = "bench-placeholder-key"
 PORT = 3128
-#: The limits the Impyard side's box runs under (the default policy's): the bare box gets
-#: them too. The CPU quota matters most: under runsc gVisor's own kernel works inside it.
-LIMITS = BoxPolicy()
 MODEL_SECONDS = float(os.environ.get("IMPYARD_BENCH_MODEL_SECONDS", "0"))
 
 
@@ -81,8 +80,10 @@ def impyard_run(home: Path) -> None:
         raise SystemExit(f"impyard run failed ({result.returncode}): {result.stderr}")
 
 
-def bare_run(work: Path, runtime: str) -> None:
-    """The same box work with plain docker: the model bound into the box's loopback."""
+def bare_run(work: Path, runtime: str, limits: BoxPolicy) -> None:
+    """The same box work with plain docker: the model bound into the box's loopback, under
+    the limits the Impyard side's box gets (the CPU quota matters most: under runsc,
+    gVisor's own kernel works inside it)."""
     knowledge, signal = work / "knowledge", work / "signal"
     shutil.rmtree(knowledge, ignore_errors=True)
     shutil.rmtree(signal, ignore_errors=True)
@@ -109,13 +110,13 @@ def bare_run(work: Path, runtime: str) -> None:
             "--tmpfs",
             "/tmp:rw,nosuid,nodev,size=2147483648,mode=1777",
             "--cpus",
-            str(LIMITS.cpus),
+            str(limits.cpus),
             "--memory",
-            str(LIMITS.memory_bytes),
+            str(limits.memory_bytes),
             "--memory-swap",
-            str(LIMITS.memory_bytes),
+            str(limits.memory_bytes),
             "--pids-limit",
-            str(LIMITS.pids_limit),
+            str(limits.pids_limit),
             "-v",
             f"{knowledge}:/opt/impyard/knowledge",
             "-v",
@@ -190,15 +191,16 @@ def main() -> None:
     with ModelServer(conversation) as model:
         for runtime in runtimes:
             home = setup(model.url, runtime)
+            limits = deployed_org_policy(Home(home)).box
             work = home / "bare"
             work.mkdir()
             (work / "task.md").write_text("Write one note.\n")
             # Warm-up (excluded): page cache for the image and the first checkout layer.
             impyard_run(home)
-            bare_run(work, runtime)
+            bare_run(work, runtime, limits)
             bare, ours = [], []
             for _ in range(reps):
-                bare.append(timed(functools.partial(bare_run, work, runtime)))
+                bare.append(timed(functools.partial(bare_run, work, runtime, limits)))
                 ours.append(timed(functools.partial(impyard_run, home)))
             shutil.rmtree(home, ignore_errors=True)
             if runtime == "runc":
