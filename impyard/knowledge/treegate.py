@@ -27,11 +27,12 @@ from typing import Literal, NamedTuple
 
 import pygit2
 
-from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.change import MESSAGE_CHARS, KnowledgeLimits
 from impyard.knowledge.gitfsck import TreeEntry, parse_tree
 from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules, normalize_segment
 from impyard.knowledge.repo import TREE_CACHE_LIMIT
 from impyard.knowledge.treefs import MAX_FILES
+from impyard.textcap import cut
 from impyard.textsafe import visible
 
 #: Problems kept in full; the rest are counted (a hostile tree can hold millions).
@@ -51,6 +52,13 @@ class TreeProblem:
     path: str
     rule: str
     message: str
+
+    def __post_init__(self) -> None:
+        # A remote's tree entry may be named with a megabyte: the report stays bounded.
+        for name in ("path", "message"):
+            text = getattr(self, name)
+            if len(text) > MESSAGE_CHARS:
+                object.__setattr__(self, name, cut(text, MESSAGE_CHARS))
 
     def line(self) -> str:
         target = f"{self.where}:{self.path}" if self.path else self.where
