@@ -28,8 +28,15 @@ from impyard.names import RUN_ID, check_run_id
 from impyard.runs import manifest as manifests
 from impyard.runs.lookup import resolve_run
 from impyard.runs.model import Manifest
+from impyard.textcap import cut_lines
 
 Kind = Literal["candidate", "quarantine"]
+
+#: A preserved commit's message as read back: each line, and the whole. The lane writes
+#: at most ``violations.KEPT`` reasons and as many files not kept, a line each; a ref a
+#: restore brought in may hold any message the gate let through.
+MESSAGE_LINE_CHARS = 10_000
+MESSAGE_CHARS = 1024 * 1024
 
 PREFIXES: dict[Kind, str] = {"candidate": "refs/candidates/", "quarantine": "refs/quarantine/"}
 
@@ -180,7 +187,7 @@ def _read(
         commit=sha,
         base=base_of(repo, sha),
         created_at=when,
-        message=_without_trailers(target.message),
+        message=cut_lines(_without_trailers(target.message), MESSAGE_LINE_CHARS, MESSAGE_CHARS),
         manifest=manifest,
     )
 

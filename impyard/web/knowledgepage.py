@@ -21,6 +21,7 @@ from impyard.runs.landing import run_receipts
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.model import ImpKnowledge
 from impyard.textsafe import escape_text
+from impyard.web import commitview
 
 #: First-parent commits of main a page lists.
 HISTORY = 30
@@ -93,10 +94,10 @@ def history(repo: pygit2.Repository, head: pygit2.Commit, limit: int = HISTORY) 
         found.append(
             CommitView(
                 sha=str(current.id),
-                summary=current.message.split("\n", 1)[0],
-                author=current.author.name,
+                summary=commitview.summary(current),
+                author=commitview.author(current),
                 when=current.commit_time,
-                trailers=dict(current.message_trailers),
+                trailers=commitview.trailers(current),
             )
         )
         current = current.parents[0] if current.parents else None
