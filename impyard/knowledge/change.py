@@ -56,6 +56,7 @@ RULES: dict[str, str] = {
         "or repeated, a zero-padded mode, a tag"
     ),
     "missing-object": "an object a ref, commit or tree names is not in the repository",
+    "long-line": "a commit holds a line longer than the lane ever writes (256 KiB)",
     "checkpointed": "a file an earlier checkpoint of this run landed may not change any more",
     "source-receipt": (
         "a cited receipt is not one of this run's fetch receipts, or its URL is not one of the "

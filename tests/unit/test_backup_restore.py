@@ -7,19 +7,22 @@ import json
 import shutil
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from impyard import backup
 from impyard.backup.sync import backup_imp
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.change import Change
+from impyard.knowledge.change import MESSAGE_CHARS, Change
 from impyard.knowledge.imps import open_repo, read_imp_settings
 from impyard.knowledge.quarantine import quarantine
 from impyard.knowledge.repo import main_commit
+from impyard.knowledge.repogate import MAX_COMMIT_LINE
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
+from tests.helpers.hostile_trees import knowledge_tree, raw_commit, raw_tree
 from tests.helpers.repo import assert_fsck_clean, run_id
 
 
@@ -158,3 +161,50 @@ def test_restore_from_nothing_fails_with_one_line(cli: Cli, tmp_path: Path, sour
     assert line.startswith("impyard: error: ")
     if source == "url":
         assert "--imp" in line  # a URL cannot be listed
+
+
+@pytest.mark.parametrize("line_bytes", [MAX_COMMIT_LINE, MAX_COMMIT_LINE + 1, 3 * 1024 * 1024])
+def test_restore_refuses_a_main_whose_message_holds_a_line_the_lane_never_writes(
+    cli: Cli, tmp_path: Path, line_bytes: int
+) -> None:
+    """The lane's longest line is a Source-Receipt trailer under 256 KiB; a main whose
+    message is one longer line is refused, naming the commit and the bound, and the
+    refusal itself stays short. A line at the bound is restored."""
+    base = tmp_path / "backups"
+    repo = pygit2.init_repository(str(base / "yuko.git"), bare=True, initial_head="main")
+    message = b"Source-Receipt: " + b"x" * (line_bytes - 16) + b"\n"
+    commit = raw_commit(repo, knowledge_tree(repo, []), message=message)
+    repo.references.create("refs/heads/main", commit)
+    assert cli("init").code == 0
+
+    result = cli("restore", "--from", str(base))
+    if line_bytes <= MAX_COMMIT_LINE:
+        assert result.code == 0, result.stderr
+        return
+    assert result.code == 1
+    assert len(result.stderr) < 2_000, result.stderr[:2_000]
+    assert f"yuko main: long-line: commit {commit}: a line of {line_bytes:,} bytes" in (
+        result.stderr
+    )
+    assert f"over the {MAX_COMMIT_LINE:,}" in result.stderr
+    assert json.loads(cli("imp", "list", "--json").stdout) == []
+
+
+def test_a_refusal_naming_a_long_nested_entry_stays_short(cli: Cli, tmp_path: Path) -> None:
+    """Each problem's path and message is cut to its bound, saying how much: here a
+    zero-padded mode 20 levels of 10,000-character names down (a 200,000-character path)."""
+    base = tmp_path / "backups"
+    repo = pygit2.init_repository(str(base / "yuko.git"), bare=True, initial_head="main")
+    name = b"n" * 10_000
+    tree = raw_tree(repo, [(b"040000", name, raw_tree(repo, []))])  # zero-padded mode
+    for _ in range(19):
+        tree = raw_tree(repo, [(b"40000", name, tree)])
+    main = raw_commit(repo, knowledge_tree(repo, [(b"40000", name, tree)]))
+    repo.references.create("refs/heads/main", main)
+    assert cli("init").code == 0
+
+    result = cli("restore", "--from", str(base))
+    assert result.code == 1
+    [problem] = [line for line in result.stderr.splitlines() if "zeroPaddedFilemode" in line]
+    assert len(problem) < 2 * MESSAGE_CHARS + 100, len(problem)
+    assert problem.count(" characters]") == 2  # its path, and its message
