@@ -66,8 +66,8 @@ RULES: dict[str, str] = {
 
 
 #: Characters of a violation's message kept. A message quotes what the box wrote (a
-#: frontmatter key, a value, a second path): the longest path a box may leave (4,096
-#: bytes is Linux's PATH_MAX) and the sentence around it fit; a 60,000-character
+#: frontmatter key, a value, a second path): a path as long as Linux's PATH_MAX (4,096
+#: bytes) and the sentence around it fit; a 60,000-character
 #: frontmatter key does not, and would be copied into the manifest, the journal, the
 #: candidate's commit message and a rework's task file.
 MESSAGE_CHARS = 5_000

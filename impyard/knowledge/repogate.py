@@ -108,8 +108,8 @@ def _commit(
                 where,
                 "",
                 "long-line",
-                f"commit {target}: a line of {longest:,} bytes, over the {MAX_COMMIT_LINE:,} "
-                "the lane ever writes",
+                f"commit {target}: a line of {longest:,} bytes, over the {MAX_COMMIT_LINE:,}-"
+                "byte bound (the lane writes no longer line)",
             )
         )
     if parsed.tree is not None:
