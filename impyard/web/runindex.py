@@ -129,9 +129,9 @@ def read_facts(home: Home, run_id: str) -> RunFacts | None:
 
 
 def _first_violation(raw: dict[str, Any]) -> str | None:
-    """A rejected run records no reason, only its violations: the first of them, as
-    ``serve`` reports it (path: rule), and how many more there were (none for a run that
-    landed, as there)."""
+    """A rejected run records no reason, only its violations: the first of them and how
+    many more there were, as ``serve`` reports them (and, as there, none for a run that
+    landed)."""
     if raw.get("checkpoint") == "integrated":
         return None
     found = raw.get("validation_errors")
