@@ -26,7 +26,7 @@ from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import candidate_ref
 from impyard.knowledge.quarantine import quarantine_ref
-from impyard.knowledge.seed import SeedPlan, plan_seed, seed_checkout
+from impyard.knowledge.seed import SeedFile, SeedPlan, plan_seed, rename_into, seed_checkout
 from impyard.knowledge.treefs import parse_owner
 from impyard.queue import tasks
 from impyard.queue.db import opened
@@ -49,6 +49,8 @@ SECTION_CHARS = 128 * 1024
 #: Characters of a whole task file: the quoted prompt (a foreground run's is read up to
 #: ``PROMPT_BYTES``), the note and every section, each at its bound.
 FILE_CHARS = 1024 * 1024
+#: What a preview of the task file writes for the rework run's namespace, not yet issued.
+NEW_NAMESPACE = "n_NEW"
 
 
 @dataclass(frozen=True)
@@ -101,12 +103,16 @@ def plan_rework(home: Home, m: Manifest, kind: str, *, note: str | None = None) 
 
 
 def preview_text(home: Home, plan: ReworkPlan) -> tuple[str, SeedPlan]:
-    """The task file a run of ``plan`` would read, and the files it would start with, as
-    ``task_text`` and ``seed_plan`` make them; with record names in the reworked run's
-    namespace (the rework run's own is issued when it starts, and renames them)."""
+    """The task file a run of ``plan`` would read, as ``task_text`` makes it, with
+    ``NEW_NAMESPACE`` where the run's namespace goes (it is issued when the run starts);
+    and the files it would start with, under the names they have in the reworked run."""
     ns = plan.origin.namespace
+    # Every issued namespace has one shape, so a name valid in the reworked run's is
+    # valid in the new run's: seeding under the old one skips exactly what the run will.
     seeded = plan_seed(open_repo(home, plan.imp), plan.origin.commit, ns, ns)
-    return task_text(plan.origin, plan.prompt, ns, seeded), seeded
+    files = [SeedFile(rename_into(f.path, ns, NEW_NAMESPACE), f.was, f.blob) for f in seeded.files]
+    shown = SeedPlan(ns, NEW_NAMESPACE, files, seeded.skipped, seeded.deleted)
+    return task_text(plan.origin, plan.prompt, NEW_NAMESPACE, shown), seeded
 
 
 def queue_rework(
