@@ -23,6 +23,7 @@ from impyard.status.model import (
     DiskSection,
     EngineStatus,
     ImageStatus,
+    PolicySection,
     Problem,
     RunningRun,
     Status,
@@ -152,12 +153,7 @@ def judge(status: Status) -> None:
             )
         )
     if not status.policy.deployed:
-        problems.append(
-            Problem(
-                code="policy-not-deployed",
-                message=f"{'; '.join(status.policy.changes)}: run `impyard deploy`",
-            )
-        )
+        problems.append(Problem(code="policy-not-deployed", message=_undeployed(status.policy)))
     if status.serve.stale_pids:
         pids = ", ".join(str(pid) for pid in status.serve.stale_pids)
         warnings.append(
@@ -167,6 +163,22 @@ def judge(status: Status) -> None:
                 "the next serve recovers its runs",
             )
         )
+
+
+#: Refused policy lines a status problem names; ``impyard deploy`` lists every one.
+SHOWN_VIOLATIONS = 3
+
+
+def _undeployed(policy: PolicySection) -> str:
+    changed = "; ".join(policy.changes)
+    if not policy.invalid:
+        return f"{changed}: run `impyard deploy`"
+    shown = policy.invalid[:SHOWN_VIOLATIONS]
+    more = len(policy.invalid) - len(shown)
+    rest = f"; and {more} more (`impyard deploy` lists every one)" if more else ""
+    fix = "fix it" if len(policy.invalid) == 1 else "fix them"
+    refused = "; ".join(shown) + rest
+    return f"{changed}, and a deploy would refuse it: {refused}: {fix}, then run `impyard deploy`"
 
 
 def _judge_backup(status: Status) -> None:
