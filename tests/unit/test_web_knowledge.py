@@ -11,7 +11,7 @@ import pytest
 from impyard.gateway.receipts import Receipt
 from impyard.home import Home
 from tests.helpers.cli import Cli
-from tests.helpers.hostile import IMG, MESSAGE, SCRIPT, commit_hostile_note
+from tests.helpers.hostile import IMG, MESSAGE, SCRIPT, commit_files, commit_hostile_note
 from tests.helpers.repo import note_path
 from tests.helpers.web import console_for, log_in
 from tests.unit.test_provenance_cli import landed
@@ -72,3 +72,17 @@ def test_a_note_shows_its_receipts_and_trust_as_the_cli_does(
     assert "trust    1 independent source" in shown.stdout
     assert '<dd id="trust">1 independent source (distinct hosts' in page
     assert receipt.sha256 in page and commit[:12] in page and receipt.ended_at in page
+
+
+def test_only_records_get_frontmatter_warnings(home: Cli, tmp_path: Path) -> None:
+    bare = "records/vendors/acme--n_0123456789ab_1.md"
+    commit_files(Home(home.home), "yuko", tmp_path / "work", {bare: "no frontmatter\n"}, "bare")
+    console, client = console_for(home.home)
+    log_in(console, client)
+    warning = "the file must start with a &#39;---&#39; frontmatter line"
+    for prose in ("README.md", "records/README.md", "organization/README.md"):
+        page = client.get("/knowledge/yuko/note", params={"path": prose})
+        assert page.status_code == 200 and "# " in page.text
+        assert 'class="reasons"' not in page.text and warning not in page.text, prose
+    record = client.get("/knowledge/yuko/note", params={"path": bare}).text
+    assert f'<ul class="reasons"><li class="warn">{warning}</li></ul>' in record
