@@ -31,11 +31,15 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Create an imp and its knowledge repository (initial branch main)."""
+        from impyard.imp_lookup import checked_imp_name
         from impyard.knowledge.imps import ImpSettings, create_imp
-        from impyard.lifecycle import settings_with
+        from impyard.lifecycle import require_image, settings_with
 
         home = initialized_home(ctx)
+        checked_imp_name(home, imp)
         settings = settings_with(ImpSettings(), image=image, command=command, agent=agent)
+        if image:
+            require_image(image)
         path = create_imp(home, imp, settings)
         echo(f"created imp {imp}: {path}")
         if agent is not None:

@@ -6,8 +6,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from impyard.box.agents import AGENTS
-from impyard.contract import DEFAULT_IMAGE
+from impyard.box.agents import build_hint
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
@@ -31,15 +30,6 @@ from impyard.status.model import (
 from impyard.status.policy import policy_section
 from impyard.status.units import human_bytes, iso
 from impyard.status.work import queue_and_leases, serve_section, unfinished_runs
-
-
-def _build_hint(image: str) -> str:
-    if image == DEFAULT_IMAGE:
-        return "build it with `just box`"
-    for agent in AGENTS.values():
-        if agent.image == image:
-            return f"build it with `{agent.build_hint}`"
-    return "build or load it into the engine (nothing is pulled)"
 
 
 def _disk_parts(home: Home, imps: list[str]) -> dict[str, list[Path]]:
@@ -130,7 +120,7 @@ def judge(status: Status) -> None:
                 Problem(
                     code="image-missing",
                     message=f"{image.image} (named by {', '.join(image.used_by)}) is not in "
-                    f"the engine: {_build_hint(image.image)}",
+                    f"the engine: {build_hint(image.image)}",
                 )
             )
     if status.queue.error:
