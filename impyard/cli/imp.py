@@ -31,12 +31,12 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Create an imp and its knowledge repository (initial branch main)."""
-        from impyard.imp_lookup import checked_imp_name
         from impyard.knowledge.imps import ImpSettings, create_imp
         from impyard.lifecycle import require_image, settings_with
+        from impyard.names import check_imp_name
 
         home = initialized_home(ctx)
-        checked_imp_name(home, imp)
+        check_imp_name(imp)  # a bad name is the first thing to say, before any image
         settings = settings_with(ImpSettings(), image=image, command=command, agent=agent)
         if image:
             require_image(image)
