@@ -64,3 +64,12 @@ impyard imp create pia --agent pi
 impyard task add pia --prompt "Find out what a tmpfs is and write one note about it."
 impyard serve --once
 git -C "$(impyard knowledge pia)" log --stat -1
+
+# Where everything is, and what to type next: from any new shell (bootstrap put
+# `impyard` on PATH), --home names this demo's data root.
+home=$(printf %q "$IMPYARD_HOME")
+echo "== done: the demo's data root is $IMPYARD_HOME"
+echo "== try next:"
+echo "   impyard --home $home status  # engine, images, queue, runs, problems"
+echo "   impyard --home $home runs show last  # what the last run did, and why"
+echo "   impyard --home $home web --print-url  # a login URL for the console (then: impyard --home $home web)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impyard.contract import DEFAULT_IMAGE
 from impyard.errors import UsageError
 
 
@@ -29,6 +30,16 @@ AGENTS: dict[str, Agent] = {
         build_hint="just box-pi",
     ),
 }
+
+
+def build_hint(image: str) -> str:
+    """How an owner gets ``image`` into the engine (nothing is ever pulled)."""
+    if image == DEFAULT_IMAGE:
+        return "build it with `just box`"
+    for agent in AGENTS.values():
+        if agent.image == image:
+            return f"build it with `{agent.build_hint}`"
+    return f"build it (`docker build -t {image} …`) or load it (`docker load -i FILE`)"
 
 
 def agent_named(name: str) -> Agent:

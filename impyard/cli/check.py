@@ -40,6 +40,9 @@ def box(
     app_state = state(ctx)
     home, settings = app_state.home, app_state.settings
     if imp is not None:
+        from impyard.imp_lookup import require_imp_name
+
+        require_imp_name(home, imp)
         policy, _warnings = policy_for_run(home, imp, strict=settings.strict_policy)
     else:
         policy = deployed_org_policy(home)

@@ -67,6 +67,22 @@ def _journal_run(home: Home, text: str, imp: str | None) -> str:
         return text
 
 
+def _journal_imp(home: Home, imp: str) -> str:
+    """``imp`` when it is an imp, or one the journal still has events of (a removed imp's
+    stay); any other name is a typo, refused before anything is printed or followed."""
+    from impyard.imp_lookup import checked_imp_name, unknown_imp
+    from impyard.journal_query import JournalQuery
+    from impyard.journal_tail import JournalTail
+
+    checked_imp_name(home, imp)
+    if home.repo(imp).is_dir():
+        return imp
+    with JournalTail(home.journal) as tail:
+        if next(tail.history(JournalQuery(imp=imp), 1), None) is not None:
+            return imp
+    raise unknown_imp(home, imp, also="and no events of it in the journal")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("journal")
     def journal_command(
@@ -106,6 +122,8 @@ def register(app: typer.Typer) -> None:
         from impyard.journal_tail import JournalTail
 
         home = initialized_home(ctx)
+        if imp is not None:
+            imp = _journal_imp(home, imp)
         if run is not None:
             run = _journal_run(home, run, imp)
         query = make_query(imp=imp, run=run, events=events or (), since=since, now=time.time())

@@ -9,7 +9,6 @@ import typer
 from impyard.cli import complete
 from impyard.cli._common import initialized_home, print_json, warn
 from impyard.cli._table import Column, print_table
-from impyard.errors import NotFoundError
 
 if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic
     from impyard.policy import DeployReport, Policy, ShownPolicy
@@ -169,17 +168,14 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """The imp's effective policy from the current files, and where each value came from."""
-        from impyard.names import check_imp_name
+        from impyard.imp_lookup import checked_imp_name, unknown_imp
         from impyard.policy import effective_policy_with_sources
 
         home = initialized_home(ctx)
-        check_imp_name(imp)
+        checked_imp_name(home, imp)
         if not home.repo(imp).is_dir() and not home.imp_policy(imp).exists():
             # Any name would show the org's policy: a typo must not look like an answer.
-            raise NotFoundError(
-                f"no imp named {imp!r} and no overlay {home.imp_policy(imp)} "
-                f"(create it with `impyard imp create {imp}`)"
-            )
+            raise unknown_imp(home, imp, also=f"and no overlay {home.imp_policy(imp)}")
         shown = effective_policy_with_sources(home, imp)
         if shown.stale:
             warn(f"compiled policy differs from these files ({shown.stale}): run `impyard deploy`")

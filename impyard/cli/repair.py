@@ -44,7 +44,7 @@ def _group(kind: Kind) -> typer.Typer:
         ),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
-        """List them across imps, oldest run first."""
+        """List them across imps, newest run first."""
         from impyard.knowledge.imps import open_repo
         from impyard.repair.preserved import list_preserved
         from impyard.repair.views import row

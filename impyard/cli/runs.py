@@ -72,7 +72,9 @@ def register(app: typer.Typer) -> None:
         runs = found.manifests
         if imp is not None and not runs and not home.repo(imp).is_dir():
             # A removed imp's runs still list; a name that never ran is a typo to say.
-            raise NotFoundError(f"no imp named {imp!r} and no runs of it")
+            from impyard.imp_lookup import unknown_imp
+
+            raise unknown_imp(home, imp, also="and no runs of it")
         if as_json:
             print_json([public_record(m) for m in runs])
         else:

@@ -8,7 +8,6 @@ import typer
 
 from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json
-from impyard.errors import NotFoundError
 
 
 def register(app: typer.Typer) -> None:
@@ -31,14 +30,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Queue a task; prints its id."""
         from impyard.cli.run import read_prompt
-        from impyard.names import check_imp_name
+        from impyard.imp_lookup import require_imp_name
         from impyard.queue import tasks
         from impyard.queue.db import connect
 
         home = initialized_home(ctx)
-        check_imp_name(imp)
-        if not home.repo(imp).is_dir():
-            raise NotFoundError(f"no imp {imp!r}: create it with `impyard imp create {imp}`")
+        require_imp_name(home, imp)
         text = read_prompt(prompt, prompt_file)
         conn = connect(home.db)
         try:

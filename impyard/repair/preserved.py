@@ -100,13 +100,14 @@ class Preserved:
 
 
 def list_preserved(home: Home, kind: Kind, imp: str | None = None) -> list[Preserved]:
-    """Every preserved change of ``kind``, across imps (or one), oldest run first."""
+    """Every preserved change of ``kind``, across imps (or one), newest run first (run ids
+    sort by their start time): what an owner reviews next is what just happened."""
     found: list[Preserved] = []
     for name in [imp] if imp is not None else list_imps(home):
         repo = open_repo(home, name)
         for ref, run_id in _refs(repo, kind):
             found.append(_read(home, repo, name, kind, ref, run_id))
-    return sorted(found, key=lambda p: (p.run_id, p.imp))
+    return sorted(found, key=lambda p: (p.run_id, p.imp), reverse=True)
 
 
 def preserved_run(home: Home, text: str) -> str:

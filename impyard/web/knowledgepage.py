@@ -15,7 +15,7 @@ from impyard.home import Home
 from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.provenance import note_provenance
-from impyard.knowledge.records import parse_frontmatter
+from impyard.knowledge.records import RECORDS, parse_frontmatter
 from impyard.knowledge.repo import main_commit
 from impyard.runs.landing import run_receipts
 from impyard.status.knowledge import imp_knowledge
@@ -116,6 +116,11 @@ class NoteView:
     independent_sources: int
 
 
+def is_record(path: str) -> bool:
+    """A note of ``records/``: every file there but the host's ``records/README.md``."""
+    return path.startswith(f"{RECORDS}/") and path != f"{RECORDS}/README.md"
+
+
 def note(home: Home, imp: str, path: str) -> NoteView:
     found = note_provenance(home, imp, path)  # NotFoundError for no such file
     repo = open_repo(home, imp)
@@ -123,15 +128,17 @@ def note(home: Home, imp: str, path: str) -> NoteView:
     assert isinstance(blob, pygit2.Blob), "note_provenance found a file there"
     data = blob.data
     text = data[:NOTE_BYTES].decode("utf-8", errors="replace")
-    frontmatter = parse_frontmatter(text)
+    # Only a record has a frontmatter to check: the repository's README.md files (and
+    # anything else outside records/) are prose, and a warning there would be false.
+    frontmatter = parse_frontmatter(text) if is_record(path) else None
     logged = run_receipts(home, found.run) if found.run else {}
     return NoteView(
         imp=imp,
         path=path,
         text=escape_text(text),
         cut=len(data) > NOTE_BYTES,
-        fields=dict(frontmatter.fields),
-        problems=list(frontmatter.errors),
+        fields=dict(frontmatter.fields) if frontmatter else {},
+        problems=list(frontmatter.errors) if frontmatter else [],
         provenance={
             "commit": found.commit,
             "run": found.run,

@@ -21,6 +21,7 @@ from impyard.knowledge.repo import main_commit
 from impyard.knowledge.repogate import MAX_COMMIT_LINE
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
 from tests.helpers.cli import Cli
+from tests.helpers.fake_engine import engine_with_images
 from tests.helpers.git import git
 from tests.helpers.hostile_trees import knowledge_tree, raw_commit, raw_tree
 from tests.helpers.repo import assert_fsck_clean, run_id
@@ -29,7 +30,11 @@ from tests.helpers.repo import assert_fsck_clean, run_id
 def populated(cli: Cli, base: Path) -> Home:
     """Two imps with landed notes, a candidate and a quarantine, backed up to ``base``."""
     assert cli("init").code == 0
-    assert cli("imp", "create", "yuko", "--image", "img:1", "--command", "run-me").code == 0
+    with engine_with_images() as engine:
+        created = cli(
+            "imp", "create", "yuko", "--image", "img:1", "--command", "run-me", env=engine
+        )
+    assert created.code == 0
     assert cli("imp", "create", "kai").code == 0
     home = Home(cli.home)
     set_remotes(home, [str(base)])

@@ -18,6 +18,7 @@ from impyard.home import Home
 from impyard.knowledge import runspace
 from impyard.knowledge.change import Change, KnowledgeLimits, Violation
 from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.imps import create_imp
 from impyard.knowledge.increments import landed_by
 from impyard.knowledge.lane import Trailers, candidate_ref, integrate, keep_candidate
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
@@ -26,9 +27,19 @@ from impyard.knowledge.snapshot import snapshot
 from impyard.loopspace import loop_supported
 from impyard.runs import manifest as manifests
 from impyard.runs.model import CheckpointRecord, Manifest
+from tests.helpers.backup import reject_note
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, tree_paths
+from tests.helpers.repo import (
+    NS,
+    RUN,
+    change_of,
+    make_imp,
+    note_path,
+    note_text,
+    run_id,
+    tree_paths,
+)
 
 OWNER = {"USER": "alice"}
 TIGHT = KnowledgeLimits(max_file_chars=300)
@@ -746,3 +757,20 @@ def test_diffs_are_bounded_and_name_deletions_and_binary_files(tmp_path: Path) -
     long = shown["organization/long.md"]
     assert long.truncated and long.text.endswith("more line(s) not shown")
     assert len(long.text.splitlines()) == MAX_LINES_PER_FILE + 1
+
+
+def test_candidates_list_newest_first_across_imps(tmp_path: Path) -> None:
+    home, _repo = make_imp(tmp_path)
+    create_imp(home, "abe")
+    for n, imp in ((1, "yuko"), (3, "abe"), (2, "yuko")):
+        reject_note(home, n, imp)
+    cli = Cli(home=home.root)
+    listed = json.loads(cli("candidates", "list", "--json").stdout)
+    assert [(r["run_id"], r["imp"]) for r in listed] == [
+        (run_id(3), "abe"),
+        (run_id(2), "yuko"),
+        (run_id(1), "yuko"),
+    ]
+    table = cli("candidates", "list").stdout
+    shown = [run for run in (run_id(n) for n in (1, 2, 3)) if run in table]
+    assert sorted(shown, key=table.index) == [run_id(3), run_id(2), run_id(1)]

@@ -15,7 +15,7 @@ from impyard.knowledge.imps import open_repo
 from impyard.textcap import marker
 from impyard.web.commitview import SUMMARY_CHARS, TRAILERS
 from tests.helpers.cli import Cli
-from tests.helpers.hostile import IMG, MESSAGE, SCRIPT, commit_hostile_note
+from tests.helpers.hostile import IMG, MESSAGE, SCRIPT, commit_files, commit_hostile_note
 from tests.helpers.repo import note_path
 from tests.helpers.web import console_for, log_in
 from tests.unit.test_provenance_cli import landed
@@ -100,3 +100,17 @@ def test_a_huge_commit_message_on_main_is_shown_cut_saying_how_much(home: Cli) -
     assert len(page.content) < 200_000, len(page.content)
     assert f"[cut {3_000_000 - SUMMARY_CHARS + len(marker(3_000_000)):,} characters]" in (page.text)
     assert f"{100 - TRAILERS} more trailers not shown" in page.text
+
+
+def test_only_records_get_frontmatter_warnings(home: Cli, tmp_path: Path) -> None:
+    bare = "records/vendors/acme--n_0123456789ab_1.md"
+    commit_files(Home(home.home), "yuko", tmp_path / "work", {bare: "no frontmatter\n"}, "bare")
+    console, client = console_for(home.home)
+    log_in(console, client)
+    warning = "the file must start with a &#39;---&#39; frontmatter line"
+    for prose in ("README.md", "records/README.md", "organization/README.md"):
+        page = client.get("/knowledge/yuko/note", params={"path": prose})
+        assert page.status_code == 200 and "# " in page.text
+        assert 'class="reasons"' not in page.text and warning not in page.text, prose
+    record = client.get("/knowledge/yuko/note", params={"path": bare}).text
+    assert f'<ul class="reasons"><li class="warn">{warning}</li></ul>' in record
