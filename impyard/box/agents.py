@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from impyard.contract import DEFAULT_IMAGE
 from impyard.errors import UsageError
 
+#: The ``[box.env]`` variable naming the gateway route an imp's model calls go to.
+MODEL_ROUTE_ENV = "IMPYARD_MODEL_ROUTE"
+
 
 @dataclass(frozen=True)
 class Agent:
@@ -20,6 +23,10 @@ class Agent:
     #: The imp's command (run as ``/bin/sh -c``); ``exec`` keeps the agent's exit status.
     command: str
     build_hint: str
+    #: The box variable naming the gateway route the agent sends its model calls to
+    #: (policy ``[box.env]``), and the route it calls when the variable is unset.
+    model_route_env: str = MODEL_ROUTE_ENV
+    default_model_route: str = "llm"
 
 
 AGENTS: dict[str, Agent] = {

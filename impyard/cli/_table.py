@@ -25,6 +25,7 @@ STATE_STYLES = {
     "cancelled": "dim",
     "rejected": "red",
     "quarantined": "red",
+    "failed": "red",
     "failing": "red",
     "conflict": "yellow",
 }

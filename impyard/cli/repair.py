@@ -68,7 +68,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.views import details
 
         home = initialized_home(ctx)
-        found = find_preserved(home, kind, preserved_run(home, run_id))
+        found = find_preserved(home, kind, preserved_run(home, run_id, kind))
         shown = details(found, open_repo(home, found.imp))
         if as_json:
             print_json(shown)
@@ -87,7 +87,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.views import diff
 
         home = initialized_home(ctx)
-        found = find_preserved(home, kind, preserved_run(home, run_id))
+        found = find_preserved(home, kind, preserved_run(home, run_id, kind))
         shown = diff(found, open_repo(home, found.imp))
         if as_json:
             print_json(shown)
@@ -99,7 +99,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.preserved import preserved_run
         from impyard.repair.retry import retry as retry_change
 
-        run_id = preserved_run(initialized_home(ctx), run_id)
+        run_id = preserved_run(initialized_home(ctx), run_id, kind)
         result = retry_change(state(ctx).settings, kind, run_id, from_ref=from_ref, dry_run=dry)
         for message in result.warnings:
             warn(message)
@@ -171,13 +171,13 @@ def _group(kind: Kind) -> typer.Typer:
         if dry:
             from impyard.cli.repair_print import print_rework
 
-            preview = rework(home, kind, preserved_run(home, run_id), note, dry_run=True)
+            preview = rework(home, kind, preserved_run(home, run_id, kind), note, dry_run=True)
             if as_json:
                 print_json(preview.as_dict())
             else:
                 print_rework(preview.as_dict())
             return
-        task = rework(home, kind, preserved_run(home, run_id), note)
+        task = rework(home, kind, preserved_run(home, run_id, kind), note)
         if as_json:
             print_json(task.as_dict())
             return
@@ -199,7 +199,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.preserved import preserved_run
 
         home = initialized_home(ctx)
-        result = drop(home, kind, preserved_run(home, run_id), dry_run=dry).as_dict()
+        result = drop(home, kind, preserved_run(home, run_id, kind), dry_run=dry).as_dict()
         if as_json:
             print_json(result)
         else:
@@ -220,7 +220,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.preserved import preserved_run
 
         home = initialized_home(ctx)
-        result = export(home, kind, preserved_run(home, run_id), directory)
+        result = export(home, kind, preserved_run(home, run_id, kind), directory)
         if as_json:
             print_json(result.as_dict())
             return

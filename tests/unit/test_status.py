@@ -419,7 +419,13 @@ def test_queue_depth_leases_and_unfinished_runs(
     home.run_dir(done).mkdir()
     home.manifest(done).write_text(json.dumps({"run_id": done, "state": "finished"}))
     status = status_of(home)
-    assert status.queue.counts == {"queued": 1, "running": 1, "done": 0, "cancelled": 1}
+    assert status.queue.counts == {
+        "queued": 1,
+        "running": 1,
+        "done": 0,
+        "failed": 0,
+        "cancelled": 1,
+    }
     assert status.queue.oldest_queued_at is not None
     (lease,) = status.leases
     assert (lease.imp, lease.holder, lease.live) == ("yuko", RUN, True)
