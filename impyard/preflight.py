@@ -26,8 +26,12 @@ from impyard.knowledge.imps import list_imps, read_imp_settings
 from impyard.policy.compile import policy_for_run
 from impyard.policy.gateway import GatewayPolicy, GatewayRoute
 
-#: Clients that add ``/v1`` to the base URL they are given (Pi's models.json does).
-V1_AGENTS = frozenset({"pi"})
+
+def _adds_v1(agent: str | None) -> bool:
+    """Whether ``agent``'s client adds ``/v1`` to the base URL it is given (Pi's
+    models.json does); an owner's command may or may not."""
+    known = AGENTS.get(agent) if agent is not None else None
+    return known is not None and known.adds_v1
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def route_findings(
             )
         )
     parts = urlsplit(route.upstream)
-    if parts.path.rstrip("/").endswith("/v1") and (agent is None or agent in V1_AGENTS):
+    if parts.path.rstrip("/").endswith("/v1") and (agent is None or _adds_v1(agent)):
         found.append(
             Finding(
                 route.name,
@@ -130,7 +134,7 @@ def run_refusal(
         for f in route_findings(route, environ, agent=agent)
     ]
     # An upstream ending in /v1 is only certain to fail for a client known to add /v1.
-    found = [f for f in found if f.code != "upstream-v1" or agent in V1_AGENTS]
+    found = [f for f in found if f.code != "upstream-v1" or _adds_v1(agent)]
     if not found:
         return None
     return f"refusing to run imp {imp!r}: " + "; ".join(f.message for f in found)

@@ -40,4 +40,4 @@ fi
 bash scripts/link-cli.sh
 
 bash scripts/build-box.sh impyard-box:latest
-bash scripts/build-agent-box.sh impyard-pi:latest
+bash scripts/build-agent-box.sh pi

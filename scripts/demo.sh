@@ -42,7 +42,7 @@ else
     model=scripted-model
     export IMPYARD_SECRET_LLM=demo-placeholder-key
     echo "== NOTE: IMPYARD_SECRET_LLM and IMPYARD_LLM_UPSTREAM are not both set, so this"
-    echo "== run uses the SCRIPTED model server at $upstream (impyard/devtools/model_server.py),"
+    echo "== run uses the SCRIPTED model server at $upstream (impyard/devtools/model_server/),"
     echo "== not a real model. Set both (e.g. IMPYARD_LLM_UPSTREAM=https://api.openai.com)"
     echo "== and optionally IMPYARD_DEMO_MODEL to talk to your provider."
 fi
