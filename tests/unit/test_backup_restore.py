@@ -3,8 +3,11 @@ brought up to its backup in place, and the refusal to restore over work the back
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,13 +16,17 @@ from impyard import backup
 from impyard.backup.sync import backup_imp
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.change import Change
+from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.imps import open_repo, read_imp_settings
 from impyard.knowledge.quarantine import quarantine
 from impyard.knowledge.repo import main_commit
+from impyard.knowledge.treegate import GateLimits
+from impyard.policy.compile import policy_for_run
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
+from tests.helpers.bombs import GIB, bomb_backup, peak_rss
 from tests.helpers.cli import Cli
-from tests.helpers.git import git
+from tests.helpers.git import GIT_ENV, git
+from tests.helpers.gitdaemon import git_daemon
 from tests.helpers.repo import assert_fsck_clean, run_id
 
 
@@ -158,3 +165,39 @@ def test_restore_from_nothing_fails_with_one_line(cli: Cli, tmp_path: Path, sour
     assert line.startswith("impyard: error: ")
     if source == "url":
         assert "--imp" in line  # a URL cannot be listed
+
+
+@pytest.mark.parametrize(
+    ("transport", "form"),
+    [("path", "blob"), ("file", "delta"), ("git", "blob"), ("git", "delta")],
+)
+def test_a_bomb_is_refused_before_it_is_inflated(
+    cli: Cli, tmp_path: Path, transport: str, form: str
+) -> None:
+    """A backup of ~1 MB whose one blob inflates to 1 GiB (deflated whole, or a delta that
+    copies 64 KiB 16,384 times) is refused by the sizes it declares, the restoring process
+    staying far below the blob's size."""
+    assert cli("init").code == 0
+    home = Home(cli.home)
+    base = tmp_path / "backups"
+    bomb = bomb_backup(base, "yuko", GIB, delta=form == "delta")
+    limits = KnowledgeLimits.of(policy_for_run(home, "yuko", strict=False)[0].knowledge)
+    bound = GateLimits.of(limits).max_kept_file_bytes  # the largest file any kept tree holds
+    env = {**os.environ, **GIT_ENV}
+    env.pop("IMPYARD_HOME", None)
+    with contextlib.ExitStack() as stack:
+        where = {"path": str(base), "file": f"file://{base}"}.get(transport)
+        if where is None:
+            where = stack.enter_context(git_daemon(base))
+        argv = [sys.executable, "-m", "impyard", "--home", str(home.root), "restore"]
+        code, stderr, peak = peak_rss([*argv, "--from", where, "--imp", "yuko"], env, tmp_path)
+    assert code == 1
+    assert peak < 300 << 20, f"peak resident set {peak >> 20} MiB"
+    header, line, *rest = stderr.splitlines()
+    assert header.startswith("impyard: error: refusing to restore: ") and not rest
+    assert "nothing was installed" in header
+    # The object (by id, or by its place in the pack a server sent), its size, the limit.
+    assert line.startswith("  yuko object " if transport != "git" else "  yuko pack entry ")
+    assert transport == "git" or f"object {bomb[:12]}" in line
+    assert f"{GIB} bytes, over {bound}" in line
+    assert not home.imp_dir("yuko").exists() and list(home.knowledge_dir.iterdir()) == []
