@@ -73,6 +73,8 @@ def check_local(git_dir: Path, bound: int) -> None:
         )
     problems = Problems()
     _loose_files(objects, bound, problems)
+    if problems:  # before libgit2 opens any of them
+        raise TooLarge(problems)
     try:
         odb = pygit2.Odb(str(objects))
         for oid in odb:

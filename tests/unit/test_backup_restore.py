@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,37 @@ def test_a_bomb_is_refused_before_it_is_inflated(
     assert transport == "git" or f"object {bomb[:12]}" in line
     assert f"{GIB} bytes, over {bound}" in line
     assert not home.imp_dir("yuko").exists() and list(home.knowledge_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("odd", ["alternates", "fifo", "loose"])
+def test_a_local_backup_libgit2_would_read_unbounded_is_refused(
+    cli: Cli, tmp_path: Path, odd: str
+) -> None:
+    """What the headers cannot vouch for: objects borrowed from elsewhere, an object file
+    libgit2 would wait on (a fifo), a loose object file bigger than any object may be
+    (libgit2 reads a loose file whole)."""
+    base = tmp_path / "backups"
+    home = populated(cli, base)
+    backup.flush(30)
+    shutil.rmtree(home.root)
+    objects = base / "kai.git" / "objects"
+    if odd == "alternates":
+        (objects / "info").mkdir(exist_ok=True)
+        (objects / "info" / "alternates").write_text(f"{base / 'yuko.git' / 'objects'}\n")
+    elif odd == "fifo":
+        (objects / "pack" / f"pack-{'0' * 40}.pack").write_bytes(b"")
+        os.mkfifo(objects / "pack" / f"pack-{'0' * 40}.idx")
+    else:
+        (objects / "ab").mkdir(exist_ok=True)
+        with (objects / "ab" / ("c" * 38)).open("wb") as loose:
+            loose.write(zlib.compress(b"blob 10\x00" + b"0123456789"))
+            loose.truncate(200 << 20)  # sparse: nothing written
+    result = cli("restore", "--from", str(base), "--imp", "kai")
+    assert result.code == 1
+    text = {
+        "alternates": "borrows objects from another repository (objects/info/alternates)",
+        "fifo": f"kai pack/pack-{'0' * 40}.idx: object-too-large: not a regular file",
+        "loose": f"kai object ab{'c' * 10}: object-too-large: a loose object file of ",
+    }[odd]
+    assert text in result.stderr
+    assert not home.imp_dir("kai").exists()
