@@ -54,7 +54,9 @@ class TooLarge(BackupError):
     """Objects a fetch would inflate past the bound, one problem each; nothing inflated."""
 
     def __init__(self, problems: Problems) -> None:
-        super().__init__(f"{len(problems.found) + problems.omitted} object(s) too large")
+        more = len(problems.found) + problems.omitted - 1
+        first = problems.found[0].line() if problems.found else "objects too large"
+        super().__init__(f"{first} (and {more} more)" if more > 0 else first)
         self.problems = problems
 
 
@@ -138,8 +140,10 @@ class PackWatch:
         self._count: int | None = None  # entries the pack declares
         self._done = 0  # entries read to their end
         self._entry: _Entry | None = None
+        self._sure = 0  # the file is surely the pack up to here
         self._buffer = b""
         self._at = 0  # the file offset of the buffer's first byte
+        self._kept = 0  # the buffer may be read again up to here
 
     def close(self) -> None:
         if self._fd is not None:
@@ -155,9 +159,10 @@ class PackWatch:
                 raise BackupError(f"cannot find the pack libgit2 receives in {self.pack_dir}")
             return
         size = os.fstat(fd).st_size
+        self._sure = max(self._sure, size - _PAGE)
         while self._count is None or self._done < self._count:
             must = self._done < received
-            if not self._step(fd, size if must else size - _PAGE):
+            if not self._step(fd, size if must else self._sure):
                 if must:
                     raise BackupError(f"the pack received ends inside entry {self._done + 1}")
                 return
@@ -184,17 +189,18 @@ class PackWatch:
         return True
 
     def _read(self, fd: int, end: int) -> memoryview:
-        """The file from the next byte up to ``end`` (at most ``_CHUNK`` of it). Bytes are
-        kept only below the ``end`` they were read up to: those never change."""
+        """The file from the next byte up to ``end`` (at most ``_CHUNK`` of it). Only what
+        was surely written when read is kept for later reads: the rest may be zeros yet."""
         want = min(end, self._pos + _CHUNK)
         if want <= self._pos:
             return memoryview(b"")
-        stop = min(self._at + len(self._buffer), want)
+        stop = min(self._kept, want)
         # Read again when the buffer lacks the next byte, or nearly runs out before ``end``
         # (an entry's header may not be cut).
         if self._pos < self._at or stop - self._pos < min(64, want - self._pos):
             self._buffer = os.pread(fd, want - self._pos, self._pos)
             self._at, stop = self._pos, want
+            self._kept = min(want, self._sure)
         return memoryview(self._buffer)[self._pos - self._at : stop - self._at]
 
     def _pack_header(self, data: memoryview) -> bool:

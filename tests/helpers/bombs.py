@@ -56,7 +56,7 @@ def _object_id(kind: bytes, data: bytes) -> bytes:
     return hashlib.sha1(kind + b" %d\0" % len(data) + data).digest()
 
 
-def _entry_header(kind: int, size: int) -> bytes:
+def entry_header(kind: int, size: int) -> bytes:
     out = bytearray()
     byte = (kind << 4) | (size & 0x0F)
     size >>= 4
@@ -121,12 +121,12 @@ def bomb_backup(base: Path, imp: str, size: int = GIB, *, delta: bool = False) -
     if delta:
         base_id = zeros_id(_BASE)
         names.insert(0, (b"base.md", base_id))
-        entries.append((base_id, _entry_header(_BLOB, _BASE) + zlib.compress(bytes(_BASE))))
+        entries.append((base_id, entry_header(_BLOB, _BASE) + zlib.compress(bytes(_BASE))))
         ops = _varint(_BASE) + _varint(size) + b"\x80" * (size // _BASE)
-        raw = _entry_header(_OFS_DELTA, len(ops)) + _ofs(len(entries[0][1])) + zlib.compress(ops)
+        raw = entry_header(_OFS_DELTA, len(ops)) + _ofs(len(entries[0][1])) + zlib.compress(ops)
         entries.append((bomb, raw))
     else:
-        entries.append((bomb, _entry_header(_BLOB, size) + zeros_deflated(size)))
+        entries.append((bomb, entry_header(_BLOB, size) + zeros_deflated(size)))
     tree = b"".join(b"100644 " + name + b"\0" + oid for name, oid in names)
     who = b"Test <test@example.invalid> 0 +0000"
     commit = b"tree %s\nauthor %s\ncommitter %s\n\nbomb\n" % (
@@ -135,7 +135,7 @@ def bomb_backup(base: Path, imp: str, size: int = GIB, *, delta: bool = False) -
         who,
     )
     for kind, code, data in ((b"tree", _TREE, tree), (b"commit", _COMMIT, commit)):
-        raw = _entry_header(code, len(data)) + zlib.compress(data)
+        raw = entry_header(code, len(data)) + zlib.compress(data)
         entries.append((_object_id(kind, data), raw))
     write_pack(git_dir, entries)
     (git_dir / "refs" / "heads" / "main").write_text(_object_id(b"commit", commit).hex() + "\n")
