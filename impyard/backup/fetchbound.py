@@ -68,7 +68,7 @@ def check_local(git_dir: Path, bound: int) -> None:
     """Raise ``TooLarge`` for every object of the local repository ``git_dir`` that is
     over ``bound`` by its header, and every loose object file over it on disk."""
     objects = git_dir / "objects"
-    if (objects / "info" / "alternates").exists():
+    if os.path.lexists(objects / "info" / "alternates"):
         raise BackupError(
             f"the backup at {git_dir} borrows objects from another repository "
             "(objects/info/alternates), which Impyard never makes"
