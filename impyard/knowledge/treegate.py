@@ -87,6 +87,12 @@ class GateLimits:
             max_repo_bytes=limits.max_repo_bytes,
         )
 
+    @property
+    def max_object_bytes(self) -> int:
+        """The largest object a tree the host keeps reads whole: a file a candidate keeps,
+        or a tree libgit2 keeps parsed (what a restore fetches is held to it)."""
+        return max(self.max_kept_file_bytes, TREE_CACHE_LIMIT)
+
 
 FileSizes = Literal["main", "kept", "any"]
 

@@ -3,8 +3,12 @@ brought up to its backup in place, and the refusal to restore over work the back
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import sys
+import zlib
 from pathlib import Path
 
 import pygit2
@@ -14,15 +18,19 @@ from impyard import backup
 from impyard.backup.sync import backup_imp
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.change import MESSAGE_CHARS, Change
+from impyard.knowledge.change import MESSAGE_CHARS, Change, KnowledgeLimits
 from impyard.knowledge.imps import open_repo, read_imp_settings
 from impyard.knowledge.quarantine import quarantine
 from impyard.knowledge.repo import main_commit
 from impyard.knowledge.repogate import MAX_COMMIT_LINE
+from impyard.knowledge.treegate import GateLimits
+from impyard.policy.compile import policy_for_run
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
+from tests.helpers.bombs import GIB, bomb_backup, peak_rss
 from tests.helpers.cli import Cli
 from tests.helpers.fake_engine import engine_with_images
-from tests.helpers.git import git
+from tests.helpers.git import GIT_ENV, git
+from tests.helpers.gitdaemon import git_daemon
 from tests.helpers.hostile_trees import knowledge_tree, raw_commit, raw_tree
 from tests.helpers.repo import assert_fsck_clean, run_id
 
@@ -213,3 +221,73 @@ def test_a_refusal_naming_a_long_nested_entry_stays_short(cli: Cli, tmp_path: Pa
     [problem] = [line for line in result.stderr.splitlines() if "zeroPaddedFilemode" in line]
     assert len(problem) < 2 * MESSAGE_CHARS + 100, len(problem)
     assert problem.count(" characters]") == 2  # its path, and its message
+
+
+@pytest.mark.parametrize(
+    ("transport", "form"),
+    [("path", "blob"), ("file", "delta"), ("git", "blob"), ("git", "delta")],
+)
+def test_a_bomb_is_refused_before_it_is_inflated(
+    cli: Cli, tmp_path: Path, transport: str, form: str
+) -> None:
+    """A backup of ~1 MB whose one blob inflates to 1 GiB (deflated whole, or a delta that
+    copies 64 KiB 16,384 times) is refused by the sizes it declares, the restoring process
+    staying far below the blob's size."""
+    assert cli("init").code == 0
+    home = Home(cli.home)
+    base = tmp_path / "backups"
+    bomb = bomb_backup(base, "yuko", GIB, delta=form == "delta")
+    limits = KnowledgeLimits.of(policy_for_run(home, "yuko", strict=False)[0].knowledge)
+    bound = GateLimits.of(limits).max_kept_file_bytes  # the largest file any kept tree holds
+    env = {**os.environ, **GIT_ENV}
+    env.pop("IMPYARD_HOME", None)
+    with contextlib.ExitStack() as stack:
+        where = {"path": str(base), "file": f"file://{base}"}.get(transport)
+        if where is None:
+            where = stack.enter_context(git_daemon(base))
+        argv = [sys.executable, "-m", "impyard", "--home", str(home.root), "restore"]
+        code, stderr, peak = peak_rss([*argv, "--from", where, "--imp", "yuko"], env, tmp_path)
+    assert code == 1
+    assert peak < 300 << 20, f"peak resident set {peak >> 20} MiB"
+    header, line, *rest = stderr.splitlines()
+    assert header.startswith("impyard: error: refusing to restore: ") and not rest
+    assert "nothing was installed" in header
+    # The object (by id, or by its place in the pack a server sent), its size, the limit.
+    assert line.startswith("  yuko object " if transport != "git" else "  yuko pack entry ")
+    assert transport == "git" or f"object {bomb[:12]}" in line
+    assert f"{GIB} bytes, over {bound}" in line
+    assert not home.imp_dir("yuko").exists() and list(home.knowledge_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("odd", ["alternates", "fifo", "loose"])
+def test_a_local_backup_libgit2_would_read_unbounded_is_refused(
+    cli: Cli, tmp_path: Path, odd: str
+) -> None:
+    """What the headers cannot vouch for: objects borrowed from elsewhere, an object file
+    libgit2 would wait on (a fifo), a loose object file bigger than any object may be
+    (libgit2 reads a loose file whole)."""
+    base = tmp_path / "backups"
+    home = populated(cli, base)
+    backup.flush(30)
+    shutil.rmtree(home.root)
+    objects = base / "kai.git" / "objects"
+    if odd == "alternates":
+        (objects / "info").mkdir(exist_ok=True)
+        (objects / "info" / "alternates").write_text(f"{base / 'yuko.git' / 'objects'}\n")
+    elif odd == "fifo":
+        (objects / "pack" / f"pack-{'0' * 40}.pack").write_bytes(b"")
+        os.mkfifo(objects / "pack" / f"pack-{'0' * 40}.idx")
+    else:
+        (objects / "ab").mkdir(exist_ok=True)
+        with (objects / "ab" / ("c" * 38)).open("wb") as loose:
+            loose.write(zlib.compress(b"blob 10\x00" + b"0123456789"))
+            loose.truncate(200 << 20)  # sparse: nothing written
+    result = cli("restore", "--from", str(base), "--imp", "kai")
+    assert result.code == 1
+    text = {
+        "alternates": "borrows objects from another repository (objects/info/alternates)",
+        "fifo": f"kai pack/pack-{'0' * 40}.idx: object-too-large: not a regular file",
+        "loose": f"kai object ab{'c' * 10}: object-too-large: a loose object file of ",
+    }[odd]
+    assert text in result.stderr
+    assert not home.imp_dir("kai").exists()
