@@ -13,6 +13,7 @@ from typer.exceptions import TyperException
 from impyard import __version__
 from impyard.cli import (
     _common,
+    agents,
     archive,
     backup,
     check,
@@ -83,6 +84,7 @@ def root(
 for group in (
     init,
     imp,
+    agents,
     knowledge,
     run,
     runs,
