@@ -5,10 +5,13 @@ Typer describes a parameter by its Python type (``--reorganize <bool>``, ``{imp}
 ``--timeout <float range>``): a reader takes ``<bool>`` for a value to type, and
 ``--reorganize true`` then fails. Here a flag shows no placeholder, an argument shows its
 name in capitals (``IMP``, ``RUN``) and an option's value a word (``PATH``, ``N``, ``IMP``).
+A group's list of commands shows each command's first paragraph whole, folded onto more
+lines, where click would cut it with ``...`` at the first sentence that overflows one line.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +55,12 @@ def _option_metavar(option: TyperOption) -> str | None:
     return (option.name or "value").replace("_", "-").upper()
 
 
+def _summary(help_text: str) -> str:
+    """The first paragraph of a command's help, on one line: what ``-h`` lists for it."""
+    first = inspect.cleandoc(help_text).split("\n\n")[0]
+    return " ".join(first.split())
+
+
 def _commands(command: Any) -> Iterator[Any]:
     yield command
     for sub in getattr(command, "commands", {}).values():
@@ -59,8 +68,11 @@ def _commands(command: Any) -> Iterator[Any]:
 
 
 def apply(command: Any) -> Any:
-    """Give every parameter under ``command`` a plain metavar; return ``command``."""
+    """Give every parameter under ``command`` a plain metavar and every command its whole
+    summary; return ``command``."""
     for cmd in _commands(command):
+        if cmd.short_help is None and cmd.help:
+            cmd.short_help = _summary(cmd.help)
         for param in cmd.params:
             if isinstance(param, TyperArgument):
                 if param.metavar is None and param.name:
