@@ -17,6 +17,8 @@ from tests.unit.test_repair import LONG_BODY, rejected_candidate
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 QUARANTINED = run_id(3)
 LONG_REASON = "the box exited with status 1 after the gateway refused " + "x" * 60
+COMMIT = "3f9a2c4e7b1d" + "0" * 28
+WORD = re.compile(r"\w+")
 
 #: (command, headers every width shows, a value that must be shown in full when piped)
 TABLES = [
@@ -35,7 +37,14 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
     home, repo = make_imp(tmp_path_factory.mktemp("tables"))
     cli = Cli(home=home.root)
     assert cli("deploy").code == 0
-    write_run(home, run_id(2), state="finished", checkpoint="integrated", exit_code=0)
+    write_run(
+        home,
+        run_id(2),
+        state="finished",
+        checkpoint="integrated",
+        exit_code=0,
+        produced_commit=COMMIT,
+    )
     write_run(home, QUARANTINED, state="finished", checkpoint="quarantined", reason=LONG_REASON)
     assert cli("task", "add", "yuko", "--prompt", "Find vendors " * 10).code == 0
     rejected_candidate(home, repo, {note_path(): note_text(f"{NS}_1", body=LONG_BODY).encode()})
@@ -100,3 +109,47 @@ def test_a_long_reason_is_never_cut_when_piped(home: Home) -> None:
     assert f"{QUARANTINED}  yuko" in listed
     shown = Cli(home=home.root)("task", "list").stdout
     assert ("Find vendors " * 3).strip() in shown
+
+
+@pytest.mark.parametrize(("args", "headers", "whole"), TABLES, ids=lambda v: str(v))
+def test_no_word_is_split_at_80_columns(
+    home: Home, args: tuple[str, ...], headers: list[str], whole: str
+) -> None:
+    """A value folds between words: every word on the terminal is a word of the values
+    (a word cut in two would show its halves, words no value holds)."""
+    shown = run_on_terminal(home.root, *args, columns=80, env={"NO_COLOR": "1"})
+    piped = Cli(home=home.root)(*args)
+    split = set(WORD.findall(ANSI.sub("", shown.stdout))) - set(WORD.findall(piped.stdout))
+    assert not split, shown.stdout
+
+
+def test_runs_list_keeps_the_commit_at_80_columns(home: Home) -> None:
+    shown = run_on_terminal(home.root, "runs", "list", columns=80, env={"NO_COLOR": "1"})
+    header, *rows = shown.stdout.splitlines()
+    assert header.split() == ["run", "imp", "state", "checkpoint", "exit", "commit"]
+    assert any(row.split()[0] == run_id(2) and row.split()[-1] == COMMIT[:12] for row in rows)
+
+
+def test_policy_show_piped_folds_at_100_columns_and_keeps_every_column(home: Home) -> None:
+    """Piped, policy show is read by people: its values fold under their column instead of
+    making every line 200 characters wide, and no column is left out."""
+    lines = Cli(home=home.root)("policy", "show", "yuko", env={"COLUMNS": "80"}).stdout
+    header = next(line for line in lines.splitlines() if line.startswith("key "))
+    assert header.split() == ["key", "value", "source", "overlay", "may"]
+    assert max(len(line) for line in lines.splitlines()) <= 100, lines
+    names = ["access_token", "token", "key", "api_key", "apikey", "sig", "signature"]
+    names += ["password", "secret"]
+    tokens = lines.split()
+    assert all(f'"{name}",' in tokens or f'["{name}",' in tokens for name in names), lines
+    assert '"client_secret"]' in tokens
+
+
+def test_runs_show_folds_a_long_value_under_itself_on_a_terminal(home: Home) -> None:
+    shown = run_on_terminal(home.root, "runs", "show", QUARANTINED, columns=80)
+    lines = shown.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    at = next(i for i, line in enumerate(lines) if line.startswith("reason "))
+    column = lines[at].index("the box")
+    folded = [lines[at][column:]]
+    folded += [line[column:] for line in lines[at + 1 :] if line[:column].isspace()]
+    assert " ".join(folded).split() == LONG_REASON.split()
