@@ -62,10 +62,10 @@ def print_json(value: Any) -> None:
 
 
 def echo(line: str = "", *, err: bool = False) -> None:
-    """Print one line on stdout. Every line the CLI prints goes through ``visible``, here or
-    in the table helper: a value a box chose (a path, a reason, a URL) can hold an escape
-    sequence, a newline that forges a line, or a bidirectional override that reorders the
-    owner's terminal, and each is shown as its escape instead."""
+    """Print one line (on stderr with ``err``). Every line the CLI prints goes through
+    ``visible``, here or in the table helper: a value a box chose (a path, a reason, a URL)
+    can hold an escape sequence, a newline that forges a line, or a bidirectional override
+    that reorders the owner's terminal, and each is shown as its escape instead."""
     typer.echo(visible(line), err=err)
 
 
@@ -90,8 +90,10 @@ def echo_lines(text: str, *, err: bool = False) -> None:
 
 
 def warn(message: str) -> None:
-    echo_lines(f"impyard: warning: {message}", err=True)
+    """One line on stderr: a warning can quote what a box chose (a run's warnings)."""
+    echo(f"impyard: warning: {message}", err=True)
 
 
 def error(message: str) -> None:
+    """An error's lines on stderr (a policy error lists each violation on its own)."""
     echo_lines(f"impyard: error: {message}", err=True)
