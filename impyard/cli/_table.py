@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from impyard.cli._wrap import styled_output, terminal_width, wrap_words
+from impyard.cli._wrap import cells, styled_output, terminal_width, wrap_words
 from impyard.textsafe import visible
 
 #: Colours for run and task states and checkpoints, shown on a terminal only.
@@ -96,8 +96,11 @@ def table_lines(
     styled: bool = False,
 ) -> list[str]:
     """The table's lines: within ``width`` columns (None: one line per row, never cut)."""
-    cells = [[visible(cell) for cell in row] for row in rows]
-    natural = [max([len(c.header), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    # A tab would jump to the terminal's next tab stop, out of its column.
+    shown = [[visible(cell).replace("\t", " ") for cell in row] for row in rows]
+    natural = [
+        max([len(c.header), *(cells(row[i]) for row in shown)]) for i, c in enumerate(columns)
+    ]
     keep = list(range(len(columns)))
     widths = natural
     lines: list[str] = []
@@ -110,7 +113,7 @@ def table_lines(
         widths = _fitted(columns, natural, least, keep, width)
     header = [[c.header] for c in columns]
     lines += _row_lines(columns, header, keep, widths, "bold" if styled else None)
-    for row in cells:
+    for row in shown:
         folded = [wrap_words(cell, widths[i]) for i, cell in enumerate(row)]
         lines += _row_lines(columns, folded, keep, widths, "" if styled else None)
     return lines
@@ -174,7 +177,7 @@ def _row_lines(
         parts = []
         for i in keep:
             text = folded[i][n] if n < len(folded[i]) else ""
-            pad = " " * (widths[i] - len(text))
+            pad = " " * (widths[i] - cells(text))
             shown = _styled(text, _style(columns[i], folded[i], style))
             parts.append(pad + shown if columns[i].justify == "right" else shown + pad)
         lines.append((" " * GAP).join(parts).rstrip())

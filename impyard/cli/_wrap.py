@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import unicodedata
 
 #: A run of spaces, or a word without them.
 _WORD = re.compile(r"\s+|\S+")
@@ -32,9 +33,10 @@ def terminal_width() -> int:
         return max(MIN_WIDTH, int(columns))
     stdout = sys.__stdout__
     try:
-        return max(MIN_WIDTH, os.get_terminal_size(stdout.fileno() if stdout else 1).columns)
+        found = os.get_terminal_size(stdout.fileno() if stdout else 1).columns
     except (ValueError, OSError):  # stdout closed, or not a terminal
         return 80
+    return max(MIN_WIDTH, found) if found else 80  # 0: a terminal that never set its size
 
 
 def styled_output() -> bool:
@@ -43,12 +45,37 @@ def styled_output() -> bool:
     return not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
+def cells(text: str) -> int:
+    """How many terminal columns ``text`` takes: a wide (East Asian) character two, a
+    combining mark none, any other one."""
+    if text.isascii():
+        return len(text)
+    return sum(_cells(char) for char in text)
+
+
+def _cells(char: str) -> int:
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
+
+
+def _head(text: str, room: int) -> int:
+    """How many characters of ``text`` fit ``room`` columns (one at least, so a fold
+    always moves on)."""
+    used = 0
+    for count, char in enumerate(text):
+        used += _cells(char)
+        if used > room:
+            return max(1, count)
+    return len(text)
+
+
 def wrap_words(text: str, width: int, *, indent: int = 0) -> list[str]:
-    """``text`` as lines of at most ``width`` characters, broken between words, and inside
-    a word (after its joining punctuation) only when it is longer than a whole line. Lines
+    """``text`` as lines of at most ``width`` columns, broken between words, and inside a
+    word (after its joining punctuation) only when it is longer than a whole line. Lines
     after the first are indented by ``indent``: a hanging indent shows where one entry (a
     journal event, a serve line) ends and the next begins."""
-    if len(text) <= width:
+    if cells(text) <= width:
         return [text]
     folded = _Folder(width, max(1, width - indent))
     for word in _WORD.findall(text):
@@ -59,39 +86,48 @@ def wrap_words(text: str, width: int, *, indent: int = 0) -> list[str]:
 
 
 class _Folder:
+    """Lines filled greedily, word by word; ``room`` is what the current line may take."""
+
     def __init__(self, first: int, rest: int) -> None:
         self.lines: list[str] = []
         self.line = ""
+        self.used = 0
         self.room = first
         self.rest = rest
 
     def add(self, word: str) -> None:
         if word.isspace():
             if self.line:
-                self.line += word
+                self.append(word)
             return
-        if len(self.line) + len(word) <= self.room:
-            self.line += word
+        if self.used + cells(word) <= self.room:
+            self.append(word)
             return
         self.newline()
-        if len(word) <= self.room:
-            self.line = word
+        if cells(word) <= self.room:
+            self.append(word)
             return
         # Longer than a line: folded between its parts.
         for part in filter(None, _PART.findall(word)):
-            if len(self.line) + len(part) > self.room:
+            if self.used + cells(part) > self.room:
                 self.newline()
-            while len(part) > self.room:  # a run of letters longer than a line: cut
-                self.line = part[: self.room]
-                part = part[self.room :]
+            while cells(part) > self.room:  # a run of letters longer than a line: cut
+                cut = _head(part, self.room)
+                self.append(part[:cut])
+                part = part[cut:]
                 self.newline()
-            self.line += part
+            self.append(part)
+
+    def append(self, text: str) -> None:
+        self.line += text
+        self.used += cells(text)
 
     def newline(self) -> None:
         if self.line.strip():
             self.lines.append(self.line.rstrip())
             self.room = self.rest
         self.line = ""
+        self.used = 0
 
     def done(self) -> list[str]:
         self.newline()

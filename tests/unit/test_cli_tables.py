@@ -18,6 +18,9 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 QUARANTINED = run_id(3)
 LONG_REASON = "the box exited with status 1 after the gateway refused " + "x" * 60
 COMMIT = "3f9a2c4e7b1d" + "0" * 28
+#: Two columns a character on a terminal: 40 of them fill 80 columns.
+WIDE = run_id(4)
+WIDE_REASON = "records/取引先/" + "東京の取引先リスト" * 6 + ".md: file-too-large"
 WORD = re.compile(r"\w+")
 
 #: (command, headers every width shows, a value that must be shown in full when piped)
@@ -46,6 +49,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
         produced_commit=COMMIT,
     )
     write_run(home, QUARANTINED, state="finished", checkpoint="quarantined", reason=LONG_REASON)
+    write_run(home, WIDE, state="finished", checkpoint="quarantined", reason=WIDE_REASON)
     assert cli("task", "add", "yuko", "--prompt", "Find vendors " * 10).code == 0
     rejected_candidate(home, repo, {note_path(): note_text(f"{NS}_1", body=LONG_BODY).encode()})
     deep = home.root.parent / ("a-rather-long-directory-name-for-the-backups-of-this-host" * 2)
@@ -153,3 +157,16 @@ def test_runs_show_folds_a_long_value_under_itself_on_a_terminal(home: Home) -> 
     folded = [lines[at][column:]]
     folded += [line[column:] for line in lines[at + 1 :] if line[:column].isspace()]
     assert " ".join(folded).split() == LONG_REASON.split()
+
+
+def test_wide_characters_count_two_columns_when_a_value_folds(home: Home) -> None:
+    shown = run_on_terminal(home.root, "runs", "show", WIDE, columns=80)
+    lines = shown.stdout.splitlines()
+    wide = [line for line in lines if sum(2 if "\u3000" <= c <= "\u9fff" else 1 for c in line) > 80]
+    assert not wide, lines
+    at = next(i for i, line in enumerate(lines) if line.startswith("reason "))
+    folded = "".join(
+        line.split(maxsplit=1)[-1] if i == 0 else line.strip()
+        for i, line in enumerate(lines[at : at + 4])
+    )
+    assert folded.startswith("".join(WIDE_REASON.split())), lines
