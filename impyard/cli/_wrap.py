@@ -132,3 +132,13 @@ class _Folder:
     def done(self) -> list[str]:
         self.newline()
         return self.lines or [""]
+
+
+def preview(text: str, width: int) -> str:
+    """The first line of ``text`` within ``width`` columns, cut between words and ending
+    in ``…`` where it was cut (a task's prompt in a listing)."""
+    lines = text.splitlines()
+    first = lines[0] if lines else ""
+    if cells(first) <= width and len(lines) <= 1:
+        return first
+    return wrap_words(first, width - 1)[0].rstrip(",;:") + "…"

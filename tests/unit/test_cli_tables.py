@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from impyard.home import Home
+from impyard.queue import tasks
+from impyard.queue.db import opened
 from tests.helpers.backup import set_remotes
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, make_imp, note_path, note_text, run_id
@@ -76,7 +79,9 @@ def test_a_piped_table_is_plain_aligned_text_never_cut(
 ) -> None:
     shown = Cli(home=home.root)(*args, env={"COLUMNS": "80"})
     assert shown.code == 0, shown.stderr
-    assert "\x1b" not in shown.stdout and "…" not in shown.stdout
+    assert "\x1b" not in shown.stdout
+    # Nothing is cut; a task's prompt is a preview of its first words, and says so.
+    assert "…" not in shown.stdout.replace("vendors…", "")
     lines = shown.stdout.splitlines()
     header = next(line for line in lines if line.split()[:1] == headers[:1])
     assert all(name in header.split() for name in headers), header
@@ -170,3 +175,28 @@ def test_wide_characters_count_two_columns_when_a_value_folds(home: Home) -> Non
         for i, line in enumerate(lines[at : at + 4])
     )
     assert folded.startswith("".join(WIDE_REASON.split())), lines
+
+
+def test_a_prompt_is_previewed_to_a_word_and_kept_at_80_columns(home: Home) -> None:
+    """A task's prompt shows its first words, cut between two and saying so; at 80
+    columns it stays, folded in its column."""
+    piped = Cli(home=home.root)("task", "list").stdout
+    assert "Find vendors Find vendors Find vendors…" in piped, piped
+    assert "Find vendors F\n" not in piped + "\n"
+    shown = run_on_terminal(home.root, "task", "list", columns=80, env={"NO_COLOR": "1"})
+    header = shown.stdout.splitlines()[0].split()
+    assert header[-1] == "prompt", header
+    assert "vendors…" in shown.stdout.split()
+
+
+def test_a_narrow_task_list_keeps_the_prompt_longest(tmp_path: Path) -> None:
+    """A task that ran fills the run column (31 characters): at 80 columns the rework and
+    the mode go, then the run; what the task asked stays."""
+    home, _ = make_imp(tmp_path)
+    with opened(home.db) as conn:
+        task = tasks.add(conn, "yuko", "Find vendors of single sign-on in Europe")
+        tasks.finish(conn, task.id, checkpoint="integrated", run_id=run_id(5))
+    shown = run_on_terminal(home.root, "task", "list", columns=80, env={"NO_COLOR": "1"})
+    header = shown.stdout.splitlines()[0].split()
+    assert header == ["task", "imp", "state", "checkpoint", "reason", "prompt"], shown.stdout
+    assert "Europe" in shown.stdout.split()
