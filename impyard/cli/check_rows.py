@@ -8,13 +8,12 @@ terminal's width. What a box printed is shown escaped, never obeyed.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import textwrap
 from collections.abc import Sequence
 from typing import TextIO
 
 from impyard.box.checkrow import Check
+from impyard.cli._wrap import terminal_width, wrap_words
 from impyard.textsafe import visible
 
 GAP = 2  # spaces between columns, as every table has
@@ -37,7 +36,7 @@ class RowPrinter:
         self._name_width = max(len("check"), *(len(name) for name in names))
         self._width: int | None = None
         if self._out.isatty():
-            self._width = shutil.get_terminal_size().columns
+            self._width = terminal_width()
             room = self._width - 2 * GAP - RESULT_WIDTH - MIN_DETAIL
             self._name_width = max(MIN_NAME, min(self._name_width, room))
         self._started = False
@@ -75,4 +74,5 @@ class RowPrinter:
 
 
 def _fold(text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    # As every table folds: between words, a path between its parts, never mid-word.
+    return wrap_words(text, width)

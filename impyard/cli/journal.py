@@ -15,12 +15,15 @@ import typer
 
 from impyard.cli import complete
 from impyard.cli._common import initialized_home
+from impyard.cli._wrap import terminal_width, wrap_words
 from impyard.errors import NotFoundError
 from impyard.home import Home
 from impyard.textsafe import visible
 
 #: How often a follower looks for new lines.
 FOLLOW_INTERVAL = 0.2
+#: How far an event's folded rest is indented on a terminal.
+HANGING = 4
 
 
 def text_line(entry: dict[str, Any]) -> str:
@@ -50,8 +53,14 @@ def _stop_on_sigterm() -> None:
 
 def _write(entries: Iterable[dict[str, Any]], as_json: bool, *, flush: bool) -> None:
     render = json_line if as_json else text_line
+    # On a terminal an event longer than its width folds between words, the rest indented;
+    # piped, each event stays one line, as grep and a script read it.
+    width = terminal_width() if not as_json and sys.stdout.isatty() else None
     for entry in entries:
-        sys.stdout.write(render(entry) + "\n")
+        line = render(entry)
+        if width is not None:
+            line = "\n".join(wrap_words(line, width, indent=HANGING))
+        sys.stdout.write(line + "\n")
         if flush:
             sys.stdout.flush()  # a pipe reader sees each event as it is written
 

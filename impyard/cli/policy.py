@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from impyard.cli import complete
-from impyard.cli._common import initialized_home, print_json, warn
+from impyard.cli._common import error, initialized_home, print_json, warn
 from impyard.cli._table import Column, print_table
 
 if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic
@@ -49,7 +49,7 @@ def _print_deploy(report: DeployReport) -> None:
     columns = [Column("limit")] + [Column(name, justify="right") for name, _ in policies]
     limits = [_limits(policy) for _, policy in policies]
     rows = [[key, *(_cell(each[key]) for each in limits)] for key in _limits(report.org)]
-    print_table(columns, rows, title=f"compiled {report.compiled_path}")
+    print_table(columns, rows, title=f"compiled {report.compiled_path}", wrap_piped=True)
 
 
 def _deploy_json(report: DeployReport, findings: list[Finding]) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def _print_routes(routes: list[GatewayRoute]) -> None:
         [r["route"], r["upstream"], r["secret"], "allowed" if r["allow_private"] else "refused"]
         for r in map(_route, routes)
     ]
-    print_table(columns, rows, title="gateway routes")
+    print_table(columns, rows, title="gateway routes", wrap_piped=True)
 
 
 def _print_show(shown: ShownPolicy) -> None:
@@ -122,7 +122,7 @@ def _print_show(shown: ShownPolicy) -> None:
         for key, sourced in shown.values.items()
     ]
     title = f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})"
-    print_table(columns, rows, title=title)
+    print_table(columns, rows, title=title, wrap_piped=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
             if not as_json:
                 raise  # the entry point prints every violation on stderr, no traceback
             print_json({"ok": False, "violations": [v.as_dict() for v in exc.violations]})
-            typer.echo(f"impyard: error: {exc.message}", err=True)
+            error(exc.message)
             raise typer.Exit(exc.exit_code) from exc
         findings = _findings(report)
         if as_json:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from impyard.cli import complete
-from impyard.cli._common import echo, initialized_home, print_json, state, warn
+from impyard.cli._common import echo, echo_lines, initialized_home, print_json, state, warn
 
 if TYPE_CHECKING:
     from impyard.repair.preserved import Kind
@@ -314,7 +314,7 @@ def _print_diff(shown: dict[str, Any], noun: str) -> None:
 
     for f in shown["files"]:
         echo(visible(f"== {f['status']} {f['path']}"))
-        echo(f["diff"])
+        echo_lines(f["diff"])
     left = shown["files_total"] - len(shown["files"])
     if shown["truncated"] and left:
         echo(f"... {left} more file(s) not shown: `impyard {noun} export` writes them all")

@@ -10,7 +10,7 @@ from types import FrameType
 
 import typer
 
-from impyard.cli._common import initialized_home, state, warn
+from impyard.cli._common import error, initialized_home, state, warn
 
 #: ``serve --once``'s exit status when a task ended failed (no run outcome).
 FAILED_TASKS_EXIT = 1
@@ -100,9 +100,8 @@ def register(app: typer.Typer) -> None:
         failed = final.counts["failed"]
         if once and failed:
             # A drained queue is not a clean one: a script must see a task that never ran.
-            typer.echo(
-                f"impyard: error: {failed} task(s) failed: `impyard task list --state failed` "
-                "says why, `impyard task retry TASK` queues one again",
-                err=True,
+            error(
+                f"{failed} task(s) failed: `impyard task list --state failed` "
+                "says why, `impyard task retry TASK` queues one again"
             )
             raise typer.Exit(FAILED_TASKS_EXIT)

@@ -11,6 +11,9 @@ from impyard.cli._common import echo, initialized_home, print_json
 
 #: Characters of a failed task's reason a table row shows (``task show`` gives it whole).
 REASON_LIMIT = 300
+#: Columns of a prompt's first line a table row shows, cut between words (``task show``
+#: gives it whole).
+PROMPT_PREVIEW = 40
 
 
 def register(app: typer.Typer) -> None:
@@ -60,6 +63,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List tasks, oldest first."""
         from impyard.cli._table import Column, print_table
+        from impyard.cli._wrap import preview
         from impyard.queue import tasks
         from impyard.queue.db import connect
         from impyard.textsafe import one_line
@@ -79,9 +83,10 @@ def register(app: typer.Typer) -> None:
             Column("mode", optional=True),
             Column("checkpoint", states=True),
             Column("reason", wrap=True),
-            Column("run", optional=True),
+            # Too narrow, the rework and the mode go first, then the run, the prompt last.
+            Column("run", optional=True, keep=1),
             Column("rework of", optional=True),
-            Column("prompt", wrap=True, optional=True),
+            Column("prompt", wrap=True, optional=True, keep=2),
         ]
         rows = [
             [
@@ -93,7 +98,7 @@ def register(app: typer.Typer) -> None:
                 one_line(t.error, REASON_LIMIT) if t.error else "",
                 t.run_id or "",
                 t.rework_of or "",
-                t.prompt.splitlines()[0][:40] if t.prompt else "",
+                preview(t.prompt, PROMPT_PREVIEW),
             ]
             for t in found
         ]

@@ -49,3 +49,18 @@ def test_on_a_terminal_names_and_details_fold_within_its_width(
     detail = header.index("detail")
     assert " ".join(line[detail:].strip() for line in lines) == LONG.strip()
     assert lines[0][header.index("result") :].split()[0] == "ok"
+
+
+def test_on_a_terminal_a_long_path_folds_between_its_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path = "/var/lib/impyard/runs/run-20260711T120000Z-0123456789/checkout/organization/vendors"
+    out = Terminal()
+    RowPrinter(TITLE, row_names("runsc"), out).put(Check("checkout kind (info)", True, path))
+    _title, header, *lines = out.getvalue().splitlines()
+    detail = header.index("detail")
+    parts = [line[detail:].strip() for line in lines]
+    assert len(parts) > 1 and all(len(line) <= 80 for line in lines), lines
+    assert "".join(parts) == path
+    assert all(part.endswith(("/", "-")) for part in parts[:-1]), parts  # never mid-word
