@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 import typer
 
@@ -41,6 +39,7 @@ def register(app: typer.Typer) -> None:
         from impyard.journal import Journal
         from impyard.runs.context import RunContext
         from impyard.serve.record import recorded
+        from impyard.serve.signals import stop_signals
         from impyard.serve.worker import ServeEvent, Server, ServeStatus
         from impyard.status.serve_start import serve_start
 
@@ -77,14 +76,9 @@ def register(app: typer.Typer) -> None:
             RunContext(settings=settings, journal=Journal(home.journal)), workers, once, report
         )
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            server.request_stop(signal.Signals(signum).name)
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
         try:
             # `impyard status` finds a live serve by this record's lock, a dead one's stale.
-            with recorded(home, server.concurrency, once=once):
+            with stop_signals(server.request_stop), recorded(home, server.concurrency, once=once):
                 lines.put(start_line(serve_start(home, workers, once=once), datetime.now(UTC)))
                 final = server.serve()
             lines.put(stop_line(final, datetime.now(UTC)))
