@@ -5,9 +5,10 @@ A moment is "once serve has printed N lines, wait D seconds": right after a line
 serve's main thread is busiest (it printed the line and moves on to its next wait), and
 where an owner's or a test's signal lands, since they act on what serve says. The serve
 runs with its main thread preempted, every time, in the spot a loaded machine preempts it
-only now and then: every ``threading.Event.wait`` on the main thread holds the event's
-internal lock ``HOLD_SECONDS`` before it waits, so a signal that arrives then finds that
-lock taken by the thread its handler runs on.
+only now and then: every ``threading.Event.wait`` with a timeout (serve's own waits; not
+``Thread.start``'s, which would only slow its start-up) on the main thread holds the
+event's internal lock ``HOLD_SECONDS`` before it waits, so a signal that arrives then
+finds that lock taken by the thread its handler runs on.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from tests.helpers.git import GIT_ENV
 
 #: How long the main thread is held, preempted, in each of its waits.
-HOLD_SECONDS = 0.2
+HOLD_SECONDS = 0.5
 #: ``python -c`` code: the impyard CLI (``sys.argv[1:]``) with the main thread preempted
 #: as above. The ``wait`` is the standard library's own, plus the sleep.
 PREEMPTED_IMPYARD = f"""
@@ -33,7 +34,7 @@ import threading, time
 
 def wait(self, timeout=None):
     with self._cond:
-        if threading.current_thread() is threading.main_thread():
+        if timeout is not None and threading.current_thread() is threading.main_thread():
             time.sleep({HOLD_SECONDS})
         signaled = self._flag
         if not signaled:
@@ -59,12 +60,11 @@ class Moment:
 
 
 def moments(seed: str, count: int, most_lines: int) -> list[Moment]:
-    """``count`` moments, after 0, 1, … ``most_lines`` lines in turn: half of them while
-    the main thread is still held in the wait it went to after the line, the rest within
-    a second."""
+    """``count`` moments, after 0, 1, … ``most_lines`` lines in turn, alternately while the
+    main thread is still held in the wait it went to after the line and within a second."""
     rng = random.Random(seed)
     return [
-        Moment(i % (most_lines + 1), rng.uniform(0, HOLD_SECONDS if rng.random() < 0.5 else 1))
+        Moment(i % (most_lines + 1), rng.uniform(0, 1 if i % 2 else HOLD_SECONDS))
         for i in range(count)
     ]
 
@@ -152,3 +152,16 @@ def assert_stopped_cleanly(stopped: Stopped, moment: Moment) -> None:
             stopped.stdout,
         )
     assert "Traceback" not in stopped.stderr, stopped.stderr
+
+
+def boxes_of(home: Path) -> list[str]:
+    """The engine's boxes, running or not, whose run lives in ``home`` (other tests' boxes
+    on the same engine are not this one's)."""
+    import docker
+
+    client = docker.from_env(timeout=10)
+    try:
+        found = client.api.containers(all=True, filters={"label": "impyard.run"})
+    finally:
+        client.close()
+    return [c["Id"] for c in found if (home / "runs" / c["Labels"]["impyard.run"]).is_dir()]
