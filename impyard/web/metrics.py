@@ -8,7 +8,8 @@ incrementally (``tallies``: the journal is read whole on the first scrape, then 
 what was appended since the one before).
 
 Labels are bounded: imps are the data root's imps, outcomes and phases closed sets, and
-routes and rules what policy and code name; no run id, URL, host or path is a label.
+routes and rules what policy and code name (an allow rule by its index); no run id, URL,
+host or path is a label.
 A label value read from the journal past ``tallies.MAX_SERIES`` distinct ones counts as
 ``other``.
 """
