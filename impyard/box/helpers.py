@@ -64,25 +64,41 @@ def is_held(lock: Path) -> bool:
     return False
 
 
-def sweep_helpers(root: Path) -> list[LeftHelper]:
-    """Remove the helpers of the data root at ``root`` whose creator is gone; what was
-    removed. EngineError when the engine cannot be asked."""
+def left_helpers(root: Path) -> list[LeftHelper]:
+    """The helpers of the data root at ``root`` whose creator is gone (containers first:
+    a volume goes once the container using it has). EngineError when the engine cannot be
+    asked."""
     wanted = {"label": [LABEL_HELPER, f"{LABEL_ROOT}={root_label(root)}"]}
     api = engine.api()
-    removed: list[LeftHelper] = []
+    found: list[LeftHelper] = []
     for row in call("list", api.containers, all=True, filters=wanted):
         labels = dict(row.get("Labels") or {})
         if not _in_use(root, labels):
-            remove_box(str(row["Id"]))
-            removed.append(_left(labels, "container", str(row["Id"])))
+            found.append(_left(labels, "container", str(row["Id"])))
     answer: Any = call("volume list", api.volumes, filters=wanted)
     for raw in (answer or {}).get("Volumes") or []:
         labels, name = dict(raw.get("Labels") or {}), str(raw.get("Name", ""))
         if name and not _in_use(root, labels):
-            with contextlib.suppress(EngineObjectNotFoundError):
-                call("volume remove", api.remove_volume, name, volume=name)
-            removed.append(_left(labels, "volume", name))
-    return removed
+            found.append(_left(labels, "volume", name))
+    return found
+
+
+def remove_helper(left: LeftHelper) -> None:
+    """Remove one left helper; already gone is fine."""
+    if left.what == "container":
+        remove_box(left.name)
+        return
+    with contextlib.suppress(EngineObjectNotFoundError):
+        call("volume remove", engine.api().remove_volume, left.name, volume=left.name)
+
+
+def sweep_helpers(root: Path) -> list[LeftHelper]:
+    """Remove the helpers of the data root at ``root`` whose creator is gone; what was
+    removed. EngineError when the engine cannot be asked."""
+    found = left_helpers(root)
+    for left in found:
+        remove_helper(left)
+    return found
 
 
 def _in_use(root: Path, labels: dict[str, str]) -> bool:

@@ -142,3 +142,28 @@ def test_recovery_leaves_a_helper_its_live_creator_holds(tmp_path: Path) -> None
             raise
     assert _impyard(home, "serve", "--once").returncode == 0
     assert not _exists(helper)
+
+
+def test_gc_removes_the_helper_a_dead_driver_left(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    init_home(home)
+    create_imp(home, "yuko")
+    record = tmp_path / "created.jsonl"
+    argv = ("run", "yuko", "--prompt", "p", "--command", "true")
+    crashed = _impyard(home, *argv, crash="roots-created", record=record)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    helper = json.loads(record.read_text().splitlines()[-1])["id"]
+    try:
+        dry = _impyard(home, "gc", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        planned = json.loads(dry.stdout)["items"]
+        assert [(i["kind"], i["id"]) for i in planned if i["kind"] == "helper"] == [
+            ("helper", helper)
+        ]
+        assert _exists(helper)
+        collected = _impyard(home, "gc")
+        assert collected.returncode == 0, collected.stderr
+        assert not _exists(helper)
+    finally:
+        assert _impyard(home, "serve", "--once").returncode == 0
+    assert _of_root(home) == []
