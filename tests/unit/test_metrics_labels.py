@@ -3,14 +3,17 @@ rules by index and the owner's route names, never the hosts they grant."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from impyard.home import Home
 from tests.helpers.cli import Cli
 from tests.helpers.gateway import SECRET, serve_on_loopback, via_proxy
+from tests.helpers.policy import edit_org
 from tests.helpers.upstream import Upstream
 from tests.helpers.web import console_for
 
@@ -64,3 +67,24 @@ def test_no_metric_label_holds_a_host_the_policy_names(
     assert requests == {"gateway.allow[0]", "gateway.allow[1]", "gateway.route llm"}
     assert labels[("impyard_gateway_requests_total", "route")] == {"none", "llm"}
     assert labels[("impyard_gateway_requests_total", "decision")] == {"allow", "deny"}
+
+
+def test_backup_lag_names_a_remote_by_its_index_never_its_url(cli: Cli) -> None:
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    remote = "https://backup.example.com/yard/"
+    edit_org(cli.home, "[backup]\nremotes = []", f'[backup]\nremotes = ["/srv/a", "{remote}"]')
+    assert cli("deploy").code == 0
+    home = Home(cli.home)
+    home.backup_status.parent.mkdir(parents=True, exist_ok=True)
+    pushed = {"pushed_at": "2026-07-11T12:00:00Z", "pushed_main": "0" * 40}
+    home.backup_status.write_text(json.dumps({"yuko": {remote: pushed, "/srv/a": pushed}}))
+
+    _, client = console_for(cli.home, metrics_public=True)
+    text = client.get("/metrics").text
+    assert "backup.example.com" not in text and "/srv/a" not in text
+    labels = _labels(text)
+    assert labels[("impyard_backup_last_push_age_seconds", "remote")] == {
+        "backup.remotes[0]",
+        "backup.remotes[1]",
+    }
