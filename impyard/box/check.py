@@ -13,8 +13,12 @@ read from inside the box.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from impyard.box import engine
@@ -25,6 +29,7 @@ from impyard.box.check_isolation import (
     network_rows,
 )
 from impyard.box.checkrow import Check, CheckRunError
+from impyard.box.helpers import helper_labels, holding
 from impyard.box.runtime import require_runtime
 from impyard.box.spec import TMP_TMPFS
 from impyard.box.tmpwatch import gib
@@ -85,7 +90,7 @@ class CheckFailedError(ImpyardError):
         self.report = report
 
 
-def _run_sh(image: str, script: str, runtime: str) -> dict[str, str]:
+def _run_sh(image: str, script: str, runtime: str, labels: dict[str, str]) -> dict[str, str]:
     """Run ``script`` in a throwaway ``--rm`` box; return its ``@key value`` lines."""
     from python_on_whales import DockerClient
     from python_on_whales.exceptions import DockerException, NoSuchImage
@@ -101,6 +106,7 @@ def _run_sh(image: str, script: str, runtime: str) -> dict[str, str]:
             remove=True,
             pull="never",  # nothing can be pulled here; also saves an image inspect
             stream=True,
+            labels=labels,
         ):
             lines.append((source, line))
     except NoSuchImage as exc:
@@ -155,7 +161,7 @@ FILL_SCRIPT = (
 )
 
 
-def _fill_check(image: str, memory_bytes: int, runtime: str) -> Check:
+def _fill_check(image: str, memory_bytes: int, runtime: str, labels: dict[str, str]) -> Check:
     """Fill /tmp under the box memory limit: tmpfs pages are charged to the box, so a limit
     below the size of /tmp means a box that fills it is OOM-killed, not told "disk full"."""
     from python_on_whales import DockerClient
@@ -174,6 +180,7 @@ def _fill_check(image: str, memory_bytes: int, runtime: str) -> Check:
             runtime=runtime,
             remove=True,
             pull="never",
+            labels=labels,
         )
         killed = False
     except DockerException as exc:
@@ -247,9 +254,29 @@ def check_box(
     # the same one-line reason as every other Impyard command.
     engine.call("image inspect", engine.api().inspect_image, image, image=image)
     require_runtime(runtime)
+    # Its boxes are helpers of the data root: a check killed midway leaves them to recovery.
+    base = home.root if home.root.is_dir() else Path(tempfile.gettempdir())
+    lock = base / f".check-box-{os.getpid()}.lock"
+    with holding(lock):
+        try:
+            labels = helper_labels(base, lock, "check-box", "check-box", "-")
+            return _checks(image, settings, home, memory_bytes, runtime, labels)
+        finally:
+            with contextlib.suppress(OSError):
+                lock.unlink()
 
+
+def _checks(
+    image: str,
+    settings: Settings,
+    home: Home,
+    memory_bytes: int,
+    runtime: str,
+    labels: dict[str, str],
+) -> CheckReport:
     gvisor = runtime == "runsc"
-    facts = _run_sh(image, PROBE_SCRIPT + (GVISOR_TMP_PROBE if gvisor else ""), runtime)
+    script = PROBE_SCRIPT + (GVISOR_TMP_PROBE if gvisor else "")
+    facts = _run_sh(image, script, runtime, labels)
     report = CheckReport(image=image, runtime=runtime)
     fstype = facts.get("fstype", "")
     report.checks.append(Check("filesystem is tmpfs", fstype == "tmpfs", f"/tmp is {fstype!r}"))
@@ -260,7 +287,7 @@ def check_box(
     if gvisor:  # gVisor's /proc/mounts lists no nosuid,nodev: what they prevent is tried
         mount_rows[0] = gvisor_tmp_row(facts)
     report.checks.extend(mount_rows)
-    again = _run_sh(image, SECOND_SCRIPT, runtime).get("again", "")
+    again = _run_sh(image, SECOND_SCRIPT, runtime, labels).get("again", "")
     report.checks.append(
         Check(
             "second box does not see /tmp/probe",
@@ -277,12 +304,12 @@ def check_box(
         )
     )
     if fstype == "tmpfs":
-        report.checks.append(_fill_check(image, memory_bytes, runtime))
+        report.checks.append(_fill_check(image, memory_bytes, runtime, labels))
     else:  # filling a /tmp on the box's disk would only write 2 GiB to the engine's disk
         report.checks.append(Check(FILL_CHECK, False, "not run: /tmp is not a tmpfs"))
     report.checkout, row = _checkout_row(settings, home, image)
     report.checks.append(row)
-    report.checks.extend(network_rows(runtime))
+    report.checks.extend(network_rows(runtime, labels))
     if gvisor:
         report.checks.extend(gvisor_info_rows())
     report.checks.append(_space_row(settings))

@@ -11,6 +11,10 @@ Of a run's start, as the engine is asked to create its containers:
     roots-removed  that container is removed, the box not yet created
     box-created    the box is created, not yet started
 
+Of ``check box``:
+
+    check-network  its network probe box runs (started detached, removed by the check)
+
 The box keeps running; recovery in a fresh process must finish the run. With
 ``IMPYARD_CRASH_RECORD`` set, every container created is first appended to that file as a
 JSON line ``{"id", "kind", "labels"}``, so a test knows what the dead host left on the engine.
@@ -30,6 +34,7 @@ from impyard.knowledge import lane
 
 CHECKPOINT_POINTS = ("before-ref", "after-ref")
 START_POINTS = ("probe-created", "roots-created", "roots-removed", "box-created")
+CHECK_POINTS = ("check-network",)
 #: The point each kind of container is created at (``LABEL_HELPER``; none: a run's box).
 _CREATED = {"overlay-probe": "probe-created", "image-roots": "roots-created", None: "box-created"}
 
@@ -93,12 +98,34 @@ def _at_start(point: str) -> None:
     EngineAPI.remove_container = removing  # type: ignore[method-assign]
 
 
+def _in_check() -> None:
+    from impyard.box import check_isolation, engine
+
+    record = os.environ.get("IMPYARD_CRASH_RECORD")
+
+    def dying(pid: int, *args: Any) -> Any:
+        # The check starts its box with the docker CLI: find it by its first process.
+        api = engine.api()
+        for row in api.containers(all=True) if record is not None else []:
+            info = api.inspect_container(str(row["Id"]))
+            if (info.get("State") or {}).get("Pid") == pid:
+                labels = (info.get("Config") or {}).get("Labels") or {}
+                line = {"id": info["Id"], "kind": "check-box", "labels": labels}
+                with open(str(record), "a") as out:
+                    out.write(json.dumps(line) + "\n")
+        _die()
+
+    check_isolation.listen_in_netns = dying  # type: ignore[assignment]
+
+
 def main() -> None:
     point, argv = sys.argv[1], sys.argv[2:]
     if point in CHECKPOINT_POINTS:
         _at_checkpoint(point)
     elif point in START_POINTS:
         _at_start(point)
+    elif point in CHECK_POINTS:
+        _in_check()
     else:
         raise SystemExit(f"unknown crash point {point!r}")
     from impyard.cli.main import main as cli_main

@@ -167,3 +167,16 @@ def test_gc_removes_the_helper_a_dead_driver_left(tmp_path: Path) -> None:
     finally:
         assert _impyard(home, "serve", "--once").returncode == 0
     assert _of_root(home) == []
+
+
+def test_a_check_box_killed_midway_leaves_its_box_to_recovery(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    init_home(home)
+    record = tmp_path / "created.jsonl"
+    crashed = _impyard(home, "check", "box", crash="check-network", record=record)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    (probe,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert probe["labels"].get(LABEL_ROOT) == root_label(home.root), probe
+    assert _of_root(home) == [probe["id"]]
+    assert _impyard(home, "serve", "--once").returncode == 0
+    assert _of_root(home) == [] and not _exists(probe["id"])
