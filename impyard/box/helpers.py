@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def helper_labels(root: Path, lock: Path, kind: str, run_id: str, imp: str) -> d
 
 
 @contextlib.contextmanager
-def holding(lock: Path) -> Any:
+def holding(lock: Path) -> Iterator[None]:
     """Hold ``lock`` (created if missing) exclusively while the block runs."""
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
