@@ -17,7 +17,7 @@ box:
 
 # Build the agent image impyard-pi:latest (Debian trixie + Pi, no registry; kept when unchanged)
 box-pi:
-    bash scripts/build-agent-box.sh impyard-pi:latest
+    bash scripts/build-agent-box.sh pi
 
 # Lint and type-check the package
 lint:

@@ -14,7 +14,7 @@ Each side runs under runc and under runsc (gVisor), the bare side with `--runtim
 
 IMPYARD_BENCH_REPS (default 7); IMPYARD_BENCH_RUNTIMES (default runc,runsc);
 IMPYARD_BENCH_PI_IMAGE (default impyard-pi:latest) is the Pi image both sides run, so two
-builds can be compared (e.g. one built with `scripts/build-agent-box.sh impyard-pi:NAME`);
+builds can be compared (e.g. one built with `scripts/build-agent-box.sh pi impyard-pi:NAME`);
 IMPYARD_BENCH_BUILD=1 also times a forced build of that image. IMPYARD_BENCH_MODEL_SECONDS
 (default 0: the scripted model answers at once) makes each of the three answers come that
 long after its request, as a real model's does: the runtimes' difference is start-up and
@@ -173,7 +173,7 @@ def image_facts() -> tuple[str, str]:
     if os.environ.get("IMPYARD_BENCH_BUILD") == "1":
         start = time.perf_counter()
         subprocess.run(
-            ["bash", str(ROOT / "scripts" / "build-agent-box.sh"), IMAGE],
+            ["bash", str(ROOT / "scripts" / "build-agent-box.sh"), "pi", IMAGE],
             env={**os.environ, "IMPYARD_REBUILD": "1"},
             check=True,
             capture_output=True,

@@ -213,6 +213,12 @@ class Home:
         return self.root / "web-token"
 
     @property
+    def web_console(self) -> Path:
+        """Where the running console listens (its URL and pid, never the token), locked
+        while it runs: ``impyard web --print-url`` reads it."""
+        return self.root / "web-console.json"
+
+    @property
     def exports_dir(self) -> Path:
         """Where the console exports a preserved change (``exports/<run-id>``)."""
         return self.root / "exports"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from impyard.errors import UsageError
+from impyard.errors import EngineError, ImageNotFoundError, UsageError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked, remove_tree
 from impyard.home import Home
 from impyard.journal import Journal
@@ -46,6 +46,27 @@ def settings_with(
     return settings
 
 
+def require_image(image: str) -> None:
+    """Refuse an image the engine does not have: nothing is pulled here, so every run of an
+    imp set to it would end quarantined. An engine that cannot be asked refuses too (the
+    error says so): an unchecked image would fail only later, in a run."""
+    from impyard.box.agents import build_hint
+    from impyard.box.engine import engine_url
+    from impyard.box.launch import resolve_image
+
+    try:
+        resolve_image(image)
+    except ImageNotFoundError:
+        raise ImageNotFoundError(
+            f"image {image} is not in the Docker engine at {engine_url()} and nothing is "
+            f"pulled here: {build_hint(image)}, then set it again"
+        ) from None
+    except EngineError as exc:
+        raise EngineError(
+            f"cannot check that image {image} is in the engine, so it is not set: {exc.message}"
+        ) from exc
+
+
 def set_imp_settings(
     home: Home, imp: str, *, image: str | None, command: str | None, agent: str | None
 ) -> ImpSettings:
@@ -54,6 +75,8 @@ def set_imp_settings(
     if image is None and command is None and agent is None:
         raise UsageError("nothing to set: give --image, --command or --agent")
     settings = settings_with(current, image=image, command=command, agent=agent)
+    if image:
+        require_image(image)
     atomic_write_json(home.imp_settings(imp), settings.as_dict())
     Journal(home.journal).record("imp.settings", imp=imp, **settings.as_dict())
     return settings

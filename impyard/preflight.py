@@ -6,7 +6,8 @@ agent then retries and exits 1, the cause only in the run's log); an upstream en
 whose host is a loopback or private address (however spelled), or a name resolving only
 to such addresses, is refused on every request unless the route says
 ``allow_private = true``. ``deploy`` and ``status`` warn of these; ``run`` and ``serve``
-refuse the imps they would fail (``run_refusal``).
+refuse the imps they would fail (``run_refusal``): only those whose runs call that route
+(``routes_used``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from impyard.box.agents import AGENTS, MODEL_ROUTE_ENV
 from impyard.errors import ImpyardError
 from impyard.gateway.address import AddressError, lookup
 from impyard.home import Home
@@ -24,8 +26,12 @@ from impyard.knowledge.imps import list_imps, read_imp_settings
 from impyard.policy.compile import policy_for_run
 from impyard.policy.gateway import GatewayPolicy, GatewayRoute
 
-#: Clients that add ``/v1`` to the base URL they are given (Pi's models.json does).
-V1_AGENTS = frozenset({"pi"})
+
+def _adds_v1(agent: str | None) -> bool:
+    """Whether ``agent``'s client adds ``/v1`` to the base URL it is given (Pi's
+    models.json does); an owner's command may or may not."""
+    known = AGENTS.get(agent) if agent is not None else None
+    return known is not None and known.adds_v1
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ def route_findings(
             )
         )
     parts = urlsplit(route.upstream)
-    if parts.path.rstrip("/").endswith("/v1") and (agent is None or agent in V1_AGENTS):
+    if parts.path.rstrip("/").endswith("/v1") and (agent is None or _adds_v1(agent)):
         found.append(
             Finding(
                 route.name,
@@ -93,13 +99,42 @@ def policy_findings(
     return [f for route in gateway.route for f in route_findings(route, environ, agent=agent)]
 
 
+def routes_used(agent: str | None, box_env: Mapping[str, str]) -> set[str]:
+    """The gateway routes every run of an imp calls, so that a route failing each request
+    fails each run.
+
+    An agent sends its model calls to the route its variable in ``[box.env]`` names, else
+    to its default (Pi: ``IMPYARD_MODEL_ROUTE``, ``llm``). An owner's command may call any
+    route or none: only the route its ``[box.env]`` names in ``IMPYARD_MODEL_ROUTE`` counts
+    as used; a request on another route whose secret is missing gets the gateway's 502
+    naming the unset secret (journaled), and the run goes on."""
+    known = AGENTS.get(agent) if agent is not None else None
+    if known is not None:
+        return {box_env.get(known.model_route_env) or known.default_model_route}
+    named = box_env.get(MODEL_ROUTE_ENV)
+    return {named} if named else set()
+
+
 def run_refusal(
-    imp: str, gateway: GatewayPolicy, agent: str | None, environ: Mapping[str, str] | None = None
+    imp: str,
+    gateway: GatewayPolicy,
+    agent: str | None,
+    box_env: Mapping[str, str],
+    environ: Mapping[str, str] | None = None,
 ) -> str | None:
-    """One line saying why every run of ``imp`` would fail, or None."""
-    found = policy_findings(gateway, environ, agent=agent)
+    """One line saying why every run of ``imp`` would fail, or None. ``agent`` None: the
+    imp runs a command (its own or the owner's ``--command``)."""
+    if not gateway.enabled:
+        return None
+    used = routes_used(agent, box_env)
+    found = [
+        f
+        for route in gateway.route
+        if route.name in used
+        for f in route_findings(route, environ, agent=agent)
+    ]
     # An upstream ending in /v1 is only certain to fail for a client known to add /v1.
-    found = [f for f in found if f.code != "upstream-v1" or agent in V1_AGENTS]
+    found = [f for f in found if f.code != "upstream-v1" or _adds_v1(agent)]
     if not found:
         return None
     return f"refusing to run imp {imp!r}: " + "; ".join(f.message for f in found)
@@ -112,7 +147,8 @@ def imps_refused(home: Home) -> list[str]:
     for imp in list_imps(home):
         try:
             policy, _ = policy_for_run(home, imp, strict=False)
-            refusal = run_refusal(imp, policy.gateway, read_imp_settings(home, imp).agent)
+            agent = read_imp_settings(home, imp).agent
+            refusal = run_refusal(imp, policy.gateway, agent, policy.box.env)
         except ImpyardError:
             continue  # an invalid policy is the run's own error, said when it is refused
         if refusal is not None:

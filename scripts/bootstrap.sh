@@ -36,6 +36,8 @@ fi
 # Byte-compile the package even where PYTHONDONTWRITEBYTECODE is set: every CLI
 # start-up would otherwise recompile it (~50 ms of each `impyard run`).
 .venv/bin/python -m compileall -q impyard >/dev/null
+# `impyard` on a new shell's PATH (the README's quick start types it bare).
+bash scripts/link-cli.sh
 
 bash scripts/build-box.sh impyard-box:latest
-bash scripts/build-agent-box.sh impyard-pi:latest
+bash scripts/build-agent-box.sh pi

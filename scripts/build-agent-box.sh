@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# Build the agent box impyard-pi:latest without any image registry:
-#   1. Pi, pinned to box/pi/VERSION, from the npm registry into a staging tree
-#      (--ignore-scripts: no install script from the registry runs on this host);
-#      its CLI bundled with esbuild (pinned below) into one ESM file plus lazily
-#      loaded chunks, run as nobody (65534), and `pi` pointed at the bundle: node
-#      then opens a handful of modules at start-up instead of about 1,500 (faster,
-#      most of all under gVisor, where every file open is costly);
-#   2. a Debian trixie root filesystem (minbase + nodejs + curl + ca-certificates)
-#      with mmdebstrap, the staging tree and the box/ tools synced in, the box
-#      user 65532 added, and docs, caches and apt lists left out;
-#   3. python-on-whales imports it as a candidate, checks that Pi starts in it
-#      under a box's hardening, and only then tags it (impyard/box/agent_image.py).
-# No host binary is copied in. An image built from the same recipe (this file,
-# box/ and the pinned version) is kept; IMPYARD_REBUILD=1 forces a build.
+# bash scripts/build-agent-box.sh AGENT [TAG]: build an agent's box image (default tag
+# impyard-AGENT:latest) without any image registry:
+#   1. the agent, pinned to box/AGENT/VERSION, from the npm registry into a staging
+#      tree, by the agent's own part scripts/agents/AGENT.sh (its stage_agent; npm runs
+#      with --ignore-scripts: no install script from the registry runs on this host);
+#   2. a Debian trixie root filesystem (minbase + nodejs + curl + ca-certificates and
+#      the agent's extra packages) with mmdebstrap, the staging tree, the box/ tools
+#      (/opt/impyard/bin) and the agent's files in box/AGENT (/opt/impyard/AGENT) synced
+#      in, the box user 65532 added, and docs, caches and apt lists left out;
+#   3. python-on-whales imports it as a candidate, checks that the agent starts in it
+#      under a box's hardening and reports its pinned version, and only then tags it
+#      (impyard/box/agent_image.py).
+# No host binary is copied in. An image built from the same recipe (this file, the
+# agent's part and files, the box/ tools, its row in impyard/box/agents.py and the
+# pinned version) is kept; IMPYARD_REBUILD=1 forces a build.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-image=${1:-impyard-pi:latest}
+agent=${1:-}
 python=${IMPYARD_PYTHON:-$top/.venv/bin/python}
 suite=trixie
 mirror=${IMPYARD_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-pi_version=$(tr -d ' \n' <"$top/box/pi/VERSION")
-esbuild_version=0.28.2
+
+known=$(cd "$top/scripts/agents" && ls -- *.sh | sed 's/\.sh$//' | tr '\n' ' ')
+if [ -z "$agent" ] || [ ! -f "$top/scripts/agents/$agent.sh" ]; then
+    echo "usage: build-agent-box.sh AGENT [TAG]  (AGENT: ${known% })" >&2
+    exit 2
+fi
+image=${2:-impyard-$agent:latest}
+agent_version=$(tr -d ' \n' <"$top/box/$agent/VERSION")
 
 if [ ! -x "$python" ]; then
     echo "build-agent-box: no Python with Impyard at $python (run scripts/bootstrap.sh)" >&2
@@ -31,9 +38,10 @@ fi
 recipe=$(
     cd "$top"
     {
-        sha256sum scripts/build-agent-box.sh impyard/box/agent_image.py
-        find box -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z |
-            xargs -0 sha256sum
+        sha256sum scripts/build-agent-box.sh "scripts/agents/$agent.sh" impyard/box/agent_image.py
+        PYTHONPATH="$top" "$python" -m impyard.box.agents row "$agent"
+        find box -maxdepth 1 -type f -print0 | sort -z | xargs -0 sha256sum
+        find "box/$agent" -type f -print0 | sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-32
 )
 if [ "${IMPYARD_REBUILD:-0}" != 1 ] &&
@@ -58,87 +66,23 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 started=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/impyard-pi-build.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/impyard-$agent-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 staging="$work/staging"
-mkdir -p "$staging/opt/impyard/bin" "$staging/opt/impyard/pi"
+mkdir -p "$staging/opt/impyard/bin" "$staging/opt/impyard/$agent"
 
-echo "build-agent-box: Pi $pi_version from npm"
-npm install --global --prefix "$staging/opt/pi" --cache "$work/npm-cache" \
-    --ignore-scripts --omit=dev --no-audit --no-fund --no-update-notifier --loglevel=error \
-    "@mariozechner/pi-coding-agent@$pi_version" >/dev/null
-
-echo "build-agent-box: bundling Pi's CLI with esbuild $esbuild_version"
-pi_package="$staging/opt/pi/lib/node_modules/@mariozechner/pi-coding-agent"
-pi_ai="$pi_package/node_modules/@mariozechner/pi-ai"
-# The bundle lives inside Pi's package, as deep under it as Pi's own modules, so
-# what Pi finds relative to itself still resolves: its package.json, themes,
-# templates and docs (config.js walks up to package.json), the extension aliases
-# (loader.js: ../../index.js) and, through node_modules, every external below.
-bundle_dir=dist/impyard/bundle
-pi_entry=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["bin"]["pi"])' \
-    "$pi_package/package.json")
-[ -f "$pi_package/$pi_entry" ] || {
-    echo "build-agent-box: Pi's bin entry $pi_entry is missing" >&2
-    exit 1
-}
-# pi-ai loads some providers by a computed specifier, which no bundler follows:
-# each becomes an entry of its own, written where the specifier points (the
-# bundle directory, next to the chunk that imports it). None found means Pi
-# changed how it loads them: fail rather than ship a bundle missing one.
-lazy_providers=$(grep -o 'importNodeOnlyProvider("\./[a-z0-9-]*\.js")' \
-    "$pi_ai/dist/providers/register-builtins.js" | sed 's/.*"\.\/\(.*\)\.js")/\1/' | sort -u)
-if [ -z "$lazy_providers" ]; then
-    echo "build-agent-box: no provider loaded by a computed import found in pi-ai; recheck the bundle" >&2
-    exit 1
-fi
-entries=("cli=$pi_entry")
-for provider in $lazy_providers; do
-    entries+=("$provider=node_modules/@mariozechner/pi-ai/dist/providers/$provider.js")
-done
-npm install --prefix "$work/esbuild" --cache "$work/npm-cache" \
-    --ignore-scripts --no-audit --no-fund --no-update-notifier --loglevel=error \
-    "esbuild@$esbuild_version" >/dev/null
-# esbuild's binary is its platform package's (installed as an optional dependency).
-mapfile -t esbuild_bins < <(find "$work/esbuild/node_modules/@esbuild" -path '*/bin/esbuild' -type f)
-if [ ${#esbuild_bins[@]} -ne 1 ]; then
-    echo "build-agent-box: expected one esbuild platform binary, found ${#esbuild_bins[@]}" >&2
-    exit 1
-fi
-# Nothing from the registry runs as root: esbuild runs as nobody, reading the
-# staging tree and writing only its own output directory.
-chmod 0711 "$work"
-mkdir "$work/bundle"
-chown 65534:65534 "$work/bundle"
-# External: native addons (.node, koffi, clipboard), photon (wasm beside its own
-# file), OpenTelemetry (optional, partly not installed) and proxy-agent (only the
-# Bedrock provider loads it, and its QuickJS module reads __dirname, which an ESM
-# bundle lacks); each is resolved from Pi's node_modules when, if ever, loaded.
-# The banner gives bundled CommonJS code a real require for Node's own modules.
-(cd "$pi_package" && setpriv --reuid=65534 --regid=65534 --clear-groups \
-    "${esbuild_bins[0]}" "${entries[@]}" \
-    --bundle --splitting --platform=node --format=esm --target=node20.19 \
-    --outdir="$work/bundle/out" --log-level=warning \
-    --external:'*.node' --external:koffi --external:@mariozechner/clipboard \
-    --external:@silvia-odwyer/photon-node --external:'@opentelemetry/*' \
-    --external:proxy-agent \
-    '--banner:js=import { createRequire as __impyardRequire } from "node:module"; const require = __impyardRequire(import.meta.url);')
-for provider in cli $lazy_providers; do
-    [ -s "$work/bundle/out/$provider.js" ] || {
-        echo "build-agent-box: the bundle lacks $provider.js" >&2
-        exit 1
-    }
-done
-mkdir -p "$pi_package/$(dirname "$bundle_dir")"
-cp -r "$work/bundle/out" "$pi_package/$bundle_dir"
-ln -sfn "../lib/node_modules/@mariozechner/pi-coding-agent/$bundle_dir/cli.js" "$staging/opt/pi/bin/pi"
+# shellcheck source=/dev/null
+. "$top/scripts/agents/$agent.sh"
+stage_agent
 
 for tool in "$top"/box/*; do
     [ -f "$tool" ] && [ "$(basename "$tool")" != __init__.py ] || continue
     install -m 0755 "$tool" "$staging/opt/impyard/bin/$(basename "$tool")"
 done
-install -m 0644 "$top/box/pi/settings.json" "$staging/opt/impyard/pi/settings.json"
-install -m 0644 "$top/box/pi/steps.js" "$staging/opt/impyard/pi/steps.js"
+for file in "$top/box/$agent"/*; do
+    [ -f "$file" ] || continue
+    install -m 0644 "$file" "$staging/opt/impyard/$agent/$(basename "$file")"
+done
 find "$staging" -exec chown -h 0:0 {} +
 chmod -R go-w "$staging"
 
@@ -146,7 +90,7 @@ echo "build-agent-box: Debian $suite root filesystem"
 # Pinned timestamps: mmdebstrap makes an unchanged package set byte-stable.
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1735689600}
 mmdebstrap --quiet --variant=minbase \
-    --include=ca-certificates,curl,nodejs \
+    --include=ca-certificates,curl,nodejs${agent_packages:+,$agent_packages} \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' \
@@ -160,4 +104,5 @@ mmdebstrap --quiet --variant=minbase \
     "$suite" "$work/rootfs.tar" "$mirror"
 
 PYTHONPATH="$top" "$python" -m impyard.box.agent_image import "$work/rootfs.tar" \
-    --tag "$image" --recipe "$recipe" --agent-version "$pi_version" --started "$started"
+    --agent "$agent" --tag "$image" --recipe "$recipe" --agent-version "$agent_version" \
+    --started "$started"

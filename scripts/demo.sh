@@ -44,7 +44,7 @@ else
     model=scripted-model
     export IMPYARD_SECRET_LLM=demo-placeholder-key
     echo "== NOTE: IMPYARD_SECRET_LLM and IMPYARD_LLM_UPSTREAM are not both set, so this"
-    echo "== run uses the SCRIPTED model server at $upstream (impyard/devtools/model_server.py),"
+    echo "== run uses the SCRIPTED model server at $upstream (impyard/devtools/model_server/),"
     echo "== not a real model. Set both (e.g. IMPYARD_LLM_UPSTREAM=https://api.openai.com)"
     echo "== and optionally IMPYARD_DEMO_MODEL to talk to your provider."
 fi
@@ -67,3 +67,12 @@ impyard imp create pia --agent pi
 impyard task add pia --prompt "Find out what a tmpfs is and write one note about it."
 impyard serve --once
 git -C "$(impyard knowledge pia)" log --stat -1
+
+# Where everything is, and what to type next: from any new shell (bootstrap put
+# `impyard` on PATH), --home names this demo's data root.
+home=$(printf %q "$IMPYARD_HOME")
+echo "== done: the demo's data root is $IMPYARD_HOME"
+echo "== try next:"
+echo "   impyard --home $home status  # engine, images, queue, runs, problems"
+echo "   impyard --home $home runs show last  # what the last run did, and why"
+echo "   impyard --home $home web --print-url  # a login URL for the console (then: impyard --home $home web)"

@@ -1,5 +1,5 @@
 // A Pi extension, loaded by pi-imp (-e): Pi's agent events as JSON lines, one per
-// line, on the file descriptor IMPYARD_PI_EVENTS_FD, which pi-render reads and shows.
+// line, on the file descriptor IMPYARD_PI_EVENTS_FD, which agent-render reads and shows.
 //
 // These are the events of Pi's own JSON mode (--mode json) without the streaming
 // ones: that mode also writes, for every streamed token, the whole message so far
@@ -10,10 +10,10 @@
 // once, when it ends, and only the assistant's (a tool's output is in its
 // tool_execution_end).
 //
-// Writes are synchronous: Pi waits for pi-render rather than queueing output in
+// Writes are synchronous: Pi waits for agent-render rather than queueing output in
 // memory. Without the variable, or once the reader is gone, nothing is written.
 // The tools Pi runs inherit the descriptor, so a tool can write lines there too:
-// pi-render shows them like any box output, escaped and bounded.
+// agent-render shows them like any box output, escaped and bounded.
 import { writeSync } from "node:fs";
 
 const EVENTS = ["turn_start", "message_end", "tool_execution_start", "tool_execution_end"];

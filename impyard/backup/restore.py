@@ -36,11 +36,12 @@ from typing import Any
 
 import pygit2
 
+from impyard.backup.fetchbound import FetchCallbacks, PackWatch, TooLarge, check_local
 from impyard.backup.meta import SETTINGS_REF, read_settings
 from impyard.backup.offers import Choice, SettingsOffer, Source, offer
 from impyard.backup.push import MIRRORED, backed_up_refs
 from impyard.backup.remotes import Location, label, local_imps, locate, scrub
-from impyard.backup.transport import Callbacks, configure_transport
+from impyard.backup.transport import configure_transport
 from impyard.errors import BackupError
 from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
@@ -52,7 +53,7 @@ from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.repo import MAIN
 from impyard.knowledge.repogate import check_repository
 from impyard.knowledge.sizes import tree_bytes
-from impyard.knowledge.treegate import GateLimits
+from impyard.knowledge.treegate import GateLimits, Problems
 from impyard.policy.compile import policy_for_run
 
 FETCHED = [f"+{MAIN}:{MAIN}", *(f"+{ns}*:{ns}*" for ns in MIRRORED)]
@@ -143,14 +144,27 @@ def _fetch(home: Home, location: Location, imp: str) -> _Fetched:
         strip_templates(repo_path)
         if location.path is not None and not (location.path / "HEAD").is_file():
             raise BackupError(f"imp {imp!r}: no backup at {location.path}")
+        # libgit2 packs, indexes and resolves each object whole, in memory: none may get
+        # there before its declared size is found within the bound.
+        bound = _limits(home, imp).max_object_bytes
+        watch = PackWatch(repo_path / "objects" / "pack", bound)
         remote = repo.remotes.create_anonymous(location.url)
         try:
-            remote.fetch([*FETCHED, f"+{SETTINGS_REF}:{SETTINGS_REF}"], callbacks=Callbacks())
+            if location.path is not None:
+                check_local(location.path, bound)
+            remote.fetch(
+                [*FETCHED, f"+{SETTINGS_REF}:{SETTINGS_REF}"], callbacks=FetchCallbacks(watch)
+            )
+        except TooLarge as exc:
+            header = "refusing to restore: the backup holds objects larger than any the lane keeps"
+            raise _refused(header, {imp: exc.problems}) from exc
         except pygit2.GitError as exc:
             where = scrub(location.url, location.base)
             raise BackupError(
                 f"imp {imp!r}: cannot fetch {where}: {scrub(str(exc), location.base)}"
             ) from exc
+        finally:
+            watch.close()
         settings = read_settings(repo)
         if SETTINGS_REF in repo.references:
             repo.references.delete(SETTINGS_REF)  # the canonical repo holds no such ref
@@ -165,22 +179,32 @@ def _fetch(home: Home, location: Location, imp: str) -> _Fetched:
 
 def _gate(home: Home, fetched: list[_Fetched]) -> None:
     """Refuse, one line a problem, any fetched repository the lane's rules refuse."""
+    found = {
+        item.imp: check_repository(item.repo, backed_up_refs(item.repo), _limits(home, item.imp))
+        for item in fetched
+    }
+    if any(found.values()):
+        raise _refused("refusing to restore: the backup holds what the lane never writes", found)
+
+
+def _limits(home: Home, imp: str) -> GateLimits:
+    return GateLimits.of(KnowledgeLimits.of(policy_for_run(home, imp, strict=False)[0].knowledge))
+
+
+def _refused(header: str, found: dict[str, Problems]) -> RestoreRefused:
+    """The whole restore refused, one line a problem (``--json``: one object each)."""
     lines: list[str] = []
     document: list[dict[str, str]] = []
-    for item in fetched:
-        limits = KnowledgeLimits.of(policy_for_run(home, item.imp, strict=False)[0].knowledge)
-        found = check_repository(item.repo, backed_up_refs(item.repo), GateLimits.of(limits))
-        lines.extend(f"{item.imp} {line}" for line in found.lines())
-        document.extend({"imp": item.imp, **problem.as_dict()} for problem in found.found)
-        if found.omitted:
-            document.append({"imp": item.imp, "omitted": str(found.omitted)})
-    if lines:
-        raise RestoreRefused(
-            f"refusing to restore: the backup holds what the lane never writes "
-            f"({len(document)} problem(s)); nothing was installed",
-            lines,
-            {"ok": False, "problems": document},
-        )
+    for imp, problems in found.items():
+        lines.extend(f"{imp} {line}" for line in problems.lines())
+        document.extend({"imp": imp, **problem.as_dict()} for problem in problems.found)
+        if problems.omitted:
+            document.append({"imp": imp, "omitted": str(problems.omitted)})
+    return RestoreRefused(
+        f"{header} ({len(document)} problem(s)); nothing was installed",
+        lines,
+        {"ok": False, "problems": document},
+    )
 
 
 def _offer_settings(

@@ -2,7 +2,7 @@
 
 ``scripts/build-agent-box.sh`` makes the root filesystem (Debian packages and
 npm, no registry) and hands the tarball here. Import goes to a candidate tag,
-the candidate must start and report the pinned Pi version under the box's own
+the candidate must start and report the pinned agent version under the box's own
 hardening, and only then does the final tag move: a failed build never
 replaces a working image. Every image carries the hash of the recipe that
 built it, so an unchanged recipe is not rebuilt.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from impyard.box.agents import AGENTS
+from impyard.box.agents import AGENTS, Agent, agent_named
 from impyard.box.engine import stderr_tail
 from impyard.box.spec import TMP_TMPFS
 from impyard.errors import EngineError, ImpyardError
@@ -35,22 +35,6 @@ LABEL_RECIPE = "impyard.recipe"
 LABEL_AGENT = "impyard.agent"
 LABEL_AGENT_VERSION = "impyard.agent-version"
 
-PI_IMAGE = AGENTS["pi"].image
-PI_COMMAND = ["/opt/impyard/bin/pi-imp"]
-
-#: The image's runtime defaults. HOME and TMPDIR on the tmpfs (the root file
-#: system is read-only); Pi's update check and install ping off, and no
-#: startup network at all (PI_OFFLINE): a box reaches nothing but its gateway.
-PI_ENV = {
-    "PATH": "/opt/impyard/bin:/opt/pi/bin:/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "PI_OFFLINE": "1",
-    "PI_SKIP_VERSION_CHECK": "1",
-    "PI_TELEMETRY": "0",
-    "NO_UPDATE_NOTIFIER": "1",
-    "NPM_CONFIG_UPDATE_NOTIFIER": "false",
-}
 BOX_USER = "65532:65532"
 
 
@@ -79,19 +63,22 @@ def recipe_of(image: str) -> str | None:
     return labels.get(LABEL_RECIPE)
 
 
-def import_changes(recipe: str, agent_version: str) -> list[str]:
-    env = [f"ENV {key}={value}" for key, value in PI_ENV.items()]
+def import_changes(agent: Agent, recipe: str, agent_version: str) -> list[str]:
+    env = [f"ENV {key}={value}" for key, value in agent.runtime_env().items()]
+    labels = f"{LABEL_RECIPE}={recipe} {LABEL_AGENT}={agent.name}"
     return [
         *env,
         f"USER {BOX_USER}",
         "WORKDIR /tmp",
-        f"CMD {json.dumps(PI_COMMAND)}",
-        f"LABEL {LABEL_RECIPE}={recipe} {LABEL_AGENT}=pi {LABEL_AGENT_VERSION}={agent_version}",
+        f"CMD {json.dumps(['/bin/sh', '-c', agent.command])}",
+        f"LABEL {labels} {LABEL_AGENT_VERSION}={agent_version}",
     ]
 
 
-def import_verified(tarball: Path, tag: str, *, recipe: str, agent_version: str) -> BuiltImage:
-    """Import ``tarball`` as a candidate, check Pi starts in it, then tag it ``tag``."""
+def import_verified(
+    agent: Agent, tarball: Path, tag: str, *, recipe: str, agent_version: str
+) -> BuiltImage:
+    """Import ``tarball`` as a candidate, check the agent starts in it, then tag it."""
     from python_on_whales.exceptions import DockerException
 
     docker = _docker()
@@ -99,15 +86,16 @@ def import_verified(tarball: Path, tag: str, *, recipe: str, agent_version: str)
     candidate = f"{tag.rsplit(':', 1)[0]}:candidate-{recipe[:12]}"
     try:
         image = docker.image.import_(
-            tarball, candidate, changes=import_changes(recipe, agent_version)
+            tarball, candidate, changes=import_changes(agent, recipe, agent_version)
         )
     except DockerException as exc:
         raise EngineError(f"docker import of {tarball} failed: {_tail(exc)}") from exc
     try:
-        reported = _agent_version_in(candidate)
-        if reported != agent_version:
+        reported = _agent_version_in(agent, candidate)
+        if agent_version not in reported.split():
             raise ImpyardError(
-                f"the built image reports Pi {reported!r}, expected the pinned {agent_version}"
+                f"the built image reports {agent.name} {reported!r}, expected the pinned "
+                f"{agent_version}"
             )
         docker.image.tag(candidate, tag)
     finally:
@@ -127,16 +115,16 @@ def import_verified(tarball: Path, tag: str, *, recipe: str, agent_version: str)
     )
 
 
-def _agent_version_in(image: str) -> str:
-    """``pi --version`` inside ``image`` with a box's hardening and no network."""
+def _agent_version_in(agent: Agent, image: str) -> str:
+    """The agent's version command inside ``image`` with a box's hardening and no network:
+    its last line."""
     from python_on_whales.exceptions import DockerException
 
     docker = _docker()
     try:
         output = docker.run(
             image,
-            # Pi prints its version on stderr.
-            ["/bin/sh", "-c", "pi --version 2>&1"],
+            ["/bin/sh", "-c", agent.version_command],
             remove=True,
             pull="never",
             networks=["none"],
@@ -147,7 +135,7 @@ def _agent_version_in(image: str) -> str:
             user=BOX_USER,
         )
     except DockerException as exc:
-        raise ImpyardError(f"Pi does not start in the built image: {_tail(exc)}") from exc
+        raise ImpyardError(f"{agent.name} does not start in the built image: {_tail(exc)}") from exc
     return str(output).strip().splitlines()[-1].strip() if str(output).strip() else ""
 
 
@@ -163,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     current.add_argument("recipe")
     imp = sub.add_parser("import", help="import a root filesystem, verify it, tag it")
     imp.add_argument("tarball", type=Path)
-    imp.add_argument("--tag", default=PI_IMAGE)
+    imp.add_argument("--agent", default="pi", choices=sorted(AGENTS))
+    imp.add_argument("--tag")
     imp.add_argument("--recipe", required=True)
     imp.add_argument("--agent-version", required=True)
     imp.add_argument("--started", type=float, help="epoch seconds the build started")
@@ -171,14 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.what == "current":
             return 0 if recipe_of(args.image) == args.recipe else 1
+        agent = agent_named(args.agent)
         built = import_verified(
-            args.tarball, args.tag, recipe=args.recipe, agent_version=args.agent_version
+            agent,
+            args.tarball,
+            args.tag or agent.image,
+            recipe=args.recipe,
+            agent_version=args.agent_version,
         )
     except ImpyardError as exc:
         print(f"build-agent-box: {exc}", file=sys.stderr)
         return 1
     took = f" in {time.time() - args.started:.0f} s" if args.started else ""
-    print(f"built {built.tag} (Pi {built.agent_version}): {built.size_bytes / 1e6:.0f} MB{took}")
+    size = f"{built.size_bytes / 1e6:.0f} MB"
+    print(f"built {built.tag} ({args.agent} {built.agent_version}): {size}{took}")
     return 0
 
 

@@ -1,15 +1,37 @@
 """Agents an imp can be created with (``impyard imp create <imp> --agent NAME``).
 
-An agent is an image plus the adapter that runs it as an imp; the adapter lives
-in the image (``box/``), so what the agent is told comes from the image and
-never from the imp's knowledge.
+An agent is data: an image built from Debian and the agent's npm package
+(``scripts/build-agent-box.sh NAME``, its own part in ``scripts/agents/NAME.sh``), the
+adapter in that image that runs it headless (``box/NAME-imp``, parsing its event stream
+with ``box/NAME/events.js``), the model API it speaks and the header its key goes in.
+The adapter lives in the image, so what the agent is told comes from the image and never
+from the imp's knowledge. Adding an agent adds a row here, never a branch elsewhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from impyard.contract import DEFAULT_IMAGE
 from impyard.errors import UsageError
+
+#: The ``[box.env]`` variable naming the gateway route an imp's model calls go to.
+MODEL_ROUTE_ENV = "IMPYARD_MODEL_ROUTE"
+#: The ``[box.env]`` variable naming the model every agent adapter asks for.
+MODEL_ENV = "IMPYARD_MODEL"
+#: Where the build recipes pin each agent's version (``box/NAME/VERSION``).
+_BOX = Path(__file__).resolve().parents[2] / "box"
+
+#: What every agent image sets at run time: HOME and TMPDIR on the tmpfs (the root file
+#: system is read-only) and npm's update notifier off.
+BASE_IMAGE_ENV: Mapping[str, str] = {
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "NO_UPDATE_NOTIFIER": "1",
+    "NPM_CONFIG_UPDATE_NOTIFIER": "false",
+}
 
 
 @dataclass(frozen=True)
@@ -19,6 +41,43 @@ class Agent:
     #: The imp's command (run as ``/bin/sh -c``); ``exec`` keeps the agent's exit status.
     command: str
     build_hint: str
+    #: The npm package the image installs, at the version pinned in ``box/NAME/VERSION``.
+    package: str
+    #: The model API it speaks (a ``--protocol`` of the scripted model server).
+    api: str
+    #: The API's base URL, a route's ``upstream`` for the provider itself.
+    upstream: str
+    #: The header the gateway adds the route's secret in, and its value's template.
+    header: str
+    value: str
+    #: The command that prints the agent's version inside its image (the build checks it).
+    version_command: str
+    #: The image's run-time environment beyond ``BASE_IMAGE_ENV``: ``PATH`` and whatever
+    #: switches off traffic other than the model API (telemetry, update checks).
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    #: Whether the client appends ``/v1`` to the base URL it is given (the upstream must
+    #: then not end in ``/v1``).
+    adds_v1: bool = True
+    #: The box variable naming the gateway route the agent sends its model calls to
+    #: (policy ``[box.env]``), and the route it calls when the variable is unset.
+    model_route_env: str = MODEL_ROUTE_ENV
+    default_model_route: str = "llm"
+
+    @property
+    def version(self) -> str:
+        """The pinned version, or '' when this checkout has no recipe for the agent."""
+        try:
+            return (_BOX / self.name / "VERSION").read_text().strip()
+        except OSError:
+            return ""
+
+    @property
+    def box_env_keys(self) -> tuple[str, ...]:
+        """The ``[box.env]`` keys the adapter reads (the model is required)."""
+        return (MODEL_ENV, self.model_route_env)
+
+    def runtime_env(self) -> dict[str, str]:
+        return {**BASE_IMAGE_ENV, **self.image_env}
 
 
 AGENTS: dict[str, Agent] = {
@@ -27,8 +86,33 @@ AGENTS: dict[str, Agent] = {
         image="impyard-pi:latest",
         command="exec /opt/impyard/bin/pi-imp",
         build_hint="just box-pi",
+        package="@mariozechner/pi-coding-agent",
+        api="openai-chat",
+        upstream="https://api.openai.com",
+        header="Authorization",
+        value="Bearer {secret}",
+        # Pi prints its version on stderr.
+        version_command="pi --version 2>&1",
+        # Pi's update check and install ping off, and no start-up network at all
+        # (PI_OFFLINE): a box reaches nothing but its gateway.
+        image_env={
+            "PATH": "/opt/impyard/bin:/opt/pi/bin:/usr/local/bin:/usr/bin:/bin",
+            "PI_OFFLINE": "1",
+            "PI_SKIP_VERSION_CHECK": "1",
+            "PI_TELEMETRY": "0",
+        },
     ),
 }
+
+
+def build_hint(image: str) -> str:
+    """How an owner gets ``image`` into the engine (nothing is ever pulled)."""
+    if image == DEFAULT_IMAGE:
+        return "build it with `just box`"
+    for agent in AGENTS.values():
+        if agent.image == image:
+            return f"build it with `{agent.build_hint}`"
+    return f"build it (`docker build -t {image} …`) or load it (`docker load -i FILE`)"
 
 
 def agent_named(name: str) -> Agent:
@@ -37,3 +121,23 @@ def agent_named(name: str) -> Agent:
     except KeyError:
         known = ", ".join(sorted(AGENTS))
         raise UsageError(f"unknown agent {name!r} (known: {known})") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m impyard.box.agents row NAME``: the agent's row as JSON (the image build
+    hashes it into its recipe, so a changed row rebuilds that agent's image)."""
+    import json
+    import sys
+    from dataclasses import asdict
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "row" or args[1] not in AGENTS:
+        print(f"usage: python -m impyard.box.agents row {'|'.join(AGENTS)}", file=sys.stderr)
+        return 2
+    agent = AGENTS[args[1]]
+    print(json.dumps({**asdict(agent), "version": agent.version}, sort_keys=True, default=dict))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

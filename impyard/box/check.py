@@ -17,15 +17,19 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from impyard.box import engine
 from impyard.box.check_isolation import (
+    GVISOR_INFO_ROW,
     GVISOR_TMP_PROBE,
+    GVISOR_TMP_ROW,
     gvisor_info_rows,
     gvisor_tmp_row,
+    network_row_names,
     network_rows,
 )
 from impyard.box.checkrow import Check, CheckRunError
@@ -55,6 +59,12 @@ if [ -e /opt/impyard/scratch ]; then echo "@scratch present"; else echo "@scratc
 """
 SECOND_SCRIPT = 'if [ -e /tmp/probe ]; then echo "@again present"; else echo "@again absent"; fi'
 
+#: Row names (``row_names`` lists them in order).
+TMP_ROWS = ("filesystem is tmpfs", "size is 2 GiB", "probe reads back ok")
+MOUNT_ROW, MODE_ROW = "mounted nosuid,nodev", "mode 1777"
+SECOND_ROW, SCRATCH_ROW = "second box does not see /tmp/probe", "no /opt/impyard/scratch"
+CHECKOUT_ROW, SPACE_ROW = "checkout kind (info)", "run write limit (info)"
+
 
 @dataclass
 class CheckReport:
@@ -62,6 +72,14 @@ class CheckReport:
     checks: list[Check] = field(default_factory=list)
     checkout: str = "copy"
     runtime: str = "runc"
+    #: Told each row as its check finishes: a whole run takes 6-12 s.
+    on_check: Callable[[Check], None] | None = field(default=None, repr=False, compare=False)
+
+    def add(self, *checks: Check) -> None:
+        for check in checks:
+            self.checks.append(check)
+            if self.on_check is not None:
+                self.on_check(check)
 
     @property
     def ok(self) -> bool:
@@ -126,7 +144,7 @@ def _run_sh(image: str, script: str, runtime: str, labels: dict[str, str]) -> di
 
 
 def _size_check(facts: dict[str, str]) -> Check:
-    name = "size is 2 GiB"
+    name = TMP_ROWS[1]
     try:
         blocks, block_size = (int(x) for x in facts.get("blocks", "").split())
     except ValueError:
@@ -143,12 +161,8 @@ def _mount_checks(facts: dict[str, str]) -> list[Check]:
     mode = facts.get("mode", "")
     missing = {"nosuid", "nodev"} - options
     return [
-        Check(
-            "mounted nosuid,nodev",
-            bool(options) and not missing,
-            line or "no /tmp entry in /proc/mounts",
-        ),
-        Check("mode 1777", mode == "1777", f"/tmp mode {mode or '?'}"),
+        Check(MOUNT_ROW, bool(options) and not missing, line or "no /tmp entry in /proc/mounts"),
+        Check(MODE_ROW, mode == "1777", f"/tmp mode {mode or '?'}"),
     ]
 
 
@@ -226,7 +240,7 @@ def _checkout_row(settings: Settings, home: Home, image: str) -> tuple[str, Chec
         detail = "overlay volumes available"
     else:
         detail = "overlay volumes unavailable on this engine/data root: copy fallback"
-    return kind, Check("checkout kind (info)", True, detail)
+    return kind, Check(CHECKOUT_ROW, True, detail)
 
 
 def _space_row(settings: Settings) -> Check:
@@ -237,16 +251,40 @@ def _space_row(settings: Settings) -> Check:
         detail = "a size-limited loop filesystem per run (knowledge.max_repo_bytes + overhead)"
     else:
         detail = f"unbounded while a run runs ({unsupported}); admission keeps the reserve"
-    return Check("run write limit (info)", True, detail)
+    return Check(SPACE_ROW, True, detail)
+
+
+def row_names(runtime: str) -> list[str]:
+    """The names of the rows ``check_box`` gives under ``runtime``, in order, known before
+    any box runs (so rows printed as they come can be aligned)."""
+    gvisor = runtime == "runsc"
+    return [
+        *TMP_ROWS,
+        GVISOR_TMP_ROW if gvisor else MOUNT_ROW,
+        MODE_ROW,
+        SECOND_ROW,
+        SCRATCH_ROW,
+        FILL_CHECK,
+        CHECKOUT_ROW,
+        *network_row_names(runtime),
+        *([GVISOR_INFO_ROW] if gvisor else []),
+        SPACE_ROW,
+    ]
 
 
 def check_box(
-    image: str, settings: Settings, home: Home, memory_bytes: int, runtime: str = "runc"
+    image: str,
+    settings: Settings,
+    home: Home,
+    memory_bytes: int,
+    runtime: str = "runc",
+    on_check: Callable[[Check], None] | None = None,
 ) -> CheckReport:
     """Run the primitive and return every check; raises only when it cannot run at all.
 
     ``memory_bytes`` is the box memory limit runs use (policy ``box.memory_bytes``);
-    ``runtime`` the engine runtime the boxes run under (runc or runsc)."""
+    ``runtime`` the engine runtime the boxes run under (runc or runsc); ``on_check`` is
+    told each row as soon as its check finished."""
     if shutil.which("docker") is None:
         # python-on-whales would otherwise try to download a docker CLI.
         raise EngineError("the docker CLI is not on PATH: install docker.io (`just engine`)")
@@ -254,63 +292,52 @@ def check_box(
     # the same one-line reason as every other Impyard command.
     engine.call("image inspect", engine.api().inspect_image, image, image=image)
     require_runtime(runtime)
+    report = CheckReport(image=image, runtime=runtime, on_check=on_check)
     # Its boxes are helpers of the data root: a check killed midway leaves them to recovery.
     base = home.root if home.root.is_dir() else Path(tempfile.gettempdir())
     lock = base / f".check-box-{os.getpid()}.lock"
     with holding(lock):
         try:
             labels = helper_labels(base, lock, "check-box", "check-box", "-")
-            return _checks(image, settings, home, memory_bytes, runtime, labels)
+            _checks(report, settings, home, memory_bytes, labels)
         finally:
             with contextlib.suppress(OSError):
                 lock.unlink()
+    return report
 
 
 def _checks(
-    image: str,
-    settings: Settings,
-    home: Home,
-    memory_bytes: int,
-    runtime: str,
-    labels: dict[str, str],
-) -> CheckReport:
+    report: CheckReport, settings: Settings, home: Home, memory_bytes: int, labels: dict[str, str]
+) -> None:
+    image, runtime = report.image, report.runtime
     gvisor = runtime == "runsc"
-    script = PROBE_SCRIPT + (GVISOR_TMP_PROBE if gvisor else "")
-    facts = _run_sh(image, script, runtime, labels)
-    report = CheckReport(image=image, runtime=runtime)
+    facts = _run_sh(image, PROBE_SCRIPT + (GVISOR_TMP_PROBE if gvisor else ""), runtime, labels)
     fstype = facts.get("fstype", "")
-    report.checks.append(Check("filesystem is tmpfs", fstype == "tmpfs", f"/tmp is {fstype!r}"))
-    report.checks.append(_size_check(facts))
+    report.add(Check(TMP_ROWS[0], fstype == "tmpfs", f"/tmp is {fstype!r}"))
+    report.add(_size_check(facts))
     probe = facts.get("probe", "")
-    report.checks.append(Check("probe reads back ok", probe == "ok", f"read {probe!r}"))
+    report.add(Check(TMP_ROWS[2], probe == "ok", f"read {probe!r}"))
     mount_rows = _mount_checks(facts)
     if gvisor:  # gVisor's /proc/mounts lists no nosuid,nodev: what they prevent is tried
         mount_rows[0] = gvisor_tmp_row(facts)
-    report.checks.extend(mount_rows)
+    report.add(*mount_rows)
+    scratch = facts.get("scratch", "")
     again = _run_sh(image, SECOND_SCRIPT, runtime, labels).get("again", "")
-    report.checks.append(
+    report.add(
         Check(
-            "second box does not see /tmp/probe",
+            SECOND_ROW,
             again == "absent",
             "gone with --rm" if again == "absent" else f"/tmp/probe is {again or 'unknown'}",
-        )
-    )
-    scratch = facts.get("scratch", "")
-    report.checks.append(
-        Check(
-            "no /opt/impyard/scratch",
-            scratch == "absent",
-            f"/opt/impyard/scratch {scratch or 'unknown'}",
-        )
+        ),
+        Check(SCRATCH_ROW, scratch == "absent", f"/opt/impyard/scratch {scratch or 'unknown'}"),
     )
     if fstype == "tmpfs":
-        report.checks.append(_fill_check(image, memory_bytes, runtime, labels))
+        report.add(_fill_check(image, memory_bytes, runtime, labels))
     else:  # filling a /tmp on the box's disk would only write 2 GiB to the engine's disk
-        report.checks.append(Check(FILL_CHECK, False, "not run: /tmp is not a tmpfs"))
+        report.add(Check(FILL_CHECK, False, "not run: /tmp is not a tmpfs"))
     report.checkout, row = _checkout_row(settings, home, image)
-    report.checks.append(row)
-    report.checks.extend(network_rows(runtime, labels))
+    report.add(row)
+    report.add(*network_rows(runtime, labels))
     if gvisor:
-        report.checks.extend(gvisor_info_rows())
-    report.checks.append(_space_row(settings))
-    return report
+        report.add(*gvisor_info_rows())
+    report.add(_space_row(settings))

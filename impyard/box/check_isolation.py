@@ -172,6 +172,22 @@ def network_probe(runtime: str, labels: dict[str, str]) -> tuple[dict[str, str],
     return facts, host_view
 
 
+REACH_ROW = "the gateway is reachable and nothing else is"
+CAPS_ROW = "no capabilities inside"
+SECCOMP_ROW = "seccomp filters the box's system calls"
+GVISOR_SECCOMP_ROW = "system calls meet gVisor, which is seccomp-filtered (gVisor)"
+KERNEL_ROW = "kernel is gVisor"
+GVISOR_TMP_ROW = "no setuid or device files in /tmp (gVisor)"
+GVISOR_INFO_ROW = "/tmp usage and OOM kills (info)"
+
+
+def network_row_names(runtime: str) -> list[str]:
+    """The names of ``network_rows``, in order, before the box runs."""
+    gvisor = runtime == "runsc"
+    names = [REACH_ROW, CAPS_ROW, GVISOR_SECCOMP_ROW if gvisor else SECCOMP_ROW]
+    return [KERNEL_ROW, *names] if gvisor else names
+
+
 def network_rows(runtime: str, labels: dict[str, str]) -> list[Check]:
     facts, host_view = network_probe(runtime, labels)
     rows = [_reach_row(facts), _caps_row(facts), _seccomp_row(runtime, facts, host_view)]
@@ -198,27 +214,27 @@ def _reach_row(facts: dict[str, str]) -> Check:
         if problems
         else (f"127.0.0.1:{GATEWAY_PORT} answered; no route; refused: " + "; ".join(refused))
     )
-    return Check("the gateway is reachable and nothing else is", not problems, detail)
+    return Check(REACH_ROW, not problems, detail)
 
 
 def _caps_row(facts: dict[str, str]) -> Check:
     eff, bnd = facts.get("CapEff", "?"), facts.get("CapBnd", "?")
     ok = eff.strip("0") == "" and eff != ""
-    return Check("no capabilities inside", ok, f"CapEff {eff}, CapBnd {bnd}")
+    return Check(CAPS_ROW, ok, f"CapEff {eff}, CapBnd {bnd}")
 
 
 def _seccomp_row(runtime: str, facts: dict[str, str], host_view: dict[str, str]) -> Check:
     inside = facts.get("Seccomp", "?")
     if runtime != "runsc":
         return Check(
-            "seccomp filters the box's system calls",
+            SECCOMP_ROW,
             inside == "2",
             f"Seccomp {inside} inside (2: the engine's default profile), NoNewPrivs "
             f"{facts.get('NoNewPrivs', '?')}",
         )
     outer, nnp = host_view.get("Seccomp", "?"), host_view.get("NoNewPrivs", "?")
     return Check(
-        "system calls meet gVisor, which is seccomp-filtered (gVisor)",
+        GVISOR_SECCOMP_ROW,
         outer == "2" and nnp == "1",
         f"Seccomp {inside} inside (gVisor's kernel serves the box's calls; the engine's "
         f"profile does not apply there); on the host the sandbox runs with Seccomp {outer}, "
@@ -229,7 +245,7 @@ def _seccomp_row(runtime: str, facts: dict[str, str], host_view: dict[str, str])
 def _kernel_row(facts: dict[str, str]) -> Check:
     kernel, dmesg = facts.get("kernel", ""), facts.get("dmesg", "")
     ok = "gVisor" in dmesg
-    return Check("kernel is gVisor", ok, f"uname -r {kernel or '?'}; dmesg: {dmesg or '?'}")
+    return Check(KERNEL_ROW, ok, f"uname -r {kernel or '?'}; dmesg: {dmesg or '?'}")
 
 
 def gvisor_tmp_row(facts: dict[str, str]) -> Check:
@@ -239,7 +255,7 @@ def gvisor_tmp_row(facts: dict[str, str]) -> Check:
     suid, dev = facts.get("suidexec", "?"), facts.get("devnode", "?")
     ok = suid in ("refused", "nofile") and dev in ("refused", "nomknod")
     return Check(
-        "no setuid or device files in /tmp (gVisor)",
+        GVISOR_TMP_ROW,
         ok,
         f"/proc/mounts: {line} (gVisor lists no nosuid,nodev); a setuid file there: {suid}; "
         f"a block device node there: {dev} (gVisor's kernel has no host devices)",
@@ -250,7 +266,7 @@ def gvisor_info_rows() -> list[Check]:
     """What works differently under gVisor, said where an owner checks the box."""
     return [
         Check(
-            "/tmp usage and OOM kills (info)",
+            GVISOR_INFO_ROW,
             True,
             "gVisor: tmpfs lives in the sandbox's memory: the host sees /tmp and the "
             "processes as one figure, so an OOM kill is reported with the box's total, "

@@ -12,6 +12,7 @@ import typer
 
 from impyard.errors import UsageError
 from impyard.home import Home, ResolvedHome, resolve_home_source
+from impyard.textsafe import visible
 
 if TYPE_CHECKING:
     from impyard.settings import Settings
@@ -60,9 +61,39 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def echo(message: str = "") -> None:
-    typer.echo(message)
+def echo(line: str = "", *, err: bool = False) -> None:
+    """Print one line (on stderr with ``err``). Every line the CLI prints goes through
+    ``visible``, here or in the table helper: a value a box chose (a path, a reason, a URL)
+    can hold an escape sequence, a newline that forges a line, or a bidirectional override
+    that reorders the owner's terminal, and each is shown as its escape instead."""
+    typer.echo(visible(line), err=err)
+
+
+def echo_item(line: str) -> None:
+    """Print one line of a listing (a violation, a checkpoint): as ``echo``, and on a
+    terminal folded between words to its width, the rest indented under the item."""
+    if not sys.stdout.isatty():
+        echo(line)
+        return
+    from impyard.cli._wrap import terminal_width, wrap_words
+
+    indent = len(line) - len(line.lstrip(" ")) + 2
+    for part in wrap_words(visible(line), terminal_width(), indent=indent):
+        typer.echo(part)
+
+
+def echo_lines(text: str, *, err: bool = False) -> None:
+    """Print Impyard's own text of several lines (a diff, an error listing each violation),
+    each line escaped as ``echo`` escapes one."""
+    for line in text.split("\n"):
+        typer.echo(visible(line), err=err)
 
 
 def warn(message: str) -> None:
-    typer.echo(f"impyard: warning: {message}", err=True)
+    """One line on stderr: a warning can quote what a box chose (a run's warnings)."""
+    echo(f"impyard: warning: {message}", err=True)
+
+
+def error(message: str) -> None:
+    """An error's lines on stderr (a policy error lists each violation on its own)."""
+    echo_lines(f"impyard: error: {message}", err=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from impyard.cli import complete
-from impyard.cli._common import echo, initialized_home, print_json, state
+from impyard.cli._common import echo, error, initialized_home, print_json, state
 from impyard.errors import ImpyardError, UsageError
 
 NO_REMOTES = (
@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
             if not (as_json and isinstance(exc, RestoreRefused)):
                 raise
             print_json(exc.document)
-            typer.echo(f"impyard: error: {exc.message}", err=True)
+            error(exc.message)
             raise typer.Exit(exc.exit_code) from exc
         if as_json:
             print_json([asdict(result) for result in results])

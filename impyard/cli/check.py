@@ -40,33 +40,30 @@ def box(
     app_state = state(ctx)
     home, settings = app_state.home, app_state.settings
     if imp is not None:
+        from impyard.imp_lookup import require_imp_name
+
+        require_imp_name(home, imp)
         policy, _warnings = policy_for_run(home, imp, strict=settings.strict_policy)
     else:
         policy = deployed_org_policy(home)
     if runtime is not None and runtime not in ("runc", "runsc"):
         raise UsageError(f"--runtime must be runc or runsc, not {runtime!r}")
     chosen = runtime or policy.box.runtime
-    report = check_box(image, settings, home, policy.box.memory_bytes, chosen)
     if as_json:
+        report = check_box(image, settings, home, policy.box.memory_bytes, chosen)
         print_json(report.to_json())
     else:
-        from impyard.cli._table import Column, print_table
+        from impyard.box.check import row_names
+        from impyard.cli.check_rows import RowPrinter
 
-        columns = (Column("check", wrap=True), Column("result"), Column("detail", wrap=True))
-        rows = [
-            (check.name, _result(check.name, check.ok), check.detail) for check in report.checks
-        ]
-        print_table(columns, rows, title=f"impyard check box: {image} under {chosen}")
+        # Each row as its check finishes (the whole run takes 6-12 s); the title waits for
+        # the first, so a missing image or engine prints only its error line.
+        rows = RowPrinter(f"impyard check box: {image} under {chosen}", row_names(chosen))
+        report = check_box(image, settings, home, policy.box.memory_bytes, chosen, rows.put)
         if report.ok:
             echo(f"all box checks passed; checkout: {report.checkout}")
     if not report.ok:
         raise CheckFailedError(report)
-
-
-def _result(name: str, ok: bool) -> str:
-    if name.endswith("(info)"):
-        return "info"
-    return "ok" if ok else "FAIL"
 
 
 def register(app: typer.Typer) -> None:

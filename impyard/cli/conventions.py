@@ -5,15 +5,19 @@ Typer describes a parameter by its Python type (``--reorganize <bool>``, ``{imp}
 ``--timeout <float range>``): a reader takes ``<bool>`` for a value to type, and
 ``--reorganize true`` then fails. Here a flag shows no placeholder, an argument shows its
 name in capitals (``IMP``, ``RUN``) and an option's value a word (``PATH``, ``N``, ``IMP``).
+A group's list of commands shows each command's first paragraph whole, folded onto more
+lines, where click would cut it with ``...`` at the first sentence that overflows one line
+(shell completion keeps click's short form: a description there is one line).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
 import typer
-from typer.core import TyperArgument, TyperOption
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 #: ``-h`` as well as ``--help`` on every command: click contexts inherit this from the root.
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
@@ -52,6 +56,38 @@ def _option_metavar(option: TyperOption) -> str | None:
     return (option.name or "value").replace("_", "-").upper()
 
 
+class _WholeSummaries(TyperGroup):
+    """Lists each command of the group with its whole summary; mixed into the group's own
+    class (``knowledge`` and ``memory`` have theirs), so it changes nothing else."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, _summary(cmd.help) if cmd.help else cmd.get_short_help_str()))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+_SUMMARY_CLASSES: dict[type, type] = {}
+
+
+def _with_whole_summaries(cls: type) -> type:
+    if issubclass(cls, _WholeSummaries):
+        return cls
+    if cls not in _SUMMARY_CLASSES:
+        _SUMMARY_CLASSES[cls] = type(cls.__name__, (_WholeSummaries, cls), {})
+    return _SUMMARY_CLASSES[cls]
+
+
+def _summary(help_text: str) -> str:
+    """The first paragraph of a command's help, on one line: what ``-h`` lists for it."""
+    first = inspect.cleandoc(help_text).split("\n\n")[0]
+    return " ".join(first.split())
+
+
 def _commands(command: Any) -> Iterator[Any]:
     yield command
     for sub in getattr(command, "commands", {}).values():
@@ -59,8 +95,12 @@ def _commands(command: Any) -> Iterator[Any]:
 
 
 def apply(command: Any) -> Any:
-    """Give every parameter under ``command`` a plain metavar; return ``command``."""
+    """Give every parameter under ``command`` a plain metavar and every group a listing of
+    whole summaries; return ``command``."""
     for cmd in _commands(command):
+        if isinstance(cmd, TyperGroup):
+            # The class only changes how its commands are listed, never how it parses.
+            cmd.__class__ = _with_whole_summaries(type(cmd))
         for param in cmd.params:
             if isinstance(param, TyperArgument):
                 if param.metavar is None and param.name:

@@ -32,10 +32,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Create an imp and its knowledge repository (initial branch main)."""
         from impyard.knowledge.imps import ImpSettings, create_imp
-        from impyard.lifecycle import settings_with
+        from impyard.lifecycle import require_image, settings_with
+        from impyard.names import check_imp_name
 
         home = initialized_home(ctx)
+        check_imp_name(imp)  # a bad name is the first thing to say, before any image
         settings = settings_with(ImpSettings(), image=image, command=command, agent=agent)
+        if image:
+            require_image(image)
         path = create_imp(home, imp, settings)
         echo(f"created imp {imp}: {path}")
         if agent is not None:

@@ -15,12 +15,15 @@ import typer
 
 from impyard.cli import complete
 from impyard.cli._common import initialized_home
+from impyard.cli._wrap import terminal_width, wrap_words
 from impyard.errors import NotFoundError
 from impyard.home import Home
 from impyard.textsafe import visible
 
 #: How often a follower looks for new lines.
 FOLLOW_INTERVAL = 0.2
+#: How far an event's folded rest is indented on a terminal.
+HANGING = 4
 
 
 def text_line(entry: dict[str, Any]) -> str:
@@ -50,8 +53,14 @@ def _stop_on_sigterm() -> None:
 
 def _write(entries: Iterable[dict[str, Any]], as_json: bool, *, flush: bool) -> None:
     render = json_line if as_json else text_line
+    # On a terminal an event longer than its width folds between words, the rest indented;
+    # piped, each event stays one line, as grep and a script read it.
+    width = terminal_width() if not as_json and sys.stdout.isatty() else None
     for entry in entries:
-        sys.stdout.write(render(entry) + "\n")
+        line = render(entry)
+        if width is not None:
+            line = "\n".join(wrap_words(line, width, indent=HANGING))
+        sys.stdout.write(line + "\n")
         if flush:
             sys.stdout.flush()  # a pipe reader sees each event as it is written
 
@@ -65,6 +74,22 @@ def _journal_run(home: Home, text: str, imp: str | None) -> str:
         return resolve_run(home, text, imp)
     except NotFoundError:
         return text
+
+
+def _journal_imp(home: Home, imp: str) -> str:
+    """``imp`` when it is an imp, or one the journal still has events of (a removed imp's
+    stay); any other name is a typo, refused before anything is printed or followed."""
+    from impyard.imp_lookup import checked_imp_name, unknown_imp
+    from impyard.journal_query import JournalQuery
+    from impyard.journal_tail import JournalTail
+
+    checked_imp_name(home, imp)
+    if home.repo(imp).is_dir():
+        return imp
+    with JournalTail(home.journal) as tail:
+        if next(tail.history(JournalQuery(imp=imp), 1), None) is not None:
+            return imp
+    raise unknown_imp(home, imp, also="and no events of it in the journal")
 
 
 def register(app: typer.Typer) -> None:
@@ -106,6 +131,8 @@ def register(app: typer.Typer) -> None:
         from impyard.journal_tail import JournalTail
 
         home = initialized_home(ctx)
+        if imp is not None:
+            imp = _journal_imp(home, imp)
         if run is not None:
             run = _journal_run(home, run, imp)
         query = make_query(imp=imp, run=run, events=events or (), since=since, now=time.time())

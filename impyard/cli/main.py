@@ -13,6 +13,7 @@ from typer.exceptions import TyperException
 from impyard import __version__
 from impyard.cli import (
     _common,
+    agents,
     archive,
     backup,
     check,
@@ -83,6 +84,7 @@ def root(
 for group in (
     init,
     imp,
+    agents,
     knowledge,
     run,
     runs,
@@ -175,11 +177,11 @@ def main(argv: list[str] | None = None) -> None:
         # Not standalone: click's own usage-error box never prints; the handler below does.
         code = command.main(args=args, prog_name=app.info.name, standalone_mode=False)
     except ImpyardError as exc:
-        typer.echo(f"impyard: error: {exc.message}", err=True)
+        _common.error(exc.message)  # a message can quote what a box chose: escaped
         sys.exit(exc.exit_code)
     except TyperException as exc:  # click's usage errors (a bad option, value or word)
         for line in usage_error_lines(exc):
-            typer.echo(line, err=True)
+            _common.echo_lines(line, err=True)
         sys.exit(exc.exit_code)
     except typer.Abort:
         typer.echo("impyard: aborted", err=True)
@@ -190,7 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         where = _log_unexpected(exc)
         detail = f"; details in {where}" if where else ""
-        typer.echo(f"impyard: unexpected error: {type(exc).__name__}: {exc}{detail}", err=True)
+        _common.echo_lines(
+            f"impyard: unexpected error: {type(exc).__name__}: {exc}{detail}", err=True
+        )
         sys.exit(UNEXPECTED_EXIT)
     # Without standalone mode click returns typer.Exit's code instead of exiting with it.
     if isinstance(code, int) and code:

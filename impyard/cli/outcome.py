@@ -9,7 +9,7 @@ import threading
 from impyard.home import Home
 from impyard.runs.follow import box_output
 from impyard.runs.model import Manifest
-from impyard.textsafe import StreamEscaper, escape_text
+from impyard.textsafe import StreamEscaper, visible
 
 
 def outcome_lines(m: Manifest) -> list[str]:
@@ -24,7 +24,7 @@ def outcome_lines(m: Manifest) -> list[str]:
         f"  {error.path or '-'}: {error.rule}: {error.message}" for error in m.validation_errors
     ]
     # Paths and messages can carry what a box chose (a file name): shown, never obeyed.
-    return [escape_text(text).replace("\n", "\\n") for text in lines]
+    return [visible(text) for text in lines]
 
 
 def started_line(m: Manifest) -> str:

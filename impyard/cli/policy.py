@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from impyard.cli import complete
-from impyard.cli._common import initialized_home, print_json, warn
+from impyard.cli._common import error, initialized_home, print_json, warn
 from impyard.cli._table import Column, print_table
-from impyard.errors import NotFoundError
 
 if TYPE_CHECKING:  # imported lazily: every CLI start-up would pay for pydantic
     from impyard.policy import DeployReport, Policy, ShownPolicy
@@ -50,7 +49,7 @@ def _print_deploy(report: DeployReport) -> None:
     columns = [Column("limit")] + [Column(name, justify="right") for name, _ in policies]
     limits = [_limits(policy) for _, policy in policies]
     rows = [[key, *(_cell(each[key]) for each in limits)] for key in _limits(report.org)]
-    print_table(columns, rows, title=f"compiled {report.compiled_path}")
+    print_table(columns, rows, title=f"compiled {report.compiled_path}", wrap_piped=True)
 
 
 def _deploy_json(report: DeployReport, findings: list[Finding]) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def _print_routes(routes: list[GatewayRoute]) -> None:
         [r["route"], r["upstream"], r["secret"], "allowed" if r["allow_private"] else "refused"]
         for r in map(_route, routes)
     ]
-    print_table(columns, rows, title="gateway routes")
+    print_table(columns, rows, title="gateway routes", wrap_piped=True)
 
 
 def _print_show(shown: ShownPolicy) -> None:
@@ -123,7 +122,7 @@ def _print_show(shown: ShownPolicy) -> None:
         for key, sourced in shown.values.items()
     ]
     title = f"policy of imp {shown.imp} (org {shown.org_file}; overlay {overlay})"
-    print_table(columns, rows, title=title)
+    print_table(columns, rows, title=title, wrap_piped=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -145,7 +144,7 @@ def register(app: typer.Typer) -> None:
             if not as_json:
                 raise  # the entry point prints every violation on stderr, no traceback
             print_json({"ok": False, "violations": [v.as_dict() for v in exc.violations]})
-            typer.echo(f"impyard: error: {exc.message}", err=True)
+            error(exc.message)
             raise typer.Exit(exc.exit_code) from exc
         findings = _findings(report)
         if as_json:
@@ -169,17 +168,14 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """The imp's effective policy from the current files, and where each value came from."""
-        from impyard.names import check_imp_name
+        from impyard.imp_lookup import checked_imp_name, unknown_imp
         from impyard.policy import effective_policy_with_sources
 
         home = initialized_home(ctx)
-        check_imp_name(imp)
+        checked_imp_name(home, imp)
         if not home.repo(imp).is_dir() and not home.imp_policy(imp).exists():
             # Any name would show the org's policy: a typo must not look like an answer.
-            raise NotFoundError(
-                f"no imp named {imp!r} and no overlay {home.imp_policy(imp)} "
-                f"(create it with `impyard imp create {imp}`)"
-            )
+            raise unknown_imp(home, imp, also=f"and no overlay {home.imp_policy(imp)}")
         shown = effective_policy_with_sources(home, imp)
         if shown.stale:
             warn(f"compiled policy differs from these files ({shown.stale}): run `impyard deploy`")

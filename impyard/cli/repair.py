@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from impyard.cli import complete
-from impyard.cli._common import echo, initialized_home, print_json, state, warn
+from impyard.cli._common import echo, echo_lines, initialized_home, print_json, state, warn
 
 if TYPE_CHECKING:
     from impyard.repair.preserved import Kind
@@ -44,7 +44,7 @@ def _group(kind: Kind) -> typer.Typer:
         ),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
-        """List them across imps, oldest run first."""
+        """List them across imps, newest run first."""
         from impyard.knowledge.imps import open_repo
         from impyard.repair.preserved import list_preserved
         from impyard.repair.views import row
@@ -68,7 +68,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.views import details
 
         home = initialized_home(ctx)
-        found = find_preserved(home, kind, preserved_run(home, run_id))
+        found = find_preserved(home, kind, preserved_run(home, run_id, kind))
         shown = details(found, open_repo(home, found.imp))
         if as_json:
             print_json(shown)
@@ -87,7 +87,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.views import diff
 
         home = initialized_home(ctx)
-        found = find_preserved(home, kind, preserved_run(home, run_id))
+        found = find_preserved(home, kind, preserved_run(home, run_id, kind))
         shown = diff(found, open_repo(home, found.imp))
         if as_json:
             print_json(shown)
@@ -99,7 +99,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.preserved import preserved_run
         from impyard.repair.retry import retry as retry_change
 
-        run_id = preserved_run(initialized_home(ctx), run_id)
+        run_id = preserved_run(initialized_home(ctx), run_id, kind)
         result = retry_change(state(ctx).settings, kind, run_id, from_ref=from_ref, dry_run=dry)
         for message in result.warnings:
             warn(message)
@@ -171,13 +171,13 @@ def _group(kind: Kind) -> typer.Typer:
         if dry:
             from impyard.cli.repair_print import print_rework
 
-            preview = rework(home, kind, preserved_run(home, run_id), note, dry_run=True)
+            preview = rework(home, kind, preserved_run(home, run_id, kind), note, dry_run=True)
             if as_json:
                 print_json(preview.as_dict())
             else:
                 print_rework(preview.as_dict())
             return
-        task = rework(home, kind, preserved_run(home, run_id), note)
+        task = rework(home, kind, preserved_run(home, run_id, kind), note)
         if as_json:
             print_json(task.as_dict())
             return
@@ -199,7 +199,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.preserved import preserved_run
 
         home = initialized_home(ctx)
-        result = drop(home, kind, preserved_run(home, run_id), dry_run=dry).as_dict()
+        result = drop(home, kind, preserved_run(home, run_id, kind), dry_run=dry).as_dict()
         if as_json:
             print_json(result)
         else:
@@ -220,7 +220,7 @@ def _group(kind: Kind) -> typer.Typer:
         from impyard.repair.preserved import preserved_run
 
         home = initialized_home(ctx)
-        result = export(home, kind, preserved_run(home, run_id), directory)
+        result = export(home, kind, preserved_run(home, run_id, kind), directory)
         if as_json:
             print_json(result.as_dict())
             return
@@ -314,7 +314,7 @@ def _print_diff(shown: dict[str, Any], noun: str) -> None:
 
     for f in shown["files"]:
         echo(visible(f"== {f['status']} {f['path']}"))
-        echo(f["diff"])
+        echo_lines(f["diff"])
     left = shown["files_total"] - len(shown["files"])
     if shown["truncated"] and left:
         echo(f"... {left} more file(s) not shown: `impyard {noun} export` writes them all")

@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         streamer: list[OutputStreamer] = []
 
         def admitted(m: Manifest) -> None:
-            typer.echo(started_line(m), err=True)
+            echo(started_line(m), err=True)
             if not as_json:
                 streamer.append(OutputStreamer(home, m.run_id, BoxOutput(raw)))
 
@@ -177,7 +177,7 @@ def _detach(home: Home, request: RunRequest, as_json: bool) -> None:
     if as_json:
         print_json({"run_id": detached.run_id, "state": "running"})
     else:
-        typer.echo(f"follow with `impyard runs logs -f {detached.run_id}`", err=True)
+        echo(f"follow with `impyard runs logs -f {detached.run_id}`", err=True)
         echo(detached.run_id)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from impyard.cli import complete
-from impyard.cli._common import echo, initialized_home, print_json
+from impyard.cli._common import echo, echo_item, initialized_home, print_json
 from impyard.errors import NotFoundError
 from impyard.runs.model import Manifest
 
@@ -72,7 +72,9 @@ def register(app: typer.Typer) -> None:
         runs = found.manifests
         if imp is not None and not runs and not home.repo(imp).is_dir():
             # A removed imp's runs still list; a name that never ran is a typo to say.
-            raise NotFoundError(f"no imp named {imp!r} and no runs of it")
+            from impyard.imp_lookup import unknown_imp
+
+            raise unknown_imp(home, imp, also="and no runs of it")
         if as_json:
             print_json([public_record(m) for m in runs])
         else:
@@ -83,7 +85,8 @@ def register(app: typer.Typer) -> None:
                 Column("state", states=True),
                 Column("checkpoint", states=True),
                 Column("exit", justify="right"),
-                Column("commit", optional=True),
+                # At 80 columns the mode goes and the commit stays: it says what landed.
+                Column("commit", optional=True, keep=1),
             ]
             rows = [
                 [
@@ -101,7 +104,7 @@ def register(app: typer.Typer) -> None:
         if found.more:
             # On stderr: stdout stays the table (or the one JSON document) a script reads.
             older = f"{found.older} older runs" if found.older else f"older runs of {imp}"
-            typer.echo(f"… {older} not shown (use -n or --all)", err=True)
+            echo(f"… {older} not shown (use -n or --all)", err=True)
 
     @runs_app.command("show")
     def show_command(
@@ -110,6 +113,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Show one run: knowledge mode, base, namespace, checkpoint, commit, errors."""
+        from impyard.cli._table import print_fields
         from impyard.queue.tasks import reworked_by
         from impyard.runs import manifest
         from impyard.runs.lookup import resolve_run
@@ -120,7 +124,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(public_record(m) | {"reworked_by": reworks})
             return
-        rows: list[tuple[str, Any]] = [
+        rows: list[tuple[str, object]] = [
             ("run", m.run_id),
             ("imp", m.imp),
             ("task", m.task_id or "-"),
@@ -147,28 +151,26 @@ def register(app: typer.Typer) -> None:
             ("ended", m.ended_at or "-"),
             ("timings (ms)", ", ".join(f"{k}={v}" for k, v in m.timings_ms.items()) or "-"),
         ]
-        width = max(len(label) for label, _ in rows)
-        for label, value in rows:
-            echo(f"{label:<{width}}  {value}")
+        print_fields([(label, str(value)) for label, value in rows])
         if m.checkpoints:
             echo("mid-run checkpoints:")
             for c in m.checkpoints:
                 when = c.landed_at or c.requested_at
                 files = ", ".join(c.files[:5]) + (" …" if c.file_count > 5 else "")
-                echo(
+                echo_item(
                     f"  {c.number}  {c.state}  {when}  {c.commit or '-'}  "
                     f"{c.file_count} file(s): {files or '-'}"
                 )
         if m.validation_errors:
             echo("validation errors:")
             for error in m.validation_errors:
-                echo(f"  {error.path or '-'}: {error.rule}: {error.message}")
+                echo_item(f"  {error.path or '-'}: {error.rule}: {error.message}")
         if m.repairs:
             from impyard.cli.repair import repair_line
 
             echo("repairs:")
             for repair in m.repairs:
-                echo(f"  {repair_line(repair.model_dump(mode='json'))}")
+                echo_item(f"  {repair_line(repair.model_dump(mode='json'))}")
 
     @runs_app.command("receipts")
     def receipts_command(

@@ -10,7 +10,10 @@ from types import FrameType
 
 import typer
 
-from impyard.cli._common import initialized_home, state, warn
+from impyard.cli._common import error, initialized_home, state, warn
+
+#: ``serve --once``'s exit status when a task ended failed (no run outcome).
+FAILED_TASKS_EXIT = 1
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +23,9 @@ def register(app: typer.Typer) -> None:
         concurrency: int | None = typer.Option(
             None, "--concurrency", min=1, help="Boxes at once (default: settings, 2 per core)."
         ),
-        once: bool = typer.Option(False, "--once", help="Drain the queue, then exit 0."),
+        once: bool = typer.Option(
+            False, "--once", help="Drain the queue, then exit (1 when a task failed)."
+        ),
         web: str | None = typer.Option(
             None, "--web", metavar="ADDR", help="Also serve the console on ADDR (HOST:PORT)."
         ),
@@ -92,3 +97,11 @@ def register(app: typer.Typer) -> None:
             lines.close()
             if console is not None:
                 console.stop()
+        failed = final.counts["failed"]
+        if once and failed:
+            # A drained queue is not a clean one: a script must see a task that never ran.
+            error(
+                f"{failed} task(s) failed: `impyard task list --state failed` "
+                "says why, `impyard task retry TASK` queues one again"
+            )
+            raise typer.Exit(FAILED_TASKS_EXIT)

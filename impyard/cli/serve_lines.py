@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from queue import SimpleQueue
 from typing import TextIO
 
+from impyard.cli._wrap import terminal_width, wrap_words
 from impyard.serve.events import ServeEvent, ServeStatus
 from impyard.status.model import PolicySection
 from impyard.status.serve_start import ServeStart
@@ -24,6 +25,8 @@ MESSAGE_LIMIT = 500
 NAME_LIMIT = 80
 #: Erases the terminal's current line (the live status) before a line is written over it.
 ERASE = "\r\033[K"
+#: How far a line's folded rest is indented on a terminal: past it, the next line begins.
+HANGING = 4
 #: Characters of a produced commit shown (as `git log --oneline` abbreviates, and more).
 SHORT_COMMIT = 12
 
@@ -89,13 +92,33 @@ def counts(status: ServeStatus) -> str:
     )
 
 
-def live_status(status: ServeStatus) -> str:
-    """The status line a terminal shows (redrawn in place), never written to a log."""
-    return (
+def live_status(status: ServeStatus, width: int | None = None) -> str:
+    """The status line a terminal shows (redrawn in place), never written to a log.
+
+    It must fit one row of ``width``: a status the terminal folded would leave its first
+    rows behind when the next line erases it. Too wide, it drops the counts that are 0 and
+    its double spaces; only then is it cut, between words.
+    """
+    line = (
         f"running {status.running}  {counts(status)}"
         + ("  (stopping)" if status.stopping else "")
         + ("  (engine down)" if status.engine_down else "")
     )
+    if width is None or len(line) < width:
+        return line
+    c = status.counts
+    parts = [f"running {status.running}", f"queued {status.queued}"]
+    parts += [
+        f"{label} {c[key]}"
+        for label, key in (("landed", "integrated"), *((k, k) for k in _OTHER_COUNTS))
+        if c[key]
+    ]
+    flags = (("(stopping)", status.stopping), ("(engine down)", status.engine_down))
+    parts += [flag for flag, on in flags if on]
+    return wrap_words(" ".join(parts), width - 1)[0]
+
+
+_OTHER_COUNTS = ("empty", "rejected", "conflict", "quarantined", "failed")
 
 
 def stop_line(status: ServeStatus, at: datetime) -> str:
@@ -125,8 +148,15 @@ class LineWriter:
         self._thread.start()
 
     def put(self, line: str | None, status: ServeStatus | None = None) -> None:
-        """Queue ``line`` (None: none) and, on a terminal, the live status after it."""
-        live = live_status(status) if self._tty and status is not None else None
+        """Queue ``line`` (None: none) and, on a terminal, the live status after it.
+
+        On a terminal a line longer than its width folds between words, the rest indented;
+        in a pipe (``journalctl``, a log file) each line stays one line, as grep reads it.
+        """
+        width = terminal_width() if self._tty else None
+        live = live_status(status, width) if self._tty and status is not None else None
+        if line is not None and width is not None:
+            line = "\n".join(wrap_words(line, width, indent=HANGING))
         if line is not None or live is not None:
             self._queue.put((line, live))
 

@@ -152,7 +152,8 @@ def _policy(s: Status) -> list[str]:
     p = s.policy
     if p.deployed:
         return [_line("policy", f"deployed (compiled {p.compiled_at})")]
-    return [_line("policy", f"NOT DEPLOYED  {'; '.join(p.changes)}")]
+    refused = f"; {len(p.invalid)} error(s), below" if p.invalid else ""
+    return [_line("policy", f"NOT DEPLOYED  {'; '.join(p.changes)}{refused}")]
 
 
 def _now(s: Status) -> datetime:

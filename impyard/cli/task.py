@@ -1,4 +1,4 @@
-"""``impyard task add|list|cancel``: the queue that ``impyard serve`` drains."""
+"""``impyard task add|list|show|cancel|retry``: the queue that ``impyard serve`` drains."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import typer
 
 from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json
-from impyard.errors import NotFoundError
+
+#: Characters of a failed task's reason a table row shows (``task show`` gives it whole).
+REASON_LIMIT = 300
+#: Columns of a prompt's first line a table row shows, cut between words (``task show``
+#: gives it whole).
+PROMPT_PREVIEW = 40
 
 
 def register(app: typer.Typer) -> None:
@@ -31,14 +36,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Queue a task; prints its id."""
         from impyard.cli.run import read_prompt
-        from impyard.names import check_imp_name
+        from impyard.imp_lookup import require_imp_name
         from impyard.queue import tasks
         from impyard.queue.db import connect
 
         home = initialized_home(ctx)
-        check_imp_name(imp)
-        if not home.repo(imp).is_dir():
-            raise NotFoundError(f"no imp {imp!r}: create it with `impyard imp create {imp}`")
+        require_imp_name(home, imp)
         text = read_prompt(prompt, prompt_file)
         conn = connect(home.db)
         try:
@@ -54,14 +57,16 @@ def register(app: typer.Typer) -> None:
     def list_command(
         ctx: typer.Context,
         state_filter: str | None = typer.Option(
-            None, "--state", help="queued, running, done or cancelled."
+            None, "--state", help="queued, running, done, failed or cancelled."
         ),
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """List tasks, oldest first."""
         from impyard.cli._table import Column, print_table
+        from impyard.cli._wrap import preview
         from impyard.queue import tasks
         from impyard.queue.db import connect
+        from impyard.textsafe import one_line
 
         conn = connect(initialized_home(ctx).db)
         try:
@@ -76,10 +81,12 @@ def register(app: typer.Typer) -> None:
             Column("imp"),
             Column("state", states=True),
             Column("mode", optional=True),
-            Column("checkpoint", states=True, wrap=True),
-            Column("run", optional=True),
+            Column("checkpoint", states=True),
+            Column("reason", wrap=True),
+            # Too narrow, the rework and the mode go first, then the run, the prompt last.
+            Column("run", optional=True, keep=1),
             Column("rework of", optional=True),
-            Column("prompt", wrap=True, optional=True),
+            Column("prompt", wrap=True, optional=True, keep=2),
         ]
         rows = [
             [
@@ -87,10 +94,11 @@ def register(app: typer.Typer) -> None:
                 t.imp,
                 t.state,
                 "reorganize" if t.reorganize else "append",
-                t.checkpoint or t.error or "",
+                t.checkpoint or "",
+                one_line(t.error, REASON_LIMIT) if t.error else "",
                 t.run_id or "",
                 t.rework_of or "",
-                t.prompt.splitlines()[0][:40] if t.prompt else "",
+                preview(t.prompt, PROMPT_PREVIEW),
             ]
             for t in found
         ]
@@ -110,3 +118,65 @@ def register(app: typer.Typer) -> None:
         finally:
             conn.close()
         echo(f"cancelled {task_id}")
+
+    @task_app.command("show")
+    def show_command(
+        ctx: typer.Context,
+        task_id: str = typer.Argument(..., help="A task's id."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+    ) -> None:
+        """Show one task: its state, its run, and why it failed."""
+        from impyard.queue import tasks
+        from impyard.queue.db import opened
+        from impyard.textsafe import escape_text
+
+        with opened(initialized_home(ctx).db) as conn:
+            task = tasks.get(conn, task_id)
+        if as_json:
+            print_json(task.as_dict())
+            return
+        rows = [
+            ("task", task.id),
+            ("imp", task.imp),
+            ("state", task.state),
+            ("mode", "reorganize" if task.reorganize else "append"),
+            ("channel", task.channel or "-"),
+            ("created", task.created_at),
+            ("started", task.started_at or "-"),
+            ("finished", task.finished_at or "-"),
+            ("run", task.run_id or "-"),
+            ("checkpoint", task.checkpoint or "-"),
+            ("reason", task.error or "-"),
+            ("rework of", task.rework_of or "-"),
+        ]
+        width = max(len(label) for label, _ in rows)
+        for label, value in rows:
+            # A reason can quote what a box chose (a path): shown, never obeyed.
+            echo(f"{label:<{width}}  {escape_text(value).replace(chr(10), ' ')}")
+        echo("prompt:")
+        for line in task.prompt.splitlines():
+            echo(f"  {escape_text(line)}")
+
+    @task_app.command("retry")
+    def retry_command(
+        ctx: typer.Context,
+        task_id: str = typer.Argument(..., help="A failed task's id."),
+        as_json: bool = typer.Option(False, "--json", help="Print the task as JSON."),
+    ) -> None:
+        """Queue a failed task again (after fixing its cause: a secret, a policy)."""
+        from impyard.journal import Journal
+        from impyard.queue import tasks
+        from impyard.queue.db import opened
+        from impyard.textsafe import one_line
+
+        home = initialized_home(ctx)
+        with opened(home.db) as conn:
+            failed = tasks.retry(conn, task_id)
+            task = tasks.get(conn, task_id)
+        Journal(home.journal).record(
+            "task.retried", task=task.id, imp=task.imp, run=failed.run_id, error=failed.error
+        )
+        if as_json:
+            print_json(task.as_dict())
+        else:
+            echo(f"queued {task.id} again (it failed: {one_line(failed.error or '-', 200)})")

@@ -10,14 +10,17 @@ import typer
 
 from impyard.cli._common import echo, initialized_home, state
 
-LISTEN_HELP = "Address to listen on, HOST:PORT (default 127.0.0.1:8470)."
+LISTEN_HELP = (
+    "Address to listen on, HOST:PORT (default 127.0.0.1:8470); with --print-url, the "
+    "address whose login URL to print (default: the running console's)."
+)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("web")
     def web_command(
         ctx: typer.Context,
-        listen: str = typer.Option("127.0.0.1:8470", "--listen", help=LISTEN_HELP),
+        listen: str | None = typer.Option(None, "--listen", help=LISTEN_HELP),
         allow_remote: bool = typer.Option(
             False, "--allow-remote", help="Allow a non-loopback address (needs --tls-*)."
         ),
@@ -33,12 +36,13 @@ def register(app: typer.Typer) -> None:
         """Serve the console: overview, runs, review, knowledge, and /metrics."""
         import dataclasses
 
-        from impyard.web.listen import checked_listen, login_url
+        from impyard.web.address import ConsoleRecord, running_console_url
+        from impyard.web.listen import DEFAULT_LISTEN, checked_listen, login_url
         from impyard.web.token import ensure_token
 
         home = initialized_home(ctx)
         where = checked_listen(
-            listen,
+            listen or DEFAULT_LISTEN,
             allow_remote=allow_remote,
             tls_cert=tls_cert,
             tls_key=tls_key,
@@ -47,12 +51,19 @@ def register(app: typer.Typer) -> None:
         # Made here for a data root older than the console (`init` makes it now).
         token = ensure_token(home.web_token)
         if print_url:
-            echo(login_url(where, token))
+            # Without --listen, where the console runs now (it may not be the default).
+            running = running_console_url(home) if listen is None else None
+            echo(login_url(running or where, token))
             return
         from impyard.web.console import Console
         from impyard.web.server import bind, bound_port, serve_forever
 
         sock = bind(where)
         where = dataclasses.replace(where, port=bound_port(sock))
-        echo(f"console: {where.url} (log in: impyard web --print-url)")
-        serve_forever(Console(home, state(ctx).settings, where, token), sock)
+        # Recorded before the line: whoever read the line finds the record.
+        record = ConsoleRecord(home, where)
+        echo(f"console: {where.url} (log in: {login_url(where, token)})")
+        try:
+            serve_forever(Console(home, state(ctx).settings, where, token), sock)
+        finally:
+            record.close()

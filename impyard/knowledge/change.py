@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from impyard.textcap import cut
+
 if TYPE_CHECKING:
     from impyard.policy.models import KnowledgePolicy
 
@@ -54,6 +56,7 @@ RULES: dict[str, str] = {
         "or repeated, a zero-padded mode, a tag"
     ),
     "missing-object": "an object a ref, commit or tree names is not in the repository",
+    "long-line": "a commit holds a line longer than the lane ever writes (256 KiB)",
     "checkpointed": "a file an earlier checkpoint of this run landed may not change any more",
     "source-receipt": (
         "a cited receipt is not one of this run's fetch receipts, or its URL is not one of the "
@@ -62,11 +65,26 @@ RULES: dict[str, str] = {
 }
 
 
+#: Characters of a violation's message kept. A message quotes what the box wrote (a
+#: frontmatter key, a value, a second path): a path as long as Linux's PATH_MAX (4,096
+#: bytes) and the sentence around it fit; a 60,000-character
+#: frontmatter key does not, and would be copied into the manifest, the journal, the
+#: candidate's commit message and a rework's task file.
+MESSAGE_CHARS = 5_000
+
+
 @dataclass(frozen=True)
 class Violation:
+    """One reason a change is refused; its message cut to ``MESSAGE_CHARS`` (the cut says
+    how much), so every copy of it is bounded wherever it is stored or shown."""
+
     path: str
     rule: str
     message: str
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MESSAGE_CHARS:
+            object.__setattr__(self, "message", cut(self.message, MESSAGE_CHARS))
 
     def as_dict(self) -> dict[str, str]:
         return {"path": self.path, "rule": self.rule, "message": self.message}

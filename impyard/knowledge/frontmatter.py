@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from impyard.textcap import marker
+
 KNOWN_KEYS: tuple[str, ...] = (
     "id",
     "created_at",
@@ -62,7 +64,9 @@ class Frontmatter:
 
 
 def _show(value: str) -> str:
-    return repr(value if len(value) <= 80 else value[:77] + "...")
+    """A value or key the box wrote, quoted; past 80 characters its start and how much
+    more there was."""
+    return repr(value) if len(value) <= 80 else repr(value[:60]) + marker(len(value) - 60)
 
 
 def _character_problem(line: str) -> str | None:
@@ -202,7 +206,7 @@ class _BlockParser:
             self.list_indent = indent
         elif indent != self.list_indent:
             self.list_ok = False
-            self.error(number, f"items of {key!r} must line up (same indentation)")
+            self.error(number, f"items of {_show(key)} must line up (same indentation)")
             return
         self.list_count += 1
         if self.list_items is None:
@@ -210,9 +214,9 @@ class _BlockParser:
         raw = stripped[1:].strip(" ")
         if not raw:
             self.list_ok = False
-            self.error(number, f"empty list item in {key!r} (YAML reads it as null)")
+            self.error(number, f"empty list item in {_show(key)} (YAML reads it as null)")
             return
-        value, problem = _value(raw, key, f"{key!r} item", list_allowed=False)
+        value, problem = _value(raw, key, f"{_show(key)} item", list_allowed=False)
         if problem is not None:
             self.list_ok = False
             self.error(number, problem)
@@ -231,7 +235,7 @@ class _BlockParser:
             self.error(
                 number,
                 f"{_show(line)}: put a space after ':' (YAML reads the whole line as one "
-                f"text, not the key {key!r})",
+                f"text, not the key {_show(key)})",
             )
             return
         refused = False
@@ -239,7 +243,8 @@ class _BlockParser:
             refused = True
             self.error(
                 number,
-                f"unknown key {key!r}: extra keys are forbidden (only {', '.join(KNOWN_KEYS)})",
+                f"unknown key {_show(key)}: extra keys are forbidden "
+                f"(only {', '.join(KNOWN_KEYS)})",
             )
         elif key in self.result.seen:
             refused = True

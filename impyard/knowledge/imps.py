@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from impyard.errors import KnowledgeError, NotFoundError, UsageError
+from impyard.errors import KnowledgeError, UsageError
 from impyard.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
+from impyard.imp_lookup import known_imps, require_imp_name
 from impyard.knowledge.change import FileState
 from impyard.names import check_imp_name
 
@@ -180,23 +181,13 @@ def strip_templates(git_dir: Path) -> None:
 
 
 def list_imps(home: Home) -> list[str]:
-    if not home.knowledge_dir.is_dir():
-        return []
-    names = []
-    for entry in home.knowledge_dir.iterdir():
-        # Hidden staging directories and stray files never name an imp.
-        if entry.name.startswith(".") or not (entry / "repo.git").is_dir():
-            continue
-        names.append(entry.name)
-    return sorted(names)
+    return known_imps(home)
 
 
 def require_imp(home: Home, imp: str) -> Path:
-    check_imp_name(imp)
-    path = home.repo(imp)
-    if not path.is_dir():
-        raise NotFoundError(f"no imp named {imp!r} (create it with `impyard imp create {imp}`)")
-    return path
+    """The canonical repository of ``imp``; a name that is no imp is refused in one line
+    naming the closest imps."""
+    return home.repo(require_imp_name(home, imp))
 
 
 def read_imp_settings(home: Home, imp: str) -> ImpSettings:

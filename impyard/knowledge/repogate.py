@@ -32,6 +32,12 @@ from impyard.knowledge.treegate import (
 
 #: Commits a check reads at most (an imp lands a few hundred a day).
 MAX_COMMITS = 1_000_000
+#: The longest line a commit may hold (header or message). The lane's longest is a
+#: ``Source-Receipt`` trailer, whose URL came through the gateway in request lines of at
+#: most 64 KiB each (a CONNECT's host, then the path inside it); a preserved commit's
+#: reason lines are shorter still. A longer line was not written by Impyard, and would be
+#: copied whole into every page and listing that shows the commit.
+MAX_COMMIT_LINE = 256 * 1024
 
 _COMMIT = pygit2.enums.ObjectType.COMMIT
 _TREE = pygit2.enums.ObjectType.TREE
@@ -95,9 +101,35 @@ def _commit(
     parsed = parse_commit(data)
     for message in parsed.problems:
         walk.problems.add(TreeProblem(where, "", "bad-object", f"commit {target}: {message}"))
+    longest = longest_line(data, MAX_COMMIT_LINE)
+    if longest is not None:
+        walk.problems.add(
+            TreeProblem(
+                where,
+                "",
+                "long-line",
+                f"commit {target}: a line of {longest:,} bytes, over the {MAX_COMMIT_LINE:,}-"
+                "byte bound (the lane writes no longer line)",
+            )
+        )
     if parsed.tree is not None:
         walk.walk(parsed.tree, where, MAIN_RULES if main else KEPT_RULES)
     return parsed.parents
+
+
+def longest_line(data: bytes, limit: int) -> int | None:
+    """The length of the first line of ``data`` longer than ``limit`` bytes (None: none
+    is). Reads each byte about twice, however many lines there are: a window of
+    ``limit + 1`` bytes without a newline is a line too long, and the next window starts
+    after the last newline of this one."""
+    pos = 0
+    while len(data) - pos > limit:
+        newline = data.rfind(b"\n", pos, pos + limit + 1)
+        if newline < 0:
+            end = data.find(b"\n", pos)
+            return (len(data) if end < 0 else end) - pos
+        pos = newline + 1
+    return None
 
 
 def _unreferenced(repo: pygit2.Repository, walk: TreeWalk, commits: set[bytes]) -> None:

@@ -27,11 +27,12 @@ from typing import Literal, NamedTuple
 
 import pygit2
 
-from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.change import MESSAGE_CHARS, KnowledgeLimits
 from impyard.knowledge.gitfsck import TreeEntry, parse_tree
 from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules, normalize_segment
 from impyard.knowledge.repo import TREE_CACHE_LIMIT
 from impyard.knowledge.treefs import MAX_FILES
+from impyard.textcap import cut
 from impyard.textsafe import visible
 
 #: Problems kept in full; the rest are counted (a hostile tree can hold millions).
@@ -51,6 +52,13 @@ class TreeProblem:
     path: str
     rule: str
     message: str
+
+    def __post_init__(self) -> None:
+        # A remote's tree entry may be named with a megabyte: the report stays bounded.
+        for name in ("path", "message"):
+            text = getattr(self, name)
+            if len(text) > MESSAGE_CHARS:
+                object.__setattr__(self, name, cut(text, MESSAGE_CHARS))
 
     def line(self) -> str:
         target = f"{self.where}:{self.path}" if self.path else self.where
@@ -78,6 +86,12 @@ class GateLimits:
             max_kept_file_bytes=limits.max_file_bytes + limits.candidate_max_bytes,
             max_repo_bytes=limits.max_repo_bytes,
         )
+
+    @property
+    def max_object_bytes(self) -> int:
+        """The largest object a tree the host keeps reads whole: a file a candidate keeps,
+        or a tree libgit2 keeps parsed (what a restore fetches is held to it)."""
+        return max(self.max_kept_file_bytes, TREE_CACHE_LIMIT)
 
 
 FileSizes = Literal["main", "kept", "any"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from impyard.errors import NotFoundError
 from impyard.home import Home
+from impyard.imp_lookup import require_imp_name
 from impyard.memory.entry import (
     DEFAULT_KIND,
     MemoryEntry,
@@ -64,10 +65,7 @@ class Added:
 
 def require_imp(home: Home, imp: str) -> str:
     """The imp's name, if it is valid and the imp exists (its canonical repo is there)."""
-    check_imp_name(imp)
-    if not home.repo(imp).is_dir():
-        raise NotFoundError(f"no imp named {imp!r}: create it with `impyard imp create {imp}`")
-    return imp
+    return require_imp_name(home, imp)
 
 
 def source_file(home: Home, imp: str) -> Path | None:

@@ -251,6 +251,16 @@ def undeployed_changes(home: Home) -> list[str]:
     return _changes(recorded, current)
 
 
+def source_violations(home: Home) -> list[PolicyViolation]:
+    """What ``impyard deploy`` would refuse in the policy files as they are now (the engine
+    is not asked: only a deploy checks runtimes); empty when they compile."""
+    try:
+        _compile(home)
+    except PolicyError as exc:
+        return exc.violations
+    return []
+
+
 def compiled_at(home: Home) -> str | None:
     """When the deployed policy was compiled (None: nothing readable is deployed)."""
     document = _read_compiled(home)

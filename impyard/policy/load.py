@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,22 @@ def read_source(path: Path, violations: list[PolicyViolation]) -> Source:
     try:
         table = tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        violations.append(PolicyViolation(str(path), "", "toml-syntax", f"not valid TOML: {exc}"))
+        violations.append(PolicyViolation(str(path), "", "toml-syntax", toml_error(exc)))
         return Source(path, data, None)
     return Source(path, data, table)
+
+
+_TOML_AT = re.compile(r"^(?P<error>.*) \(at line (?P<line>\d+), column (?P<column>\d+)\)$")
+
+
+def toml_error(exc: ValueError) -> str:
+    """``line 3, column 5: not valid TOML: <what>``: tomllib puts where at the end of its
+    message, and an owner looks for the line first."""
+    found = _TOML_AT.match(str(exc))
+    if found is None:
+        return f"not valid TOML: {exc}"
+    where = f"line {found['line']}, column {found['column']}"
+    return f"{where}: not valid TOML: {found['error']}"
 
 
 def overlay_paths(home: Home) -> dict[str, Path]:

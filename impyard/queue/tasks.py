@@ -13,10 +13,14 @@ from impyard.home import Home
 from impyard.names import check_channel, utc_now
 from impyard.queue.db import opened, transaction
 
-TaskState = Literal["queued", "running", "done", "cancelled"]
-TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "cancelled")
-#: The states a task never leaves; gc removes one once it is old enough.
-FINISHED_STATES: tuple[str, ...] = ("done", "cancelled")
+#: ``done``: its run ended (landed, empty, rejected, conflict or quarantined); ``failed``:
+#: no run outcome (refused before a box started, or the run broke off), its ``error`` says
+#: why, and ``retry`` queues it again.
+TaskState = Literal["queued", "running", "done", "failed", "cancelled"]
+TASK_STATES: tuple[str, ...] = ("queued", "running", "done", "failed", "cancelled")
+#: The states a task leaves only when the owner retries it; gc removes one once it is old
+#: enough.
+FINISHED_STATES: tuple[str, ...] = ("done", "failed", "cancelled")
 #: Queued tasks a claim reads at a time.
 CLAIM_PAGE = 64
 
@@ -200,8 +204,8 @@ def claim(conn: sqlite3.Connection, limit: int, skip_imps_for_reorganize: set[st
 
 @dataclass(frozen=True)
 class Ending:
-    """What became of a claimed task: done (its run's checkpoint, or the error that kept it
-    from one), or given back to the queue (``requeue``: its run never started)."""
+    """What became of a claimed task: done (its run's checkpoint), failed (the error that
+    kept it from one), or given back to the queue (``requeue``: its run never started)."""
 
     task_id: str
     checkpoint: str | None = None
@@ -259,11 +263,28 @@ def finish(
     error: str | None = None,
     run_id: str | None = None,
 ) -> None:
+    """Done with its run's checkpoint, or failed with the ``error`` that kept it from one."""
+    state = "failed" if checkpoint is None and error is not None else "done"
     conn.execute(
-        "UPDATE tasks SET state = 'done', finished_at = ?, checkpoint = ?, error = ?,"
+        "UPDATE tasks SET state = ?, finished_at = ?, checkpoint = ?, error = ?,"
         " run_id = COALESCE(?, run_id) WHERE id = ?",
-        (utc_now(), checkpoint, error, run_id, task_id),
+        (state, utc_now(), checkpoint, error, run_id, task_id),
     )
+
+
+def retry(conn: sqlite3.Connection, task_id: str) -> Task:
+    """Queue a failed task again, in its old place (its ``seq``); it returns the task as it
+    was, so the caller can say what failed. Any other state is refused, named."""
+    with transaction(conn):
+        task = get(conn, task_id)
+        if task.state != "failed":
+            raise UsageError(f"task {task_id} is {task.state}; only a failed task can be retried")
+        conn.execute(
+            "UPDATE tasks SET state = 'queued', started_at = NULL, finished_at = NULL,"
+            " error = NULL, checkpoint = NULL, run_id = NULL WHERE id = ?",
+            (task_id,),
+        )
+    return task
 
 
 def requeue(conn: sqlite3.Connection, task_id: str) -> None:

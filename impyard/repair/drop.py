@@ -21,7 +21,7 @@ from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.names import check_run_id
 from impyard.repair import kept, records
-from impyard.repair.preserved import Kind, find_preserved, ref_of
+from impyard.repair.preserved import Kind, find_preserved, misplaced, ref_of
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
 
@@ -73,7 +73,8 @@ def drop(home: Home, kind: Kind, run_id: str, *, dry_run: bool = False) -> DropR
         space = kind == "quarantine" and kept.has_space(m)
         earlier = records.pending(m, "drop", kind)
         if commit is None and not space and earlier is None:
-            raise NotFoundError(f"no {ref}: run {run_id} has no {kind} kept")
+            elsewhere = misplaced(repo, kind, run_id)
+            raise NotFoundError(elsewhere or f"no {ref}: run {run_id} has no {kind} kept")
         paths = _space_paths(m) if space else []
         if dry_run:
             commit = earlier.commit if earlier is not None else commit

@@ -26,12 +26,21 @@ from impyard.knowledge.quarantine import deleted_by_trailers, not_kept_lines, qu
 from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.names import RUN_ID, check_run_id
 from impyard.runs import manifest as manifests
-from impyard.runs.lookup import resolve_run
+from impyard.runs.lookup import LAST, STAMP_CHARS, resolve_run
 from impyard.runs.model import Manifest
+from impyard.textcap import cut_lines
 
 Kind = Literal["candidate", "quarantine"]
 
+#: A preserved commit's message as read back: each line, and the whole. The lane writes
+#: at most ``violations.KEPT`` reasons and as many files not kept, a line each; a ref a
+#: restore brought in may hold any message the gate let through.
+MESSAGE_LINE_CHARS = 10_000
+MESSAGE_CHARS = 1024 * 1024
+
 PREFIXES: dict[Kind, str] = {"candidate": "refs/candidates/", "quarantine": "refs/quarantine/"}
+#: The CLI command group of each kind.
+COMMANDS: dict[Kind, str] = {"candidate": "candidates", "quarantine": "quarantine"}
 
 
 def ref_of(kind: Kind, run_id: str) -> str:
@@ -93,25 +102,51 @@ class Preserved:
 
 
 def list_preserved(home: Home, kind: Kind, imp: str | None = None) -> list[Preserved]:
-    """Every preserved change of ``kind``, across imps (or one), oldest run first."""
+    """Every preserved change of ``kind``, across imps (or one), newest run first (run ids
+    sort by their start time): what an owner reviews next is what just happened."""
     found: list[Preserved] = []
     for name in [imp] if imp is not None else list_imps(home):
         repo = open_repo(home, name)
         for ref, run_id in _refs(repo, kind):
             found.append(_read(home, repo, name, kind, ref, run_id))
-    return sorted(found, key=lambda p: (p.run_id, p.imp))
+    return sorted(found, key=lambda p: (p.run_id, p.imp), reverse=True)
 
 
-def preserved_run(home: Home, text: str) -> str:
-    """The run id ``text`` names (an id, a unique prefix, ``last``), or ``text`` itself when
-    it is a whole run id without a run directory: a preserved ref can outlive its run (a
-    restore from a backup brings refs, not runs)."""
+def preserved_run(home: Home, text: str, kind: Kind) -> str:
+    """The run id ``text`` names (an id, a unique prefix, or ``last``: the newest run with
+    a ``kind`` kept), or ``text`` itself when it is a whole run id without a run directory:
+    a preserved ref can outlive its run (a restore from a backup brings refs, not runs)."""
+    if text == LAST:
+        return newest_preserved(home, kind)
     try:
         return resolve_run(home, text)
     except NotFoundError:
         if RUN_ID.fullmatch(text):
             return text
         raise
+
+
+def newest_preserved(home: Home, kind: Kind) -> str:
+    """The newest run with a ``kind`` kept: the newest run of any kind is often one that
+    landed, and ``candidates retry last`` must not mean a quarantined run."""
+    found = list_preserved(home, kind)
+    if not found:
+        raise NotFoundError(f"no {COMMANDS[kind]} kept: `last` names the newest one")
+    # Ids order runs to the second; runs made in the same second go by their manifests.
+    return max(found, key=_made).run_id
+
+
+def misplaced(repo: pygit2.Repository, kind: Kind, run_id: str) -> str | None:
+    """One line saying where the run's change is kept when it is kept as the other kind
+    (a quarantined run asked for as a candidate), else None."""
+    other: Kind = "quarantine" if kind == "candidate" else "candidate"
+    if ref_of(other, run_id) not in repo.references:
+        return None
+    was = {"candidate": "refused", "quarantine": "quarantined"}
+    return (
+        f"run {run_id} was {was[other]}, not {was[kind]}: "
+        f"see `impyard {COMMANDS[other]} show {run_id}`"
+    )
 
 
 def find_preserved(home: Home, kind: Kind, run_id: str) -> Preserved:
@@ -121,10 +156,14 @@ def find_preserved(home: Home, kind: Kind, run_id: str) -> Preserved:
     ref = ref_of(kind, run_id)
     manifest = _manifest(home, run_id)
     imps = [manifest.imp] if manifest is not None else list_imps(home)
-    for imp in imps:
-        repo = open_repo(home, imp)
+    repos = [(imp, open_repo(home, imp)) for imp in imps]
+    for imp, repo in repos:
         if ref in repo.references:
             return _read(home, repo, imp, kind, ref, run_id)
+    for _imp, repo in repos:
+        elsewhere = misplaced(repo, kind, run_id)
+        if elsewhere is not None:
+            raise NotFoundError(elsewhere)
     raise NotFoundError(f"no {ref} (run {run_id} has no {kind} kept)")
 
 
@@ -180,9 +219,14 @@ def _read(
         commit=sha,
         base=base_of(repo, sha),
         created_at=when,
-        message=_without_trailers(target.message),
+        message=cut_lines(_without_trailers(target.message), MESSAGE_LINE_CHARS, MESSAGE_CHARS),
         manifest=manifest,
     )
+
+
+def _made(found: Preserved) -> tuple[str, str, str]:
+    created = found.manifest.created_at if found.manifest is not None else None
+    return (found.run_id[:STAMP_CHARS], created or "", found.run_id)
 
 
 def _manifest(home: Home, run_id: str) -> Manifest | None:

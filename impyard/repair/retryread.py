@@ -24,7 +24,7 @@ from impyard.knowledge.snapshot import snapshot
 from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.policy.compile import policy_for_run
 from impyard.repair import kept, records
-from impyard.repair.preserved import Kind, base_of, ref_of, tree_change
+from impyard.repair.preserved import Kind, base_of, misplaced, ref_of, tree_change
 from impyard.runs.model import Manifest, RepairRecord
 from impyard.settings import Settings
 
@@ -58,7 +58,7 @@ def read_change(settings: Settings, m: Manifest, kind: Kind, *, from_ref: bool) 
     ref = ref_of(kind, m.run_id)
     repo = open_repo(home, m.imp)
     if ref not in repo.references:
-        raise NotFoundError(_missing(m, kind, ref))
+        raise NotFoundError(misplaced(repo, kind, m.run_id) or _missing(m, kind, ref))
     policy, warnings = policy_for_run(home, m.imp, strict=settings.strict_policy)
     if not policy.knowledge.enabled:
         raise ImpyardError(

@@ -17,7 +17,13 @@ from impyard.queue.tasks import Task
 from impyard.repair import records
 from impyard.repair.preserved import Kind
 from impyard.runs import manifest as manifests
-from impyard.runs.rework import ReworkPlan, plan_rework, preview_text, queue_rework
+from impyard.runs.rework import (
+    NEW_NAMESPACE,
+    ReworkPlan,
+    plan_rework,
+    preview_text,
+    queue_rework,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class ReworkPreview:
             "violations_total": origin.violations_total,
             "prompt": self.plan.prompt,
             "task_text": self.task_text,
+            # What the task text writes for the run's namespace, issued when it starts.
+            "new_namespace": NEW_NAMESPACE,
             "files": self.files,
             "skipped": self.skipped,
             "deleted": self.deleted,

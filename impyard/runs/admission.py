@@ -44,7 +44,9 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
     base = read_main(require_imp(home, request.imp))
     # A route that would fail every request fails the run at its first model call, its
     # cause only in the box's log: refuse it here, before a box starts, saying why.
-    refusal = run_refusal(request.imp, policy.gateway, read_imp_settings(home, request.imp).agent)
+    # Only the routes this run calls count: an owner's --command replaces the agent.
+    agent = None if request.command is not None else read_imp_settings(home, request.imp).agent
+    refusal = run_refusal(request.imp, policy.gateway, agent, policy.box.env)
     if refusal is not None:
         raise ConfigError(refusal)
     ceiling = policy.box.timeout_seconds

@@ -26,11 +26,12 @@ from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import candidate_ref
 from impyard.knowledge.quarantine import quarantine_ref
-from impyard.knowledge.seed import SeedPlan, plan_seed, seed_checkout
+from impyard.knowledge.seed import SeedFile, SeedPlan, plan_seed, rename_into, seed_checkout
 from impyard.knowledge.treefs import parse_owner
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs.model import Manifest, RepairRecord, ReworkOrigin, RunRequest
+from impyard.textcap import cut, cut_at_line
 from impyard.textsafe import escape_text, visible
 
 #: Journal event of a queued rework task.
@@ -39,6 +40,17 @@ QUEUED_EVENT = "task.rework_queued"
 POLICY_ACTOR = "policy review.rework_attempts"
 #: Most bytes of a run's task file read back as the prompt to quote.
 PROMPT_BYTES = 256 * 1024
+#: Characters of one line of a task file quoting what the refused run wrote: a violation
+#: (a path of up to 4,096 bytes and a message of up to ``MESSAGE_CHARS``) fits.
+LINE_CHARS = 10_000
+#: Characters of the violations, and of each list of files, in a task file: hundreds of
+#: lines as long as they usually are (under 200 characters).
+SECTION_CHARS = 128 * 1024
+#: Characters of a whole task file: the quoted prompt (a foreground run's is read up to
+#: ``PROMPT_BYTES``), the note and every section, each at its bound.
+FILE_CHARS = 1024 * 1024
+#: What a preview of the task file writes for the rework run's namespace, not yet issued.
+NEW_NAMESPACE = "n_NEW"
 
 
 @dataclass(frozen=True)
@@ -91,12 +103,16 @@ def plan_rework(home: Home, m: Manifest, kind: str, *, note: str | None = None) 
 
 
 def preview_text(home: Home, plan: ReworkPlan) -> tuple[str, SeedPlan]:
-    """The task file a run of ``plan`` would read, and the files it would start with, as
-    ``task_text`` and ``seed_plan`` make them; with record names in the reworked run's
-    namespace (the rework run's own is issued when it starts, and renames them)."""
+    """The task file a run of ``plan`` would read, as ``task_text`` makes it, with
+    ``NEW_NAMESPACE`` where the run's namespace goes (it is issued when the run starts);
+    and the files it would start with, under the names they have in the reworked run."""
     ns = plan.origin.namespace
+    # Every issued namespace has one shape, so a name valid in the reworked run's is
+    # valid in the new run's: seeding under the old one skips exactly what the run will.
     seeded = plan_seed(open_repo(home, plan.imp), plan.origin.commit, ns, ns)
-    return task_text(plan.origin, plan.prompt, ns, seeded), seeded
+    files = [SeedFile(rename_into(f.path, ns, NEW_NAMESPACE), f.was, f.blob) for f in seeded.files]
+    shown = SeedPlan(ns, NEW_NAMESPACE, files, seeded.skipped, seeded.deleted)
+    return task_text(plan.origin, plan.prompt, NEW_NAMESPACE, shown), seeded
 
 
 def queue_rework(
@@ -188,10 +204,18 @@ def seed(home: Home, imp: str, checkout: Checkout, plan: SeedPlan | None, user: 
 
 def task_text(origin: ReworkOrigin, prompt: str, namespace: str, plan: SeedPlan | None) -> str:
     """The rework run's task file: what a rework is, the original prompt, every violation
-    (under the names the files have now), the owner's note and what was seeded."""
+    (under the names the files have now), the owner's note and what was seeded.
+
+    What the refused run wrote (paths, and violations quoting its files) is bounded: each
+    line to ``LINE_CHARS``, the violations and the file lists each to ``SECTION_CHARS``
+    (so the owner's note after them stays), the whole file to ``FILE_CHARS``; each cut
+    says how many characters it cut."""
 
     def now(text: str) -> str:  # a name or message as it reads in this run's namespace
         return text.replace(origin.namespace, namespace)
+
+    def quoted(text: str) -> str:  # one line of what the box wrote, escaped and bounded
+        return cut(visible(text), LINE_CHARS)
 
     lines = [
         f"# Rework of run {origin.of}",
@@ -209,28 +233,39 @@ def task_text(origin: ReworkOrigin, prompt: str, namespace: str, plan: SeedPlan 
         f"## Violations ({origin.violations_total})",
         "",
     ]
+    found: list[str] = []
     if origin.reason:
-        lines.append(visible(f"- why the run was refused: {now(origin.reason)}"))
+        found.append(quoted(f"- why the run was refused: {now(origin.reason)}"))
     for v in origin.violations:
-        lines.append(visible(f"- {now(v.path) or '-'}: {v.rule}: {now(v.message)}"))
+        found.append(quoted(f"- {now(v.path) or '-'}: {v.rule}: {now(v.message)}"))
     if origin.violations_total > len(origin.violations):
         more = origin.violations_total - len(origin.violations)
-        lines.append(f"- … {more} more (`impyard-check` lists them all)")
+        found.append(f"- … {more} more (`impyard-check` lists them all)")
+    lines.extend(_section(found))
     if origin.note:
         lines += ["", "## The owner's note", ""]
         lines += [f"> {line}" if line else ">" for line in escape_text(origin.note).splitlines()]
     if plan is not None:
         lines += ["", f"## Files from run {origin.of} in your checkout ({len(plan.files)})", ""]
+        listed: list[str] = []
         for f in plan.files:
             renamed = f" (was {f.was})" if f.was != f.path else ""
-            lines.append(visible(f"- {f.path}{renamed}"))
+            listed.append(quoted(f"- {f.path}{renamed}"))
+        lines.extend(_section(listed))
         if plan.skipped:
             lines += ["", f"## Not in your checkout ({len(plan.skipped)})", ""]
-            lines += [visible(f"- {path}: {why}") for path, why in plan.skipped]
+            lines.extend(_section([quoted(f"- {path}: {why}") for path, why in plan.skipped]))
         if plan.deleted:
             lines += ["", "## Deleted by that run (not repeated here)", ""]
-            lines += [visible(f"- {path}") for path in plan.deleted]
-    return "\n".join(lines) + "\n"
+            lines.extend(_section([quoted(f"- {path}") for path in plan.deleted]))
+    return cut_at_line("\n".join(lines) + "\n", FILE_CHARS)
+
+
+def _section(lines: list[str]) -> list[str]:
+    """Lines of what the box wrote, at most ``SECTION_CHARS`` of them in all."""
+    if not lines:
+        return []
+    return [cut_at_line("\n".join(lines) + "\n", SECTION_CHARS).removesuffix("\n")]
 
 
 def _fate(origin: ReworkOrigin) -> str:

@@ -6,8 +6,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from impyard.box.agents import AGENTS
-from impyard.contract import DEFAULT_IMAGE
+from impyard.box.agents import build_hint
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
@@ -23,6 +22,7 @@ from impyard.status.model import (
     DiskSection,
     EngineStatus,
     ImageStatus,
+    PolicySection,
     Problem,
     RunningRun,
     Status,
@@ -30,15 +30,6 @@ from impyard.status.model import (
 from impyard.status.policy import policy_section
 from impyard.status.units import human_bytes, iso
 from impyard.status.work import queue_and_leases, serve_section, unfinished_runs
-
-
-def _build_hint(image: str) -> str:
-    if image == DEFAULT_IMAGE:
-        return "build it with `just box`"
-    for agent in AGENTS.values():
-        if agent.image == image:
-            return f"build it with `{agent.build_hint}`"
-    return "build or load it into the engine (nothing is pulled)"
 
 
 def _disk_parts(home: Home, imps: list[str]) -> dict[str, list[Path]]:
@@ -129,7 +120,7 @@ def judge(status: Status) -> None:
                 Problem(
                     code="image-missing",
                     message=f"{image.image} (named by {', '.join(image.used_by)}) is not in "
-                    f"the engine: {_build_hint(image.image)}",
+                    f"the engine: {build_hint(image.image)}",
                 )
             )
     if status.queue.error:
@@ -152,12 +143,7 @@ def judge(status: Status) -> None:
             )
         )
     if not status.policy.deployed:
-        problems.append(
-            Problem(
-                code="policy-not-deployed",
-                message=f"{'; '.join(status.policy.changes)}: run `impyard deploy`",
-            )
-        )
+        problems.append(Problem(code="policy-not-deployed", message=_undeployed(status.policy)))
     if status.serve.stale_pids:
         pids = ", ".join(str(pid) for pid in status.serve.stale_pids)
         warnings.append(
@@ -167,6 +153,22 @@ def judge(status: Status) -> None:
                 "the next serve recovers its runs",
             )
         )
+
+
+#: Refused policy lines a status problem names; ``impyard deploy`` lists every one.
+SHOWN_VIOLATIONS = 3
+
+
+def _undeployed(policy: PolicySection) -> str:
+    changed = "; ".join(policy.changes)
+    if not policy.invalid:
+        return f"{changed}: run `impyard deploy`"
+    shown = policy.invalid[:SHOWN_VIOLATIONS]
+    more = len(policy.invalid) - len(shown)
+    rest = f"; and {more} more (`impyard deploy` lists every one)" if more else ""
+    fix = "fix it" if len(policy.invalid) == 1 else "fix them"
+    refused = "; ".join(shown) + rest
+    return f"{changed}, and a deploy would refuse it: {refused}: {fix}, then run `impyard deploy`"
 
 
 def _judge_backup(status: Status) -> None:

@@ -137,6 +137,9 @@ class PolicySection(BaseModel):
     #: True when compiled.json reflects every policy file as it is now.
     deployed: bool
     changes: list[str] = Field(default_factory=list)
+    #: What ``impyard deploy`` would refuse in the changed files, one line each
+    #: (``<file>: line 3, column 5: not valid TOML: …``); empty when they compile.
+    invalid: list[str] = Field(default_factory=list)
 
 
 class Status(BaseModel):

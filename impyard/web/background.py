@@ -9,10 +9,25 @@ from pathlib import Path
 
 from impyard.home import Home
 from impyard.settings import Settings
+from impyard.web.address import ConsoleRecord
 from impyard.web.console import Console
 from impyard.web.listen import checked_listen
 from impyard.web.server import Background, bind, bound_port
 from impyard.web.token import ensure_token
+
+
+class RecordedConsole:
+    """The console beside serve, recorded in the data root until it stops."""
+
+    def __init__(self, running: Background, record: ConsoleRecord) -> None:
+        self.running = running
+        self._record = record
+
+    def stop(self) -> None:
+        try:
+            self.running.stop()
+        finally:
+            self._record.close()
 
 
 def start_console(
@@ -24,7 +39,7 @@ def start_console(
     tls_cert: Path | None,
     tls_key: Path | None,
     metrics_public: bool,
-) -> Background:
+) -> RecordedConsole:
     listen = checked_listen(
         address,
         allow_remote=allow_remote,
@@ -36,7 +51,10 @@ def start_console(
     listen = dataclasses.replace(listen, port=bound_port(sock))
     running = Background(Console(home, settings, listen, ensure_token(home.web_token)), sock)
     running.start()
-    # On stderr: serve's stdout is its event lines, one per task event.
+    # Recorded, so that `impyard web --print-url` prints this console's address.
+    recorded = RecordedConsole(running, ConsoleRecord(home, listen))
+    # On stderr: serve's stdout is its event lines, one per task event. Not the token
+    # itself: serve's output goes to logs (journalctl) that others may read.
     sys.stderr.write(f"impyard: console: {listen.url} (log in: impyard web --print-url)\n")
     sys.stderr.flush()
-    return running
+    return recorded

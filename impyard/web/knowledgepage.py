@@ -15,12 +15,13 @@ from impyard.home import Home
 from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.provenance import note_provenance
-from impyard.knowledge.records import parse_frontmatter
+from impyard.knowledge.records import RECORDS, parse_frontmatter
 from impyard.knowledge.repo import main_commit
 from impyard.runs.landing import run_receipts
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.model import ImpKnowledge
 from impyard.textsafe import escape_text
+from impyard.web import commitview
 
 #: First-parent commits of main a page lists.
 HISTORY = 30
@@ -93,10 +94,10 @@ def history(repo: pygit2.Repository, head: pygit2.Commit, limit: int = HISTORY) 
         found.append(
             CommitView(
                 sha=str(current.id),
-                summary=current.message.split("\n", 1)[0],
-                author=current.author.name,
+                summary=commitview.summary(current),
+                author=commitview.author(current),
                 when=current.commit_time,
-                trailers=dict(current.message_trailers),
+                trailers=commitview.trailers(current),
             )
         )
         current = current.parents[0] if current.parents else None
@@ -115,6 +116,11 @@ class NoteView:
     independent_sources: int
 
 
+def is_record(path: str) -> bool:
+    """A note of ``records/``: every file there but the host's ``records/README.md``."""
+    return path.startswith(f"{RECORDS}/") and path != f"{RECORDS}/README.md"
+
+
 def note(home: Home, imp: str, path: str) -> NoteView:
     found = note_provenance(home, imp, path)  # NotFoundError for no such file
     repo = open_repo(home, imp)
@@ -122,15 +128,17 @@ def note(home: Home, imp: str, path: str) -> NoteView:
     assert isinstance(blob, pygit2.Blob), "note_provenance found a file there"
     data = blob.data
     text = data[:NOTE_BYTES].decode("utf-8", errors="replace")
-    frontmatter = parse_frontmatter(text)
+    # Only a record has a frontmatter to check: the repository's README.md files (and
+    # anything else outside records/) are prose, and a warning there would be false.
+    frontmatter = parse_frontmatter(text) if is_record(path) else None
     logged = run_receipts(home, found.run) if found.run else {}
     return NoteView(
         imp=imp,
         path=path,
         text=escape_text(text),
         cut=len(data) > NOTE_BYTES,
-        fields=dict(frontmatter.fields),
-        problems=list(frontmatter.errors),
+        fields=dict(frontmatter.fields) if frontmatter else {},
+        problems=list(frontmatter.errors) if frontmatter else [],
         provenance={
             "commit": found.commit,
             "run": found.run,

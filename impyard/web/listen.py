@@ -97,6 +97,8 @@ def checked_listen(
     return Listen(host, port, tls_cert, tls_key, metrics_public)
 
 
-def login_url(listen: Listen, token: str) -> str:
-    """What ``impyard web --print-url`` prints: opening it logs the browser in."""
-    return f"{listen.url}/login?token={token}"
+def login_url(listen: Listen | str, token: str) -> str:
+    """What ``impyard web --print-url`` prints, for a listener or a console's base URL:
+    opening it logs the browser in."""
+    base = listen.url if isinstance(listen, Listen) else listen
+    return f"{base}/login?token={token}"

@@ -29,6 +29,16 @@ def http_url(value: object) -> str | None:
     return value
 
 
+def code_spans(value: object) -> list[tuple[bool, str]]:
+    """``value`` cut at its backticks: (True, text) for each `code` span, which a page
+    shows in ``<code>`` (each part autoescaped there), (False, text) for the rest; an
+    unpaired backtick stays as it is."""
+    parts = str(value).split("`")
+    if len(parts) % 2 == 0:
+        parts[-2:] = ["`".join(parts[-2:])]
+    return [(i % 2 == 1, part) for i, part in enumerate(parts) if part]
+
+
 def environment() -> Environment:
     env = Environment(
         loader=PackageLoader("impyard.web", "templates"),
@@ -40,6 +50,7 @@ def environment() -> Environment:
     env.filters.update(
         {
             "http_url": http_url,
+            "code_spans": code_spans,
             "visible": lambda value: visible(str(value)),
             "text": lambda value: escape_text(str(value)),
             "short": lambda value: str(value or "")[:12],

@@ -112,6 +112,7 @@ def preview(
             f"Writes the {d['written']} file(s) and {d['deleted']} deletion(s) of {d['ref']} "
             f"as plain files, with export.json, under {home.exports_dir}/{run_id}/."
         ]
+    stays = action == "retry" and dry is not None and not dry["would_land"]
     return {
         "action": action,
         "lines": lines,
@@ -119,6 +120,10 @@ def preview(
         "dry": dry,
         "refused": refused,
         "note": note or "",
+        # The action would change nothing: its button is off (a POST still asks again).
+        "blocked": refused is not None or stays,
+        # Today's reasons, listed by the dry run, stand for the recorded ones.
+        "reasons_above": stays and bool(dry and dry["violations"]),
     }
 
 

@@ -122,10 +122,25 @@ def read_facts(home: Home, run_id: str) -> RunFacts | None:
         started_at=started,
         ended_at=ended,
         exit_code=exit_code if isinstance(exit_code, int) else None,
-        reason=_text(raw, "reason"),
+        reason=_text(raw, "reason") or _first_violation(raw),
         duration_seconds=_between(started, ended),
         phases=phases,
     )
+
+
+def _first_violation(raw: dict[str, Any]) -> str | None:
+    """A rejected run records no reason, only its violations: the first of them and how
+    many more there were, as ``serve`` reports them (and, as there, none for a run that
+    landed)."""
+    if raw.get("checkpoint") == "integrated":
+        return None
+    found = raw.get("validation_errors")
+    if not isinstance(found, list) or not found or not isinstance(found[0], dict):
+        return None
+    path, rule = _text(found[0], "path"), _text(found[0], "rule")
+    total = raw.get("validation_errors_total")
+    more = max(total if isinstance(total, int) else 0, len(found)) - 1
+    return f"{path or '-'}: {rule or '?'}" + (f" (…and {more} more)" if more else "")
 
 
 def _text(raw: dict[str, Any], key: str) -> str | None:

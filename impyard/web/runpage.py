@@ -23,6 +23,7 @@ from impyard.runs import manifest as manifests
 from impyard.runs.landing import run_receipts
 from impyard.runs.model import Manifest
 from impyard.textsafe import StreamEscaper
+from impyard.web import commitview
 
 #: Box output a page shows before saying the rest is in ``runs logs``.
 PAGE_LOG_BYTES = 512 * 1024
@@ -110,8 +111,8 @@ def landed_diff(home: Home, imp: str, sha: str) -> Landed:
         patch = commit.parents[0].tree.diff_to_tree(commit.tree).patch or ""
     return Landed(
         commit=sha,
-        message=commit.message.split("\n\n")[0],
-        trailers=dict(commit.message_trailers),
+        message=commitview.first_paragraph(commit),
+        trailers=commitview.trailers(commit),
         patch=patch[:DIFF_CHARS],
         cut=len(patch) > DIFF_CHARS,
     )

@@ -20,11 +20,17 @@ MESSAGE = f"owner: {SCRIPT} {IMG}"
 
 def commit_hostile_note(home: Home, imp: str, work: Path) -> str:
     """Commit the note onto the imp's main; its path."""
-    git("clone", "-q", home.repo(imp), work)
-    target = work / NOTE_NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(NOTE_BODY)
-    git("-C", work, "add", "-A")
-    git("-C", work, "commit", "-q", "-m", MESSAGE)
-    git("-C", work, "push", "-q", "origin", "HEAD:main")
+    commit_files(home, imp, work, {NOTE_NAME: NOTE_BODY}, MESSAGE)
     return NOTE_NAME
+
+
+def commit_files(home: Home, imp: str, work: Path, files: dict[str, str], message: str) -> None:
+    """Commit ``files`` (path: text) onto the imp's main through a clone in ``work``."""
+    git("clone", "-q", home.repo(imp), work)
+    for path, text in files.items():
+        target = work / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git("-C", work, "add", "-A")
+    git("-C", work, "commit", "-q", "-m", message)
+    git("-C", work, "push", "-q", "origin", "HEAD:main")

@@ -33,11 +33,12 @@ def raw_commit(
     parents: list[pygit2.Oid] | None = None,
     *,
     author: bytes = IDENT,
+    message: bytes = b"an owner's commit\n",
 ) -> pygit2.Oid:
     lines = [b"tree " + str(tree).encode()]
     lines += [b"parent " + str(p).encode() for p in parents or []]
     lines += [b"author " + author, b"committer " + IDENT]
-    return repo.odb.write(COMMIT, b"\n".join(lines) + b"\n\nan owner's commit\n")
+    return repo.odb.write(COMMIT, b"\n".join(lines) + b"\n\n" + message)
 
 
 def blob(repo: pygit2.Repository, data: bytes = b"pwned\n") -> pygit2.Oid:

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Cli
+from tests.helpers.git import GIT_ENV
 from tests.helpers.images import BOX_IMAGE
 from tests.helpers.policy import edit_org
 from tests.helpers.runtime import TEST_RUNTIME
@@ -70,6 +72,36 @@ def test_check_box_passes(cli: Cli) -> None:
     assert {c["name"] for c in report["checks"]} == CHECKS
     assert all(c["ok"] for c in report["checks"]), report
     assert all(set(c) == {"name", "ok", "detail"} for c in report["checks"])
+
+
+def test_check_box_prints_each_row_as_its_check_finishes(cli: Cli) -> None:
+    """The first rows (one box's facts) reach a reader while later checks still run: they
+    come in a write of their own, before the last row and the summary line."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "impyard", "--home", str(cli.home), "check", "box", *RT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **GIT_ENV},
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        seen = b""
+        while b"filesystem is tmpfs" not in seen:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            assert chunk, seen.decode() + proc.stderr.read().decode()
+            seen += chunk
+        running = proc.poll() is None
+        rest = proc.stdout.read()
+        assert proc.wait() == 0, proc.stderr.read().decode()
+    assert running, seen.decode()
+    assert b"all box checks passed" not in seen and b"run write limit" not in seen, seen
+    lines = (seen + rest).decode().splitlines()
+    assert lines[0] == f"impyard check box: {BOX_IMAGE} under {TEST_RUNTIME}"
+    assert lines[1].split() == ["check", "result", "detail"]
+    rows = lines[2:-1]
+    assert {line[: lines[1].index("result")].strip() for line in rows} == CHECKS
+    # Aligned though printed one by one: every result starts under the header's.
+    assert {line[lines[1].index("result") :].split()[0] for line in rows} <= {"ok", "info"}
+    assert lines[-1].startswith("all box checks passed")
 
 
 def test_check_box_passes_on_the_pi_agent_image(cli: Cli, pi_image: str) -> None:

@@ -96,3 +96,34 @@ def test_every_runnable_block_runs(document: Path, tmp_path: Path) -> None:
             assert "Traceback" not in proc.stderr, f"{where}:\n{proc.stderr}"
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+#: A login shell's PATH on Debian (root's, from /etc/profile): what a newcomer's new shell
+#: has, with no virtualenv on it.
+LOGIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def test_the_quick_start_runs_in_a_fresh_login_shell(tmp_path: Path) -> None:
+    """After the README's setup the quick start is typed into a new shell that knows
+    nothing of ``.venv``: ``impyard`` is found on the default PATH (the link bootstrap
+    makes) and is this checkout's. Only the test run's own choices pass in (the code
+    under test, the engine, the box runtime), never a PATH."""
+    quick = runnable_blocks(TOP / "README.md")[0]
+    assert quick.text.startswith("impyard init"), quick.text
+    user = tmp_path / "user"  # HOME: the default data root is made under it
+    user.mkdir()
+    kept = ("PYTHONPATH", "DOCKER_HOST", "IMPYARD_INIT_RUNTIME")
+    passed = [f"{name}={os.environ[name]}" for name in kept if name in os.environ]
+    ours = Path(sys.executable).parent / "impyard"
+    script = f'set -euo pipefail\n{quick.text}readlink -f "$(command -v impyard)"\n'
+    proc = subprocess.run(
+        ["env", "-i", f"HOME={user}", f"PATH={LOGIN_PATH}", *passed, "bash", "-lc", script],
+        cwd=user,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.stdout.splitlines()[-1] == str(ours.resolve())
+    assert "Traceback" not in proc.stderr
+    assert (user / ".local/share/impyard/knowledge/yuko/repo.git").is_dir()

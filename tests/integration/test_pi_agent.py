@@ -115,6 +115,38 @@ def test_pi_writes_a_note_that_integrates_with_trusted_trailers(
     assert git("-C", repo, "fsck", "--strict").returncode == 0
 
 
+@pytest.mark.usefixtures("pi_image")
+def test_a_pi_task_without_its_secret_fails_under_serve_and_runs_once_retried(
+    cli: Cli, model: ModelServer
+) -> None:
+    """The model route's secret unset: the Pi imp's task is failed with the reason and
+    serve --once exits 1, while a plain box imp's task lands; retried with the secret set,
+    the Pi task runs."""
+    set_up_owner(cli, model.url)
+    note = (
+        'printf "Acme ships SSO.\\n" | impyard-note vendors acme-sso --source https://example.com/a'
+    )
+    assert cli("imp", "create", "bo", "--command", note).code == 0
+    pi_task = cli("task", "add", "yuko", "--prompt", "Write one note.").stdout.strip()
+    box_task = cli("task", "add", "bo", "--prompt", "Write one note.").stdout.strip()
+    served = cli("serve", "--once", timeout=300)
+    assert served.code == 1, served.stdout + served.stderr
+    assert "impyard: error: 1 task(s) failed" in served.stderr
+    reason = "refusing to run imp 'yuko': route 'llm': IMPYARD_SECRET_LLM is not set on the host"
+    assert f"task {pi_task} run - yuko: failed: {reason}" in served.stdout
+    found = {t["id"]: t for t in json.loads(cli("task", "list", "--json").stdout)}
+    assert (found[box_task]["state"], found[box_task]["checkpoint"]) == ("done", "integrated")
+    assert found[pi_task]["state"] == "failed" and found[pi_task]["error"].startswith(reason)
+    assert model.completions() == []
+
+    assert cli("task", "retry", pi_task).code == 0
+    served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+    assert served.code == 0, served.stdout + served.stderr
+    shown = json.loads(cli("task", "show", pi_task, "--json").stdout)
+    assert (shown["state"], shown["checkpoint"], shown["error"]) == ("done", "integrated", None)
+    assert len(model.completions()) == 3
+
+
 def spec_check_script(page_url: str) -> Script:
     """The spec's end-to-end imp check, then a note citing what it fetched."""
     probe = (

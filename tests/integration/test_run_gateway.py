@@ -76,3 +76,36 @@ def test_run_reaches_an_allowed_upstream_only_through_the_gateway(cli: Cli, upst
     assert [r["url"] for r in receipts] == [f"http://127.0.0.1:{upstream}/allowed?secret=REDACTED"]
     assert receipts[0]["id"] == requests[0]["receipt"] and receipts[0]["complete"] is True
     assert receipts[0]["sha256"] == hashlib.sha256(b"hello from upstream\n").hexdigest()
+
+
+def test_a_box_imp_runs_while_a_route_it_never_names_has_no_secret(cli: Cli, upstream: int) -> None:
+    """Only an imp whose runs call a route is refused for its missing secret; a plain box
+    imp runs, and a request it makes on that route is answered 502 naming the secret."""
+    assert cli("init").code == 0
+    org = cli.home / "policy" / "org.toml"
+    org.write_text(
+        org.read_text()
+        + f'\n[[gateway.route]]\nname = "llm"\nupstream = "http://127.0.0.1:{upstream}"\n'
+        'header = "Authorization"\nvalue = "Bearer {secret}"\n'
+        'secret_env = "IMPYARD_SECRET_UNSET_LLM"\n'
+    )
+    deployed = cli("deploy")
+    assert deployed.code == 0, deployed.stderr
+    assert "IMPYARD_SECRET_UNSET_LLM is not set on the host" in deployed.stderr
+    assert cli("imp", "create", "yuko").code == 0
+    script = (
+        "wget -q -O - http://127.0.0.1:3128/route/llm/v1/models 2>&1; echo rc=$?; "
+        'printf "Acme ships SSO.\\n" | impyard-note vendors acme-sso --source https://example.com/acme'
+    )
+    result = cli("run", "yuko", "--prompt", "note", "--command", script, "--json")
+    assert result.code == 0, result.stderr
+    run = json.loads(result.stdout)
+    assert run["checkpoint"] == "integrated", run
+    assert "rc=1" in cli("runs", "logs", run["run_id"]).stdout
+    (request,) = [
+        e
+        for e in json_lines(cli("journal", "--run", run["run_id"], "--json").stdout)
+        if e["event"] == "gateway.request"
+    ]
+    assert (request["route"], request["status"]) == ("llm", 502), request
+    assert "IMPYARD_SECRET_UNSET_LLM is not set on the host" in request["reason"], request

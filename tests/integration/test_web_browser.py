@@ -1,10 +1,12 @@
 """The console in a real headless browser (Debian's chromium): logging in with the token,
 the overview following a run that lands under ``serve`` without a reload, a rejected
 run in Review retried after a policy change, hostile note content rendered as text with
-no script run, and requests without a session or a CSRF token refused."""
+no script run, requests without a session or a CSRF token refused, and every page of
+real runs fitting a phone's screen."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from impyard.home import Home
+from impyard.runs.rework import NEW_NAMESPACE
 from tests.helpers import browser as chromium
 from tests.helpers.cli import Cli
 from tests.helpers.hostile import SCRIPT, commit_hostile_note
@@ -119,12 +122,12 @@ def test_a_rejected_run_is_in_review_and_a_retry_lands_it_after_a_policy_change(
         chromium.follow(driver, By.LINK_TEXT, RUN)
         chromium.follow(driver, By.LINK_TEXT, "Rework…")
         task = chromium.text(driver, By.ID, "task-text")
-        assert f"{note_path()}: file-too-large:" in task and "Find vendors." in task
+        assert f"{note_path(NEW_NAMESPACE)}: file-too-large:" in task and "Find vendors." in task
         chromium.back(driver)
         chromium.follow(driver, By.LINK_TEXT, "Retry…")
         assert "would be rejected" in chromium.text(driver, By.ID, "dry-run")
-        chromium.follow(driver, By.CSS_SELECTOR, "form.actions button")
-        assert chromium.text(driver, By.ID, "outcome") == "rejected"
+        button = driver.find_element(By.CSS_SELECTOR, "form.actions button")
+        assert not button.is_enabled(), "a retry that would change nothing is off"
         set_max_file_chars(home, 1000)
         deploy(cli)
         driver.get(f"{base}/review/candidate/{RUN}/retry")
@@ -163,3 +166,101 @@ def test_the_overview_shows_a_run_landing_under_serve_without_a_reload(
 
 def _impyard(home: Path) -> list[str]:
     return [sys.executable, "-m", "impyard", "--home", str(home)]
+
+
+#: A phone's screen (CSS pixels).
+PHONE = (390, 844)
+#: Most pixels an imp's knowledge page with five commits on main may take on that screen
+#: (about 950 with their trailers folded; 3,500 when each showed its eight).
+KNOWLEDGE_HEIGHT = 1600
+#: How much wider than the window the page is, with the elements past its right edge
+#: and those that scroll sideways inside themselves (a table in a scrolling section).
+OVERFLOW = """
+const w = window.innerWidth;
+const name = e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") +
+  (typeof e.className === "string" && e.className ? "." + e.className : "");
+const all = [...document.querySelectorAll("body *")];
+const past = all.filter(e => e.getBoundingClientRect().right > w + 0.5)
+  .map(e => name(e) + " to " + Math.round(e.getBoundingClientRect().right) + "px");
+const scrolled = all.filter(e => e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0 &&
+  getComputedStyle(e).overflowX !== "visible").map(e => name(e) + " scrolls sideways");
+return [document.documentElement.scrollWidth - w, past.slice(0, 6).concat(scrolled)];
+"""
+NOTE = (
+    "echo 'Acme ships SSO to every customer on its enterprise plan.' | impyard-note vendors "
+    "acme-enterprise-single-sign-on --source https://example.com/reports/2026/acme/sso >/dev/null"
+)
+# 400 bytes of body under a limit of 300 characters.
+LONG_NOTE = 'head -c 400 /dev/zero | tr "\\0" "a" | impyard-note vendors long >/dev/null'
+
+
+def too_wide(driver: WebDriver, url: str | None = None) -> list[str]:
+    """The page at ``url`` loaded (None: the one shown); by how much and where it is
+    wider than the window."""
+    if url is not None:
+        driver.get(url)
+    over, where = driver.execute_script(OVERFLOW)
+    return [f"{driver.current_url} by {over}px: {where}"] if over > 0 or where else []
+
+
+def foreground(cli: Cli, script: str, code: int) -> str:
+    done = cli("run", "yuko", "--prompt", "p", "--json", "--command", script, timeout=120)
+    assert done.code == code, done.stdout + done.stderr
+    run_id: str = json.loads(done.stdout)["run_id"]
+    return run_id
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_every_page_fits_a_phone_screen(cli: Cli, driver: WebDriver) -> None:
+    assert cli("init").code == 0 and cli("imp", "create", "yuko").code == 0
+    (cli.home / "policy" / "imps" / "yuko.toml").write_text("[knowledge]\nmax_file_chars = 300\n")
+    assert cli("deploy").code == 0
+    # Running while the overview is looked at, then ended by its timeout: a quarantine.
+    hold = ("--detach", "--timeout", "30", "--command", NOTE + "; sleep 300")
+    detached = cli("run", "yuko", "--prompt", "p", *hold)
+    assert detached.code == 0, detached.stderr
+    held = detached.stdout.strip()
+    try:
+        with chromium.console_process(cli.home, "web", "--listen", "127.0.0.1:0") as base:
+            log_in(driver, base, cli.home)
+            driver.set_window_size(*PHONE)
+            driver.get(base + "/")
+            assert held in chromium.text(driver, By.CSS_SELECTOR, "#live table.runs")
+            wide = too_wide(driver)
+            landed = [foreground(cli, NOTE, 0) for _ in range(4)]
+            rejected = foreground(cli, LONG_NOTE, 3)
+            for page in (
+                "/",
+                f"/runs/{landed[0]}",
+                f"/runs/{rejected}",
+                "/review",
+                f"/review/candidate/{rejected}",
+                f"/review/candidate/{rejected}/retry",
+                f"/review/candidate/{rejected}/rework",
+                f"/review/candidate/{rejected}/drop",
+                "/knowledge",
+                "/knowledge/yuko?path=records/vendors",
+                "/knowledge/yuko",
+            ):
+                wide += too_wide(driver, base + page)
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            assert height < KNOWLEDGE_HEIGHT, f"the knowledge page is {height}px tall"
+            trailers = (By.CSS_SELECTOR, "#history details.trailers")
+            assert "Impyard-Run" not in chromium.text(driver, *trailers), "collapsed"
+            driver.find_element(By.CSS_SELECTOR, "#history details.trailers summary").click()
+            assert landed[-1] in chromium.text(driver, *trailers), "shown on demand"
+            driver.get(base + "/knowledge/yuko?path=records/vendors")
+            chromium.follow(driver, By.PARTIAL_LINK_TEXT, "acme-enterprise")
+            wide += too_wide(driver)
+            assert cli("runs", "logs", "-f", held, timeout=60).code == 0
+            for page in (
+                f"/runs/{held}",
+                "/review",
+                f"/review/quarantine/{held}",
+                f"/review/quarantine/{held}/retry",
+            ):
+                wide += too_wide(driver, base + page)
+            assert wide == [], "wider than a phone's screen:\n" + "\n".join(wide)
+    finally:
+        cli("runs", "logs", "-f", held, timeout=60)

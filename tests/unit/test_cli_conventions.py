@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +25,18 @@ def _paths(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]
         yield from _paths(sub, (*path, name))
 
 
-COMMANDS = sorted(_paths(typer.main.get_command(app)))
+ROOT = typer.main.get_command(app)
+COMMANDS = sorted(_paths(ROOT))
+
+
+def _command(path: tuple[str, ...]) -> Any:
+    command: Any = ROOT
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+GROUPS = [path for path in COMMANDS if getattr(_command(path), "commands", None)]
 
 
 def test_the_walk_finds_the_command_tree() -> None:
@@ -63,6 +75,19 @@ def test_help_paragraphs_are_rewrapped_not_cut_at_source_lines(cli: Cli) -> None
     summary = text.split("\n\n")[1]
     lines = summary.splitlines()
     assert all(len(line) > 60 for line in lines[:-1]), summary
+
+
+@pytest.mark.parametrize("path", GROUPS, ids=lambda p: " ".join(p) or "impyard")
+def test_a_group_lists_each_command_with_its_whole_summary(path: tuple[str, ...], cli: Cli) -> None:
+    """Each command's first help paragraph, folded onto more lines at 80 columns, where
+    click would cut it short with '...' at the end of one line."""
+    text = cli(*path, "-h", env={"COLUMNS": "80"}).stdout
+    listing = "".join(text.split("Commands:\n", 1)[1].split())
+    for name, sub in _command(path).commands.items():
+        if sub.hidden or not sub.help:
+            continue
+        summary = inspect.cleandoc(sub.help).split("\n\n")[0]
+        assert "".join(f"{name} {summary}".split()) in listing, (name, summary, text)
 
 
 @pytest.mark.parametrize(

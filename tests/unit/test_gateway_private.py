@@ -67,6 +67,9 @@ def test_preflight_and_deploy_refuse_every_spelling_of_a_private_upstream(
     org = yuko.home / "policy" / "org.toml"
     original = org.read_text()
     org.write_text(original + route(f"http://{host}:11434"))
+    # The imp's model calls go to the route, so every run of it would fail.
+    overlay = yuko.home / "policy" / "imps" / "yuko.toml"
+    overlay.write_text('[box.env]\nIMPYARD_MODEL_ROUTE = "llm"\n')
     env = {ENV: "s"}
     deployed = yuko("deploy", env=env)
     assert deployed.code == 0, deployed.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Cli
+from tests.helpers.fake_engine import engine_with_images
 from tests.helpers.git import git
 
 
@@ -18,7 +19,10 @@ def home_cli(cli: Cli) -> Cli:
 
 
 def test_create_list_and_locate_an_imp(home_cli: Cli, tmp_path: Path) -> None:
-    created = home_cli("imp", "create", "yuko", "--image", "img:1", "--command", "echo hi")
+    with engine_with_images() as engine:
+        created = home_cli(
+            "imp", "create", "yuko", "--image", "img:1", "--command", "echo hi", env=engine
+        )
     assert created.code == 0, created.stderr
     listed = home_cli("imp", "list", "--json")
     assert listed.code == 0

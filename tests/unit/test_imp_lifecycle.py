@@ -8,6 +8,7 @@ import pytest
 
 from impyard.home import Home
 from tests.helpers.cli import Cli
+from tests.helpers.fake_engine import engine_with_images
 from tests.helpers.git import git
 from tests.helpers.repo import run_id
 from tests.helpers.runs import write_run
@@ -26,7 +27,8 @@ def settings(cli: Cli) -> dict[str, str | None]:
 
 
 def test_set_changes_image_command_and_agent(ada: Cli) -> None:
-    done = ada("imp", "set", "ada", "--image", "img:2")
+    with engine_with_images() as engine:
+        done = ada("imp", "set", "ada", "--image", "img:2", env=engine)
     assert done.code == 0, done.stderr
     assert done.stdout.strip() == "imp ada: image=img:2  command=-  agent=-"
     assert settings(ada) == {"image": "img:2", "command": None, "agent": None}
@@ -109,3 +111,15 @@ def test_rm_refuses_while_a_task_is_queued_or_a_run_unfinished(ada: Cli) -> None
 def test_rm_of_an_unknown_imp_says_so(ada: Cli) -> None:
     gone = ada("imp", "rm", "nobody")
     assert gone.code == 2 and "no imp named 'nobody'" in gone.stderr
+
+
+def test_an_image_is_not_set_when_the_engine_cannot_be_asked(ada: Cli) -> None:
+    dead = {"DOCKER_HOST": "tcp://127.0.0.1:9"}  # nothing listens: refused at once
+    for argv in (("imp", "set", "ada"), ("imp", "create", "bob")):
+        refused = ada(*argv, "--image", "img:2", env=dead)
+        assert refused.code == 1, refused
+        assert refused.stderr == (
+            "impyard: error: cannot check that image img:2 is in the engine, so it is not "
+            "set: cannot reach the Docker engine at tcp://127.0.0.1:9: connection refused\n"
+        )
+    assert settings(ada) == {"image": None, "command": None, "agent": None}

@@ -4,6 +4,7 @@ files in order, and -f following new lines across rotations."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from impyard.names import utc_stamp
 from impyard.retention.rotation import rotate
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.follow import Follower
+from tests.helpers.tty import run_on_terminal
 
 EVERYTHING = JournalQuery()
 
@@ -161,6 +163,33 @@ def test_json_lines_and_text_keep_terminal_controls_escaped(cli: Cli, live: Path
     for output in (shown.stdout, text.stdout):
         assert not any(c in output for c in "\x1b\x07\x9b\x7f"), output
     assert "box.\\x1b[2J imp=\\x9bimp\\x7f run=run-\\x1b[31m" in text.stdout
+
+
+def test_on_a_terminal_a_long_event_folds_between_words_and_piped_stays_one_line(
+    cli: Cli, live: Path
+) -> None:
+    url = "https://vendors.example.com/catalogue/single-sign-on/pricing?region=eu&plan=team"
+    Journal(live).record(
+        "gateway.request",
+        imp="yuko",
+        run="run-20260711T120000Z-0123456789",
+        method="GET",
+        status=200,
+        bytes=48213,
+        url=url,
+        route="search",
+    )
+    piped = cli("journal", "--event", "gateway.*").stdout.splitlines()
+    assert len(piped) == 1 and len(piped[0]) > 160  # one event, one line, for grep
+    shown = run_on_terminal(cli.home, "journal", "--event", "gateway.*", columns=80)
+    assert shown.code == 0, shown.stderr
+    rows = shown.stdout.splitlines()
+    assert len(rows) > 2 and all(len(row) <= 80 for row in rows), rows
+    assert all(row.startswith("    ") for row in rows[1:])  # the event's rest, indented
+    # Nothing left out, and no word cut: the URL folds only between its parts.
+    assert "".join("".join(rows).split()) == "".join(piped[0].split())
+    assert set(re.findall(r"\w+", shown.stdout)) == set(re.findall(r"\w+", piped[0]))
+    assert "run=run-20260711T120000Z-0123456789" in rows[0].split() + rows[1].split()
 
 
 def test_poll_waits_for_a_line_to_end(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from impyard.gateway.upstream import UpstreamError, open_connection
+from impyard.home import Home
+from impyard.preflight import imps_refused
 from tests.helpers.cli import Cli
 
 SECRET = "IMPYARD_SECRET_PREFLIGHT"
@@ -42,6 +44,12 @@ def with_route(cli: Cli, text: str) -> None:
     org.write_text(org.read_text() + text)
 
 
+def calls_route(cli: Cli, imp: str, name: str = "llm") -> None:
+    """The imp's overlay names the route its model calls go to: its runs use that route."""
+    overlay = cli.home / "policy" / "imps" / f"{imp}.toml"
+    overlay.write_text(f'[box.env]\nIMPYARD_MODEL_ROUTE = "{name}"\n')
+
+
 def run(cli: Cli, *args: str, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
     result = cli("run", "yuko", "--prompt", "hi", *args, env=env)
     return result.code, result.stderr.splitlines()
@@ -49,6 +57,7 @@ def run(cli: Cli, *args: str, env: dict[str, str] | None = None) -> tuple[int, l
 
 def test_a_missing_secret_is_one_line_before_any_box_and_deploy_warns(yuko: Cli) -> None:
     with_route(yuko, route("https://api.example.com"))
+    calls_route(yuko, "yuko")
     deployed = yuko("deploy")
     assert deployed.code == 0, deployed.stderr
     assert f"impyard: warning: route 'llm': {SECRET} is not set on the host" in deployed.stderr
@@ -73,6 +82,33 @@ def test_a_missing_secret_is_one_line_before_any_box_and_deploy_warns(yuko: Cli)
             "secret": f"env {SECRET}",
             "allow_private": False,
         }
+    ]
+
+
+def test_only_imps_whose_runs_call_the_route_are_refused(yuko: Cli) -> None:
+    """A plain command imp calls no route it does not name; a Pi imp calls its model route,
+    ``llm`` unless IMPYARD_MODEL_ROUTE names another."""
+    with_route(yuko, route("https://api.example.com"))
+    assert yuko("imp", "create", "pia", "--agent", "pi").code == 0
+    assert yuko("deploy").code == 0
+    # Past the route check, stopped at the next one (the timeout): not refused for llm.
+    code, lines = run(yuko, "--timeout", "999999")
+    assert code == 2 and "box.timeout_seconds" in lines[0], lines
+    refused = yuko("run", "pia", "--prompt", "hi")
+    assert refused.code != 0
+    assert refused.stderr.startswith("impyard: error: refusing to run imp 'pia': route 'llm': ")
+    # The owner's --command replaces the agent: its run calls no route of Pi's.
+    own = yuko("run", "pia", "--prompt", "hi", "--command", "true", "--timeout", "999999")
+    assert own.code == 2 and "box.timeout_seconds" in own.stderr, own.stderr
+    calls_route(yuko, "pia", "local")
+    assert yuko("deploy").code == 0
+    moved = yuko("run", "pia", "--prompt", "hi", "--timeout", "999999")
+    assert moved.code == 2 and "box.timeout_seconds" in moved.stderr, moved.stderr
+    # serve names at start only the imps it will refuse.
+    calls_route(yuko, "pia", "llm")
+    assert yuko("deploy").code == 0
+    assert [line.split(":")[0] for line in imps_refused(Home(yuko.home))] == [
+        "refusing to run imp 'pia'"
     ]
 
 
@@ -102,6 +138,7 @@ def test_an_upstream_that_doubles_v1_is_caught(yuko: Cli) -> None:
 
 def test_a_loopback_upstream_is_refused_then_allowed_with_the_key(yuko: Cli) -> None:
     with_route(yuko, route("http://localhost:11434"))
+    calls_route(yuko, "yuko")
     deployed = yuko("deploy", env={SECRET: "s"})
     assert "upstream host localhost resolves to non-public" in deployed.stderr
     assert "set allow_private = true on the route" in deployed.stderr

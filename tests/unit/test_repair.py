@@ -18,6 +18,7 @@ from impyard.home import Home
 from impyard.knowledge import runspace
 from impyard.knowledge.change import Change, KnowledgeLimits, Violation
 from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.imps import create_imp
 from impyard.knowledge.increments import landed_by
 from impyard.knowledge.lane import Trailers, candidate_ref, integrate, keep_candidate
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
@@ -26,9 +27,20 @@ from impyard.knowledge.snapshot import snapshot
 from impyard.loopspace import loop_supported
 from impyard.runs import manifest as manifests
 from impyard.runs.model import CheckpointRecord, Manifest
+from tests.helpers.backup import reject_note
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, tree_paths
+from tests.helpers.repo import (
+    NS,
+    RUN,
+    change_of,
+    make_imp,
+    note_path,
+    note_text,
+    run_id,
+    tree_paths,
+)
+from tests.helpers.runs import write_run
 
 OWNER = {"USER": "alice"}
 TIGHT = KnowledgeLimits(max_file_chars=300)
@@ -555,6 +567,48 @@ def test_a_candidate_is_named_by_a_prefix_or_last_and_by_its_id_once_its_run_is_
     assert gone.code == 2 and gone.stderr == f"impyard: error: no run matches {RUN[:16]!r}\n"
 
 
+def test_last_means_the_newest_of_the_kind_and_a_run_of_the_other_kind_is_pointed_to(
+    long_note: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    """RUN was refused; a later run was quarantined and the newest one landed: `last` is
+    RUN for the candidate commands and the quarantined run for the quarantine ones."""
+    home, repo, cli = long_note
+    killed = "run-20260711T130000Z-aaaaaaaaaa"
+    quarantine(repo, killed, main_commit(repo), Change(), "timed out and killed")
+    write_run(home, killed, checkpoint="quarantined", state="finished")
+    write_run(home, "run-20260711T140000Z-bbbbbbbbbb", checkpoint="integrated", state="finished")
+    for args, expected in (
+        (("candidates", "show", "last"), RUN),
+        (("candidates", "retry", "last", "--dry-run"), RUN),
+        (("quarantine", "show", "last"), killed),
+    ):
+        shown = cli(*args, "--json", env=OWNER)
+        assert shown.code == 0, shown.stderr
+        assert json.loads(shown.stdout)["run_id"] == expected, args
+    for command in ("show", "diff", "retry", "drop", "export"):
+        extra = [str(home.root.parent / "out")] if command == "export" else []
+        asked = cli("candidates", command, killed, *extra, env=OWNER)
+        assert asked.code != 0, command
+        assert asked.stderr == (
+            f"impyard: error: run {killed} was quarantined, not refused: "
+            f"see `impyard quarantine show {killed}`\n"
+        ), command
+    back = cli("quarantine", "show", RUN)
+    assert back.code != 0
+    assert f"run {RUN} was refused, not quarantined: see `impyard candidates show {RUN}`" in (
+        back.stderr
+    )
+    assert quarantine_ref(killed) in repo.references and candidate_ref(RUN) in repo.references
+
+
+def test_last_with_nothing_of_its_kind_kept_says_so(tmp_path: Path) -> None:
+    home, _repo = make_imp(tmp_path)
+    write_run(home, RUN, checkpoint="integrated", state="finished")
+    shown = Cli(home=home.root)("candidates", "show", "last")
+    assert shown.code == 2
+    assert shown.stderr == "impyard: error: no candidates kept: `last` names the newest one\n"
+
+
 # -- quarantine ------------------------------------------------------------------------
 
 
@@ -746,3 +800,20 @@ def test_diffs_are_bounded_and_name_deletions_and_binary_files(tmp_path: Path) -
     long = shown["organization/long.md"]
     assert long.truncated and long.text.endswith("more line(s) not shown")
     assert len(long.text.splitlines()) == MAX_LINES_PER_FILE + 1
+
+
+def test_candidates_list_newest_first_across_imps(tmp_path: Path) -> None:
+    home, _repo = make_imp(tmp_path)
+    create_imp(home, "abe")
+    for n, imp in ((1, "yuko"), (3, "abe"), (2, "yuko")):
+        reject_note(home, n, imp)
+    cli = Cli(home=home.root)
+    listed = json.loads(cli("candidates", "list", "--json").stdout)
+    assert [(r["run_id"], r["imp"]) for r in listed] == [
+        (run_id(3), "abe"),
+        (run_id(2), "yuko"),
+        (run_id(1), "yuko"),
+    ]
+    table = cli("candidates", "list").stdout
+    shown = [run for run in (run_id(n) for n in (1, 2, 3)) if run in table]
+    assert sorted(shown, key=table.index) == [run_id(3), run_id(2), run_id(1)]

@@ -20,7 +20,7 @@ from impyard.queue.db import opened
 from impyard.runs.rework import origin_of, task_text
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.repo import NS, RUN, make_imp, note_path, note_text
+from tests.helpers.repo import NS, OTHER_NS, RUN, make_imp, note_path, note_text
 from tests.unit.test_repair import (
     LONG_BODY,
     OWNER,
@@ -228,8 +228,9 @@ def test_a_dry_run_rework_shows_the_task_the_rework_then_queues(
     assert said["files"] == [{"path": note_path(), "was": note_path()}]
     [violation] = said["violations"]
     text = said["task_text"]
-    quoted = f"- {note_path()}: file-too-large: {violation['message']}"
-    for part in (f"> {PROMPT}", quoted, f"> {note}", f"- {note_path()}"):
+    new = said["new_namespace"]
+    quoted = f"- {note_path(new)}: file-too-large: {violation['message']}"
+    for part in (f"> {PROMPT}", quoted, f"> {note}", f"- {note_path(new)} (was {note_path()})"):
         assert part in text
     human = cli("candidates", "rework", RUN, "--note", note, "--dry-run", env=OWNER)
     assert human.code == 0 and "dry run: would queue a rework of" in human.stdout
@@ -249,8 +250,9 @@ def test_a_dry_run_rework_shows_the_task_the_rework_then_queues(
     assert found is not None
     origin = origin_of(found)
     assert origin is not None
-    seeded = plan_seed(repo, origin.commit, NS, NS)
-    assert task_text(origin, found.prompt, NS, seeded) == text
+    # The task file its run reads is the preview's, in the namespace that run is issued.
+    seeded = plan_seed(repo, origin.commit, NS, OTHER_NS)
+    assert task_text(origin, found.prompt, OTHER_NS, seeded) == text.replace(new, OTHER_NS)
 
 
 def test_a_dry_run_retry_of_a_run_that_checkpointed_says_what_it_would_keep_back(

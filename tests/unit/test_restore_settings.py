@@ -12,6 +12,7 @@ from impyard.backup.meta import SETTINGS_REF, settings_commit
 from impyard.home import Home
 from impyard.knowledge.imps import ImpSettings, read_imp_settings
 from tests.helpers.cli import Cli
+from tests.helpers.fake_engine import engine_with_images
 from tests.helpers.hostile_trees import knowledge_tree, raw_commit
 from tests.helpers.repo import assert_fsck_clean
 
@@ -104,7 +105,11 @@ def test_keep_settings_keeps_the_local_ones_and_defaults_a_new_imp(
 ) -> None:
     base = tmp_path / "backups"
     assert cli("init").code == 0
-    assert cli("imp", "create", "yuko", "--image", "mine:2", "--command", "run-mine").code == 0
+    with engine_with_images() as engine:
+        created = cli(
+            "imp", "create", "yuko", "--image", "mine:2", "--command", "run-mine", env=engine
+        )
+    assert created.code == 0
     home = Home(cli.home)
     mine = read_imp_settings(home, "yuko")
     # The backup holds what this data root has (its main) but other settings.

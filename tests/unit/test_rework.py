@@ -14,15 +14,30 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.change import KnowledgeLimits, Violation
 from impyard.knowledge.checkout import CheckoutKind, prepare_checkout
-from impyard.knowledge.seed import plan_seed, rename_into, rewrite_id, seed_checkout
+from impyard.knowledge.lane import candidate_ref, integrate
+from impyard.knowledge.repo import main_commit
+from impyard.knowledge.seed import (
+    SeedFile,
+    SeedPlan,
+    plan_seed,
+    rename_into,
+    rewrite_id,
+    seed_checkout,
+)
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.violations import digest
 from impyard.queue import tasks
 from impyard.queue.db import connect
+from impyard.runs.endings import digest_fields
+from impyard.runs.model import ReworkOrigin
+from impyard.runs.rework import FILE_CHARS, LINE_CHARS, SECTION_CHARS, task_text
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER, commit, make_repo
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org
+from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, trailers
+from tests.unit.test_repair import write_manifest
 
 OLD, NEW = "n_0123456789ab", "n_ba9876543210"
 
@@ -136,3 +151,87 @@ def test_seeded_files_are_the_runs_own_change_in_either_checkout(
     assert isinstance(blob, pygit2.Blob) and blob.data == f"---\nid: {NEW}_1\n---\nx\n".encode()
     st = os.lstat(checkout.root / renamed)
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (*OWNER, 0o644)
+
+
+def test_huge_unknown_frontmatter_keys_are_cut_wherever_the_refusal_is_kept(
+    tmp_path: Path,
+) -> None:
+    """Ten notes, each with a 60,000-character unknown frontmatter key: the manifest, the
+    journal's violations, the candidate's commit message and the rework's task file each
+    quote the keys cut, saying how much, and stay small."""
+    home, repo = make_imp(tmp_path)
+    key = "k" * 60_000
+    files = {
+        note_path(number=n): note_text(f"{NS}_{n}")
+        .replace("\n---\n", f"\n{key}: x\n---\n", 1)
+        .encode()
+        for n in range(1, 11)
+    }
+    base = main_commit(repo)
+    result = integrate(
+        home,
+        "yuko",
+        change_of(repo, files),
+        base=base,
+        namespace=NS,
+        mode="append",
+        limits=KnowledgeLimits(),
+        trailers=trailers(base),
+    )
+    assert result.checkpoint == "rejected"
+    found = digest(result.violations)  # what the manifest and the journal's event keep
+    write_manifest(
+        home,
+        base,
+        checkpoint="rejected",
+        candidate_ref=result.candidate_ref,
+        **digest_fields(found),
+    )
+    home.run_task(RUN).write_text("Find the vendors that ship SSO.\n")
+    cut_key = f"[cut {len(key) - 60:,} characters]"
+
+    assert len(found.kept) == 10
+    assert all(cut_key in v["message"] for v in found.kept)
+    assert len(json.dumps(found.kept)) < 10_000
+    assert home.manifest(RUN).stat().st_size < 20_000
+    message = repo.revparse_single(candidate_ref(RUN)).peel(pygit2.Commit).message
+    assert len(message) < 10_000 and message.count(cut_key) == 10
+
+    shown = Cli(home=home.root)("candidates", "rework", RUN, "--dry-run", "--json")
+    assert shown.code == 0, shown.stderr
+    text = json.loads(shown.stdout)["task_text"]
+    assert len(text) < 20_000 and text.count(cut_key) == 10
+    assert max(len(line) for line in text.splitlines()) < 1_000
+
+
+def test_a_rework_task_file_bounds_each_line_each_section_and_the_whole() -> None:
+    """A refused run's record may hold violations quoting long paths and many files (one
+    restored, or written before messages were bounded): each quoted line is cut to its
+    bound, the violations and the file list each to theirs, and the owner's note after
+    them stays; every cut says how much."""
+    path = f"records/{'d' * 200}/" * 100 + "x.md"  # longer than any path a box can leave
+    origin = ReworkOrigin(
+        of=RUN,
+        origin=RUN,
+        kind="candidate",
+        ref=candidate_ref(RUN),
+        commit="0" * 40,
+        namespace=NS,
+        note="Keep it short.",
+        violations=[Violation(path, "frontmatter", "m" * 60_000) for _ in range(100)],
+        violations_total=100,
+    )
+    name = f"records/vendors/{'f' * 200}"
+    many = [SeedFile(f"{name}-{n}.md", f"{name}-{n}.md", "0" * 40) for n in range(5_000)]
+    text = task_text(origin, "Find vendors.", NS, SeedPlan(NS, NS, files=many))
+
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= LINE_CHARS
+    assert len(text) <= FILE_CHARS
+    quoted = [line for line in lines if line.startswith(f"- {path[:100]}")]
+    assert quoted and all(line.endswith(" characters]") for line in quoted)
+    cut_sections = [line for line in lines if line.startswith("… [cut ")]
+    assert len(cut_sections) == 2  # the violations, then the files
+    assert "> Keep it short." in lines
+    violations = text[text.index("## Violations") : text.index("## The owner's note")]
+    assert len(violations) <= SECTION_CHARS + 100

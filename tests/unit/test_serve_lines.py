@@ -341,7 +341,10 @@ def test_the_stop_line_says_why_and_counts() -> None:
     assert "impyard serve: stopped by SIGTERM: queued 2  landed 3" in stop_line(status, AT)
 
 
-def test_a_terminal_gets_the_same_lines_and_a_live_status() -> None:
+def test_a_terminal_gets_the_same_lines_and_a_live_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # a terminal wide enough for every line
     status = ServeStatus(running=1, queued=2)
     started = ServeEvent("started", task_id="t", run_id="r", imp="ada", outcome="started", at=AT)
     outputs = {}
@@ -367,6 +370,43 @@ def test_a_terminal_gets_the_same_lines_and_a_live_status() -> None:
     # Erase the live status where each line starts and drop what it drew: the same lines.
     erased = [part.split("\n")[0] for part in shown.split("\r\x1b[K") if part]
     assert [line for line in erased if not line.startswith("running")] == plain.splitlines()
+
+
+def test_at_80_columns_a_line_folds_between_words_and_the_status_fits_one_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rejection's line is longer than 80 columns, and so is the full live status: a
+    terminal would fold both mid-word, and the status's first row would stay on screen."""
+    monkeypatch.setenv("COLUMNS", "80")
+    status = ServeStatus(running=1, queued=2)
+    status.counts.update({"integrated": 3, "quarantined": 1})
+    event = ServeEvent(
+        "finished",
+        task_id="task-53b766a68ecf",
+        run_id="run-20261202T140305Z-ab12cd34",
+        imp="pia",
+        outcome="rejected",
+        reason="records/vendors/acme-corporation-single-sign-on.md: file-too-large: "
+        "640 characters, the policy allows 300",
+        at=AT,
+    )
+    line = event_line(event)
+    assert line is not None and len(line) > 80
+    outputs = {}
+    for tty in (False, True):
+        out = io.StringIO()
+        writer = LineWriter(out, tty=tty)
+        writer.put(line, status)
+        writer.close()
+        outputs[tty] = out.getvalue()
+    assert outputs[False] == line + "\n"  # a log keeps one line per event
+    rows = outputs[True].split("\r\x1b[K")[1].split("\n")
+    *folded, live = rows
+    assert len(folded) > 1 and all(len(row) <= 80 for row in folded), folded
+    assert all(row.startswith("    ") for row in folded[1:])  # the rest is indented
+    assert " ".join(folded).split() == line.split()  # every word whole, none left out
+    assert len(live) < 80, live
+    assert live == "running 1 queued 2 landed 3 quarantined 1"  # only the zeros left out
 
 
 def test_serve_once_prints_its_start_and_stop_lines(home: Home) -> None:

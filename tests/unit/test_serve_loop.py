@@ -135,7 +135,7 @@ def test_a_failed_run_is_recorded_with_its_error(
     task = add(home, "ada", "fails")
     status = server(home, concurrency=1).serve()
     found = by_id(home)[task]
-    assert (found.state, found.checkpoint) == ("done", None)
+    assert (found.state, found.checkpoint) == ("failed", None)
     assert found.error == "unexpected RuntimeError: a bug"
     assert status.counts["failed"] == 1
 

@@ -224,6 +224,26 @@ def test_editing_org_toml_without_deploying_is_a_problem_until_deploy(home: Home
     assert status.problems == [] and status.policy.deployed
 
 
+def test_a_broken_policy_file_is_named_with_its_line_and_error(
+    cli: Cli, healthy_engine: None
+) -> None:
+    assert cli("init").code == 0
+    org = cli.home / "policy" / "org.toml"
+    lines = org.read_text().splitlines()
+    at = lines.index("[box]")
+    lines[at] = "[box"  # an unclosed table header: not TOML
+    org.write_text("\n".join(lines) + "\n")
+
+    result = cli("status")
+
+    assert result.code == 1
+    (problem,) = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM")]
+    assert problem.startswith("PROBLEM  policy-not-deployed: org.toml changed, and a deploy ")
+    error = "not valid TOML: Expected ']' at the end of a table declaration"
+    assert f"{org}: line {at + 1}, column 5: {error}" in problem
+    assert problem.endswith("fix it, then run `impyard deploy`")
+
+
 def test_an_overlay_added_or_removed_since_deploy_is_not_deployed(home: Home) -> None:
     overlay = home.imp_policy("yuko")
     overlay.write_text("[box]\npids_limit = 100\n")
@@ -399,7 +419,13 @@ def test_queue_depth_leases_and_unfinished_runs(
     home.run_dir(done).mkdir()
     home.manifest(done).write_text(json.dumps({"run_id": done, "state": "finished"}))
     status = status_of(home)
-    assert status.queue.counts == {"queued": 1, "running": 1, "done": 0, "cancelled": 1}
+    assert status.queue.counts == {
+        "queued": 1,
+        "running": 1,
+        "done": 0,
+        "failed": 0,
+        "cancelled": 1,
+    }
     assert status.queue.oldest_queued_at is not None
     (lease,) = status.leases
     assert (lease.imp, lease.holder, lease.live) == ("yuko", RUN, True)

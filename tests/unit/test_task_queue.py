@@ -59,7 +59,7 @@ def test_endings_finish_or_give_back_their_tasks(tmp_path: Path) -> None:
         "integrated",
         run,
     )
-    assert (found[failed].state, found[failed].error) == ("done", "engine error: gone")
+    assert (found[failed].state, found[failed].error) == ("failed", "engine error: gone")
     assert (found[back].state, found[back].started_at) == ("queued", None)
 
 

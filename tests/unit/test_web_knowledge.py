@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from impyard.gateway.receipts import Receipt
 from impyard.home import Home
+from impyard.knowledge.imps import open_repo
+from impyard.textcap import marker
+from impyard.web.commitview import SUMMARY_CHARS, TRAILERS
 from tests.helpers.cli import Cli
-from tests.helpers.hostile import IMG, MESSAGE, SCRIPT, commit_hostile_note
+from tests.helpers.hostile import IMG, MESSAGE, SCRIPT, commit_files, commit_hostile_note
 from tests.helpers.repo import note_path
 from tests.helpers.web import console_for, log_in
 from tests.unit.test_provenance_cli import landed
@@ -72,3 +76,41 @@ def test_a_note_shows_its_receipts_and_trust_as_the_cli_does(
     assert "trust    1 independent source" in shown.stdout
     assert '<dd id="trust">1 independent source (distinct hosts' in page
     assert receipt.sha256 in page and commit[:12] in page and receipt.ended_at in page
+
+
+def test_a_huge_commit_message_on_main_is_shown_cut_saying_how_much(home: Cli) -> None:
+    """A commit the lane did not write (an owner's, or one a restore let through) may
+    carry a summary of megabytes and hundreds of long trailers: the history shows a
+    bounded part of each, and says how much it cut."""
+    repo = open_repo(Home(home.home), "yuko")
+    summary = "A" * 3_000_000
+    trailers = "\n".join(f"Key-{n}: {'v' * 100_000}" for n in range(100))
+    when = pygit2.Signature("owner", "owner@example.invalid")
+    head = repo.references["refs/heads/main"]
+    parent = head.peel(pygit2.Commit)
+    oid = repo.create_commit(
+        None, when, when, f"{summary}\n\n{trailers}\n", parent.tree.id, [parent.id]
+    )
+    head.set_target(oid)
+    console, client = console_for(home.home)
+    log_in(console, client)
+
+    page = client.get("/knowledge/yuko")
+    assert page.status_code == 200
+    assert len(page.content) < 200_000, len(page.content)
+    assert f"[cut {3_000_000 - SUMMARY_CHARS + len(marker(3_000_000)):,} characters]" in (page.text)
+    assert f"{100 - TRAILERS} more trailers not shown" in page.text
+
+
+def test_only_records_get_frontmatter_warnings(home: Cli, tmp_path: Path) -> None:
+    bare = "records/vendors/acme--n_0123456789ab_1.md"
+    commit_files(Home(home.home), "yuko", tmp_path / "work", {bare: "no frontmatter\n"}, "bare")
+    console, client = console_for(home.home)
+    log_in(console, client)
+    warning = "the file must start with a &#39;---&#39; frontmatter line"
+    for prose in ("README.md", "records/README.md", "organization/README.md"):
+        page = client.get("/knowledge/yuko/note", params={"path": prose})
+        assert page.status_code == 200 and "# " in page.text
+        assert 'class="reasons"' not in page.text and warning not in page.text, prose
+    record = client.get("/knowledge/yuko/note", params={"path": bare}).text
+    assert f'<ul class="reasons"><li class="warn">{warning}</li></ul>' in record

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from impyard.home import Home
-from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.change import KnowledgeLimits, Violation
 from impyard.runs import manifest as manifests
 from tests.helpers.cli import Cli
 from tests.helpers.runs import write_run
@@ -126,6 +126,20 @@ def test_the_overview_lists_outcomes_and_unfinished_runs(home: Cli) -> None:
     running = page.split("Running")[1].split("Last outcomes")[0]
     assert RUN_C in running and 'data-since="2026-07-11T12:02:00Z"' in running
     assert "engine" in page and "policy" in page and "disk" in page
+
+
+def test_the_overview_row_of_a_rejected_run_shows_its_first_reason(home: Cli) -> None:
+    console, client = console_for(home.home)
+    log_in(console, client)
+    refused = [
+        Violation("records/a<b>--n_7f3c91a2d0e4_1.md", "file-too-large", "too long"),
+        Violation("records/c--n_7f3c91a2d0e4_2.md", "bad-frontmatter", "no id"),
+    ]
+    finished_run(home.home, RUN_A, "rejected", validation_errors=refused)
+    page = client.get("/").text
+    [row] = [line for line in page.split("<tr") if RUN_A in line]
+    reason = "records/a&lt;b&gt;--n_7f3c91a2d0e4_1.md: file-too-large (…and 1 more)"
+    assert f'data-label="reason">{reason}</td>' in row
 
 
 def test_the_run_page_shows_box_output_as_text(home: Cli) -> None:

@@ -15,6 +15,7 @@ from impyard.knowledge.lane import candidate_ref
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs import manifest as manifests
+from impyard.runs.rework import NEW_NAMESPACE
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, note_path, note_text
 from tests.helpers.web import console_for, log_in
@@ -80,7 +81,8 @@ def test_each_action_previews_its_dry_run(
     )
     rework = client.get(f"/review/candidate/{RUN}/rework").text
     assert "Dry run: would queue a task for imp yuko (mode append, attempt 1)" in rework
-    assert f"- {note_path()}: file-too-large:" in rework and "The owner&#39;s note" not in rework
+    assert f"- {note_path(NEW_NAMESPACE)}: file-too-large:" in rework
+    assert "The owner&#39;s note" not in rework
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in rework
     assert "<script>window" not in rework
     noted = client.get(f"/review/candidate/{RUN}/rework", params={"note": "Keep <b>it</b> short"})
@@ -94,6 +96,40 @@ def test_each_action_previews_its_dry_run(
     assert "Dry run: would land as checkpoint 1 (from the ref): 1 file(s) written" in retry
     assert f"<li>write <code>{note_path()}</code></li>" in retry
     assert candidate_ref(RUN) in repo.references, "a preview changes nothing"
+
+
+def test_a_retry_that_would_be_rejected_is_off_and_lists_each_reason_once(
+    refused: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, _, cli = refused
+    console, client = console_for(home.root)
+    csrf = log_in(console, client)
+    retry = client.get(f"/review/candidate/{RUN}/retry").text
+    assert "Dry run: would be rejected" in retry
+    assert '<button type="submit" disabled>Retry</button>' in retry
+    assert retry.count("exceeds max_file_chars (300)") == 1, "one list of the reasons"
+    assert "`" not in retry and "then <code>impyard deploy</code>)" in retry
+    done = client.post(f"/review/candidate/{RUN}/retry", data={"csrf": csrf}).text
+    assert "`" not in done and "<code>impyard deploy</code>" in done
+    set_max_file_chars(home, 1000)
+    deploy(cli)
+    retry = client.get(f"/review/candidate/{RUN}/retry").text
+    assert '<button type="submit">Retry</button>' in retry
+    assert retry.count("exceeds max_file_chars (300)") == 1, "why it was refused"
+
+
+def test_the_rework_preview_names_the_new_runs_namespace_where_it_says_so(
+    refused: tuple[Home, pygit2.Repository, Cli],
+) -> None:
+    home, _, _ = refused
+    console, client = console_for(home.root)
+    log_in(console, client)
+    rework = client.get(f"/review/candidate/{RUN}/rework").text
+    task = rework.split('id="task-text">')[1].split("</pre>")[0]
+    assert f"renamed into your namespace {NEW_NAMESPACE} where" in task
+    assert f"- {note_path(NEW_NAMESPACE)} (was {note_path()})" in task
+    assert NS not in task.replace(f"(was {note_path()})", "")
+    assert f"<code>{NEW_NAMESPACE}</code> stands for the new run's namespace" in rework
 
 
 def test_a_rework_is_queued_from_the_console_as_web_with_its_note(

@@ -1,4 +1,5 @@
-"""``box/pi-render``, the Pi adapter's step renderer, and ``box/pi/steps.js``, the Pi
+"""``box/agent-render`` with Pi's parser ``box/pi/events.js``, the Pi adapter's step
+renderer, and ``box/pi/steps.js``, the Pi
 extension that feeds it, run by the host's node. A stand-in Pi writes canned events (the
 shapes Pi 0.73.1 hands its extensions) to the events descriptor and an answer to stdout:
 one bounded line per step, no raw terminal control from the model or a tool, Pi's exit
@@ -24,13 +25,21 @@ from typing import Any
 import pytest
 
 BOX = Path(__file__).resolve().parents[2] / "box"
-RENDER = BOX / "pi-render"
+RENDER = BOX / "agent-render"
+PARSER = BOX / "pi" / "events.js"
 EXTENSION = BOX / "pi" / "steps.js"
 NODE = shutil.which("node")
 
 if NODE is None and os.environ.get("CI") == "true":
     pytest.fail("node is missing (the agent image build installs it)", pytrace=False)
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+def render_command() -> list[str]:
+    """agent-render running a command as Pi, with Pi's event parser."""
+    assert NODE is not None
+    return [NODE, str(RENDER), "--name", "pi", "--parser", str(PARSER), "--"]
+
 
 ESC_TITLE, ESC_CLEAR = "\x1b]0;pwned\x07", "\x1b[2J"
 SHOWN_TITLE, SHOWN_CLEAR = r"\x1b]0;pwned\x07", r"\x1b[2J"
@@ -107,7 +116,7 @@ class Pi:
 def render(
     tmp_path: Path, pi: Pi, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    """pi-render running ``pi``: events to the descriptor named in IMPYARD_PI_EVENTS_FD,
+    """agent-render running ``pi``: events to the descriptor named in IMPYARD_PI_EVENTS_FD,
     then the answer on stdout, then ``pi.then``."""
     events, answer = tmp_path / "events.jsonl", tmp_path / "answer.txt"
     events.write_text("".join(json.dumps(e) + "\n" for e in pi.events))
@@ -116,7 +125,7 @@ def render(
     assert NODE is not None
     base = {k: v for k, v in os.environ.items() if k not in ("HTTP_PROXY", "http_proxy")}
     return subprocess.run(
-        [NODE, str(RENDER), "/bin/sh", "-c", script, str(events), str(answer)],
+        [*render_command(), "/bin/sh", "-c", script, str(events), str(answer)],
         capture_output=True,
         env={**base, **(env or {})},
         timeout=30,
@@ -169,7 +178,7 @@ def test_pis_exit_status_is_kept_and_a_signal_death_is_128_plus_n(tmp_path: Path
 
 
 def test_a_process_pi_left_behind_does_not_keep_the_box_running(tmp_path: Path) -> None:
-    """A tool's background process inherits Pi's outputs; once Pi exits, pi-render waits
+    """A tool's background process inherits Pi's outputs; once Pi exits, agent-render waits
     for them a moment only (render's own timeout would fail this test otherwise)."""
     pidfile = tmp_path / "orphan.pid"
     done = render(tmp_path, Pi(HOSTILE, ANSWER, then=f"sleep 120 & echo $! >{pidfile}; exit 0"))
@@ -254,7 +263,7 @@ def test_an_unanswered_report_is_one_line_and_keeps_the_exit_status(tmp_path: Pa
         port = unused.getsockname()[1]  # nothing listens there
     done = render(tmp_path, Pi(HOSTILE), env={"HTTP_PROXY": f"http://127.0.0.1:{port}/"})
     assert done.returncode == 0
-    assert done.stderr.decode().startswith("pi-render: step count not reported: ")
+    assert done.stderr.decode().startswith("agent-render: step count not reported: ")
     assert done.stderr.count(b"\n") == 1
 
 
@@ -263,7 +272,7 @@ def test_sigterm_is_passed_on_to_pi_and_its_status_kept(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     pi = f"trap 'echo got-term >&2; exit 5' TERM; touch {ready}; while :; do sleep 0.05; done"
     proc = subprocess.Popen(
-        [NODE, str(RENDER), "/bin/sh", "-c", pi], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*render_command(), "/bin/sh", "-c", pi], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 20
     while not ready.exists() and time.monotonic() < deadline:
