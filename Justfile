@@ -19,6 +19,10 @@ box:
 box-pi:
     bash scripts/build-agent-box.sh pi
 
+# Build the agent image impyard-claude-code:latest (Debian trixie + Claude Code; kept when unchanged)
+box-claude-code:
+    bash scripts/build-agent-box.sh claude-code
+
 # Lint and type-check the package
 lint:
     {{venv}}/ruff check impyard tests bench

@@ -1,0 +1,133 @@
+"""Driving a real agent image through the real gateway: the owner's policy for an agent
+(taken from its section of docs/agents.md, so the documented snippet is the one tested),
+and protocol-neutral scripts of the scripted model server that every agent's tests share
+(the agent's own shell and file-write tools are picked from the tools it offered)."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+from impyard.devtools.model_server import (
+    NAMESPACE,
+    Conversation,
+    Reply,
+    Script,
+    ToolCall,
+    shell_call,
+    write_call,
+    write_note,
+)
+from impyard.devtools.model_server.script import note_path, note_text
+from tests.helpers.cli import Cli
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "sk-impyard-test-0123456789abcdefghijklmnopqrstuv"
+SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
+#: Read tools an agent's write tool requires before it replaces a file (``file_path``).
+READ_BEFORE_WRITE = ("Read",)
+
+
+def docs_agent_policy(section: str, upstream: str, model: str = "scripted-model") -> str:
+    """The TOML an owner copies from the ``## <section>`` of docs/agents.md, pointed at
+    ``upstream`` and asking for ``model``."""
+    text = (REPO / "docs" / "agents.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```toml\n(.*?)```", body, re.DOTALL)
+    assert block is not None, f"docs/agents.md's {section} section has no TOML block"
+    toml = re.sub(r'upstream = "[^"]+"', f'upstream = "{upstream}"', block.group(1))
+    return re.sub(r'IMPYARD_MODEL = "[^"]+"', f'IMPYARD_MODEL = "{model}"', toml)
+
+
+def set_up_agent_owner(
+    cli: Cli, policy: str, agent: str, image: str, *, extra: str = "", imps: tuple[str, ...]
+) -> None:
+    """A data root whose org policy holds ``policy`` (and ``extra``), deployed, with
+    ``imps`` created to run ``agent`` in ``image``."""
+    assert cli("init").code == 0
+    org = cli.home / "policy" / "org.toml"
+    org.write_text(org.read_text() + "\n" + policy + "\n" + extra)
+    deployed = cli("deploy")
+    assert deployed.code == 0, deployed.stdout + deployed.stderr
+    for imp in imps:
+        created = cli("imp", "create", imp, "--agent", agent, "--image", image)
+        assert created.code == 0, created.stderr
+
+
+def secret_probe_command(secret: str, show: str = "") -> str:
+    """A shell command that looks for ``secret`` in every process's environment and in
+    /tmp, /opt/impyard and /etc, printing ``hits=0`` when it is nowhere, then the
+    environment and ``show`` (a file to print). The pattern travels base64-encoded, so
+    the command itself never holds the secret plainly."""
+    encoded = base64.b64encode(secret.encode()).decode()
+    shown = f'; cat "{show}"' if show else ""
+    return (
+        f"s=$(echo {encoded} | base64 -d); hits=0; "
+        'for f in /proc/[0-9]*/environ; do grep -qaF -e "$s" "$f" 2>/dev/null && '
+        'echo "hit $f" && hits=1; done; '
+        'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
+        f'echo "hits=$hits"; env | sort{shown}'
+    )
+
+
+def secret_probe_script(secret: str, show: str = "") -> Script:
+    """Run :func:`secret_probe_command` with the agent's shell tool, then stop."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            return shell_call(conversation, secret_probe_command(secret, show))
+        return Reply.say("Looked everywhere.")
+
+    return script
+
+
+def chatty_script() -> Script:
+    """Three shell turns before an answer: more requests than a budget of two allows."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn < 3:
+            return shell_call(conversation, f"echo step {conversation.turn}")
+        return Reply.say("Done after three steps.")
+
+    return script
+
+
+def titled_then_rework_script(topic: str, slug: str, titled: str, fixed: str) -> Script:
+    """First run: write a note with a ``title:`` key records may not have (its body
+    ``titled``) and finish without checking, so the run is rejected. A rework run (its
+    prompt says so, and names the violation under this run's namespace): read the note
+    first where the agent has a tool that must (Claude Code's Write refuses to replace a
+    file its Read has not read), rewrite it without the title (its body ``fixed``), run
+    impyard-check, and finish once it prints ok. A step whose precondition fails ends the
+    run saying so."""
+
+    def script(conversation: Conversation) -> Reply:
+        match = NAMESPACE.search(conversation.system())
+        if match is None:
+            return Reply.say("UNEXPECTED: no namespace in the system prompt.")
+        namespace = match.group(0)
+        relative = f"records/{topic}/{slug}--{namespace}_1.md"
+        url = f"https://example.com/{slug}"
+        if "# Rework of run" not in conversation.user():
+            if conversation.turn == 0:
+                text = note_text(namespace, slug, url, f"{titled}\n")
+                text = text.replace("created_at:", "title: Reworked\ncreated_at:", 1)
+                return write_call(conversation, note_path(namespace, topic, slug), text)
+            return Reply.say("Wrote one note.")
+        if f"- {relative}: frontmatter: " not in conversation.user():
+            return Reply.say("UNEXPECTED: the rework task does not name the note.")
+        reads = [tool for tool in conversation.tools if tool.name in READ_BEFORE_WRITE]
+        turn = conversation.turn - len(reads)
+        if turn < 0:
+            path = note_path(namespace, topic, slug)
+            return Reply(tool_calls=(ToolCall(reads[0].name, {"file_path": path}),))
+        if turn == 0:
+            return write_note(namespace, topic, slug, url, f"{fixed}\n", conversation)
+        if turn == 1:
+            return shell_call(conversation, "impyard-check")
+        if "impyard-check: ok" in conversation.last_tool_result():
+            return Reply.say("Fixed every listed violation; impyard-check prints ok.")
+        return Reply.say(f"UNEXPECTED at turn {conversation.turn}")
+
+    return script
