@@ -40,7 +40,11 @@ SMOKE: dict[str, tuple[list[str], dict[str, str]]] = {
     "launch_bench": (["2"], {}),
     "run_bench": ([], {"IMPYARD_BENCH_SIZES": "0", "IMPYARD_BENCH_REPS": "1"}),
     "serve_bench": ([], {"IMPYARD_BENCH_RECORDS": "100", "IMPYARD_BENCH_TASKS": "4"}),
-    "agent_bench": ([], {"IMPYARD_BENCH_REPS": "1"}),
+    # One pair per built agent, under runc, no warm-up.
+    "agent_bench": (
+        [],
+        {"IMPYARD_BENCH_REPS": "1", "IMPYARD_BENCH_WARMUP": "0", "IMPYARD_BENCH_RUNTIMES": "runc"},
+    ),
     "control_bench": (["--records", "200", "--samples", "3", "--pending", "1"], {}),
     "backup_bench": (["--runs", "2", "--blocks", "1"], {}),
     "inspect_bench": (["--mb", "2", "--repeat", "1", "--samples", "3"], {}),
