@@ -108,8 +108,11 @@ def timed_turns(fn: Callable[[], int]) -> tuple[float, int]:
     return (time.perf_counter() - start) * 1000, turns
 
 
-def run_pairs(all_sides: list[AgentSides], reps: int) -> dict[str, tuple[list[float], ...]]:
-    """Per agent: the bare and the Impyard times, paired and interleaved."""
+def run_pairs(
+    all_sides: list[AgentSides], reps: int, turns: dict[str, int]
+) -> dict[str, tuple[list[float], ...]]:
+    """Per agent: the bare and the Impyard times, paired and interleaved (and in
+    ``turns``, the model turns each side took)."""
     times: dict[str, tuple[list[float], ...]] = {s.agent.name: ([], []) for s in all_sides}
     for rep in range(reps):
         for sides in all_sides:
@@ -123,6 +126,7 @@ def run_pairs(all_sides: list[AgentSides], reps: int) -> dict[str, tuple[list[fl
                     f"{sides.agent.name}: the bare run took {taken[0]} model turns, "
                     f"the Impyard run {taken[1]}: not the same work"
                 )
+            turns[sides.agent.name] = taken[0]
     return times
 
 
@@ -133,6 +137,7 @@ def main() -> None:
     agents = built_agents()
     rows = []
     runc_ms: dict[str, float] = {}
+    turns: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
         models = {
             agent.name: stack.enter_context(
@@ -147,8 +152,8 @@ def main() -> None:
             ]
             try:
                 # Warm-up (excluded): page cache for the image and the first checkout layer.
-                run_pairs(all_sides, warmup)
-                times = run_pairs(all_sides, reps)
+                run_pairs(all_sides, warmup, turns)
+                times = run_pairs(all_sides, reps, turns)
             finally:
                 for sides in all_sides:
                     sides.tear_down()
@@ -162,6 +167,7 @@ def main() -> None:
                     (
                         agent.name,
                         runtime,
+                        turns[agent.name],
                         f"{bare:.0f}",
                         f"{ours:.0f}",
                         f"{ratio:.2f}x",
@@ -173,11 +179,12 @@ def main() -> None:
                     )
                 )
     print_table(
-        f"Agent runs (3 model turns of {MODEL_SECONDS:g} s, one note): impyard run vs "
+        f"Agent runs (the note script, each answer after {MODEL_SECONDS:g} s): impyard run vs "
         f"bare docker run of the same image and work, median of {reps}",
         (
             "agent",
             "runtime",
+            "turns",
             "docker run ms",
             "impyard run ms",
             "ratio",

@@ -9,15 +9,20 @@ the box's hardening and the deployed policy's limits (CPU, memory, processes), t
 environment an Impyard box gets (the model, the task file, the knowledge directory and
 namespace, the proxy variables and the ready file box-init waits for), and the model
 server bound straight into the box's loopback on the gateway's port, where the adapter's
-`$HTTP_PROXY/route/<route>` base URL lands (no gateway, no policy, no checkpoint).
+`$HTTP_PROXY/route/<route>` base URL lands (no gateway, no policy, no checkpoint). Its
+knowledge directory holds the tree the imp's checkout starts from. Left out, as the
+gateway's own work: the CA bundle an Impyard box gets while the gateway inspects TLS
+(`NODE_EXTRA_CA_CERTS` and the like; no request of either side uses TLS).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +89,14 @@ class AgentSides:
         impyard(home, "imp", "create", "bench", "--agent", agent.name, "--image", image)
         (home / "bare").mkdir()
         (home / "bare" / "task.md").write_text(PROMPT + "\n")
+        # The bare box's knowledge is the tree the imp's checkout starts from.
+        tree = subprocess.run(
+            ["git", "--git-dir", str(Home(home).repo("bench")), "archive", "main"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(tree)) as archive:
+            archive.extractall(home / "bare" / "seed", filter="data")
         limits = deployed_org_policy(Home(home)).box
         return cls(agent, image, runtime, model, home, limits, model_seconds)
 
@@ -115,11 +128,11 @@ class AgentSides:
         knowledge, signal = work / "knowledge", work / "signal"
         shutil.rmtree(knowledge, ignore_errors=True)
         shutil.rmtree(signal, ignore_errors=True)
-        (knowledge / "records").mkdir(parents=True)
+        shutil.copytree(work / "seed", knowledge)
         signal.mkdir()
         uid, gid = (int(part) for part in self.limits.user.split(":"))
-        os.chown(knowledge, uid, gid)
-        os.chown(knowledge / "records", uid, gid)
+        for path in (knowledge, *knowledge.rglob("*")):
+            os.chown(path, uid, gid)
         container = subprocess.run(
             self._docker_run(work), capture_output=True, text=True, check=True
         ).stdout.strip()
@@ -148,7 +161,13 @@ class AgentSides:
                 ).stdout.strip()
         finally:
             subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False)
-        if status != "0" or not list((knowledge / "records").rglob("*.md")):
+        seeded = work / "seed"
+        notes = [
+            p
+            for p in (knowledge / "records").rglob("*.md")
+            if not (seeded / p.relative_to(knowledge)).exists()
+        ]
+        if status != "0" or not notes:
             raise SystemExit(f"{self.agent.name}: bare run failed with status {status}")
         return len(model.turns())
 
