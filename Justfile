@@ -19,6 +19,10 @@ box:
 box-pi:
     bash scripts/build-agent-box.sh pi
 
+# Build the agent image impyard-codex:latest (Debian trixie + Codex, no registry; kept when unchanged)
+box-codex:
+    bash scripts/build-agent-box.sh codex
+
 # Lint and type-check the package
 lint:
     {{venv}}/ruff check impyard tests bench
