@@ -8,7 +8,6 @@ credential route and the knowledge pipeline.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from impyard.devtools.model_server import (
     note_script,
     write_note,
 )
+from tests.helpers.agents import SECRET, SECRET_ENV, assert_secret_kept_out, secret_probe
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import PI_IMAGE
@@ -34,8 +34,6 @@ from tests.tls_server import TlsPageServer
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "sk-impyard-test-0123456789abcdefghijklmnopqrstuv"
-SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
 
 
 def readme_agent_policy(upstream: str, model: str = "scripted-model") -> str:
@@ -216,16 +214,9 @@ def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_pa
 
 
 def secret_probe_script(secret: str) -> Script:
-    """Look for the provider key everywhere a box can look, without ever holding it plainly
-    in a file or an environment: the pattern arrives base64-encoded in the command."""
-    encoded = base64.b64encode(secret.encode()).decode()
-    probe = (
-        f"s=$(echo {encoded} | base64 -d); hits=0; "
-        'for f in /proc/[0-9]*/environ; do grep -qaF -e "$s" "$f" 2>/dev/null && '
-        'echo "hit $f" && hits=1; done; '
-        'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
-        'echo "hits=$hits"; env | sort; cat "$PI_CODING_AGENT_DIR/models.json"'
-    )
+    """Look for the provider key everywhere a box can look (the shared probe), then show
+    Pi's model config."""
+    probe = secret_probe(secret) + '; cat "$PI_CODING_AGENT_DIR/models.json"'
 
     def script(conversation: Conversation) -> Reply:
         if conversation.turn == 0:
@@ -249,16 +240,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert "IMPYARD_MODEL=scripted-model" in seen
     assert "no_proxy=127.0.0.1,localhost,::1" in seen
     assert SECRET not in seen
-    run_id = str(run["run_id"])
-    for output in (
-        cli("runs", "logs", run_id).stdout,
-        cli("runs", "show", run_id, "--json").stdout,
-        cli("journal", "--json").stdout,
-    ):
-        assert SECRET not in output
-    for path in cli.home.rglob("*"):
-        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
-            assert SECRET.encode() not in path.read_bytes(), path
+    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
 
 
 def edit_existing_script() -> Script:
