@@ -105,6 +105,9 @@ def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli
     assert "Write one note." in first.user()
     assert shown["checkpoint"] == "integrated", shown
     assert shown["agent_steps"] == 3
+    # The box's output is the steps and the answer: no warning of Codex's before them.
+    logs = cli("runs", "logs", run["run_id"]).stdout
+    assert logs.startswith("[codex] model turn 1 ("), logs
 
     repo = cli("knowledge", "yuko").stdout.strip()
     path = f"records/codex/first-note--{namespace}_1.md"
@@ -138,6 +141,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert "hits=0" in seen, seen
     assert "OPENAI_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
     assert f"IMPYARD_MODEL={MODEL}" in seen
+    assert "\nTMPDIR=/tmp\n" in seen  # the box's scratch space, not Codex's own
     assert 'base_url = "http://127.0.0.1:3128/route/llm/v1"' in seen
     assert SECRET not in seen
     assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
