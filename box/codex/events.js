@@ -12,7 +12,9 @@
 // The stream does not mark model requests. A model turn here is what one reply of the
 // model shows: its text, then the tool call it asked for; the next request goes out when
 // that call's result is in. Calls a model asked for together in one reply are run one
-// after another, so each shows as a turn of its own. Usage comes only for the whole task,
+// after another, so each shows as a turn of its own. A command still running when
+// exec_command returns its first output to the model stays one item until it exits: the
+// model's write_stdin polls in between show no step. Usage comes only for the whole task,
 // so a turn's tokens are not known ("no usage").
 "use strict";
 
