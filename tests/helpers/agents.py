@@ -17,12 +17,14 @@ SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
 
 def documented_policy(section: str, upstream: str, model: str) -> str:
     """The TOML block of ``## <section>`` in docs/agents.md, its route's upstream and its
-    model replaced."""
+    model replaced (the upstream, the scripted server on loopback, allowed as private)."""
     text = (REPO / "docs" / "agents.md").read_text()
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```toml\n(.*?)```", body, re.DOTALL)
     assert block is not None, f"docs/agents.md's {section} section has no TOML block"
-    toml = re.sub(r'upstream = "[^"]+"', f'upstream = "{upstream}"', block.group(1))
+    toml = re.sub(
+        r'upstream = "[^"]+"', f'upstream = "{upstream}"\nallow_private = true', block.group(1)
+    )
     return re.sub(r'IMPYARD_MODEL = "[^"]+"', f'IMPYARD_MODEL = "{model}"', toml)
 
 
