@@ -19,6 +19,10 @@ box:
 box-pi:
     bash scripts/build-agent-box.sh pi
 
+# Build the agent image impyard-opencode:latest (Debian trixie + OpenCode, no registry; kept when unchanged)
+box-opencode:
+    bash scripts/build-agent-box.sh opencode
+
 # Lint and type-check the package
 lint:
     {{venv}}/ruff check impyard tests bench

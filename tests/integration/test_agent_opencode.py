@@ -1,0 +1,322 @@
+"""The real OpenCode agent in the real impyard-opencode image, driven through the real
+gateway by the scripted model server over OpenAI chat completions (OpenCode's
+OpenAI-compatible provider): a note lands with its steps shown live, a failing model and
+a spent budget quarantine in seconds, a rework reaches OpenCode with its violations and
+lands once, the key never enters the box, and OpenCode asks nothing but its model calls.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from impyard.devtools.model_server import (
+    NAMESPACE,
+    Conversation,
+    ModelServer,
+    Reply,
+    Script,
+    note_script,
+)
+from tests.helpers.cli import Cli, json_lines
+from tests.helpers.git import GIT_ENV, git
+from tests.helpers.images import OPENCODE_IMAGE, require_image
+from tests.helpers.policy import edit_org
+from tests.integration.test_pi_agent import SECRET, SECRET_ENV, readme_agent_policy
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="session")
+def opencode_image(docker_engine: None) -> str:
+    return require_image(OPENCODE_IMAGE, "just box-opencode")
+
+
+def set_up_owner(
+    cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
+) -> None:
+    """The README's agent policy (route llm with the key in IMPYARD_SECRET_LLM) and OpenCode
+    imps."""
+    assert cli("init").code == 0
+    org = cli.home / "policy" / "org.toml"
+    org.write_text(org.read_text() + "\n" + readme_agent_policy(upstream) + "\n" + extra)
+    deployed = cli("deploy")
+    assert deployed.code == 0, deployed.stdout + deployed.stderr
+    for imp in imps:
+        created = cli("imp", "create", imp, "--agent", "opencode", "--image", OPENCODE_IMAGE)
+        assert created.code == 0, created.stderr
+
+
+def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, Any]]:
+    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=240)
+    assert result.stdout.strip().startswith("{"), result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def journal(cli: Cli, run_id: str) -> list[dict[str, Any]]:
+    return json_lines(cli("journal", "--run", run_id, "--json").stdout)
+
+
+@pytest.mark.usefixtures("opencode_image")
+def test_opencode_lands_a_note_with_its_steps_live_and_asks_only_its_model(cli: Cli) -> None:
+    with ModelServer(note_script(topic="opencode")) as model:
+        set_up_owner(cli, model.url)
+        env = {**os.environ, **GIT_ENV, **SECRET_ENV}
+        env.pop("IMPYARD_HOME", None)
+        argv = [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko"]
+        proc = subprocess.Popen(
+            [*argv, "--prompt", "Write one note about the box you run in."],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stdout is not None
+        seen: list[bytes] = []
+        tool_line_while_running = None
+        for line in proc.stdout:
+            seen.append(line)
+            if tool_line_while_running is None and line.startswith(b"[opencode] tool bash: "):
+                tool_line_while_running = proc.poll() is None
+        err = proc.communicate(timeout=240)[1]
+        turns = model.completions()
+    out = b"".join(seen).decode(errors="replace")
+    assert proc.returncode == 0, out + err.decode(errors="replace")
+    # The tool-call line reached the owner while the run was still in its box.
+    assert tool_line_while_running, out
+
+    # Three model calls (read the namespace, write the note, answer) and no title request:
+    # each carried the tools and the key the gateway added, never the box's placeholder.
+    assert len(turns) == 3, [t.body.get("messages") for t in turns]
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 3
+    first = turns[0].body
+    assert first["stream"] is True and first["model"] == "scripted-model"
+    assert {t["function"]["name"] for t in first["tools"]} >= {"bash", "write", "read"}
+    conversation = Conversation(first["messages"])
+    run_id = json.loads(cli("runs", "list", "--json").stdout)[0]["run_id"]
+    shown = json.loads(cli("runs", "show", run_id, "--json").stdout)
+    namespace = shown["namespace"]
+    # The record contract comes from the image, with the host-issued namespace in it.
+    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in conversation.system()
+    assert "Write one note about the box" in conversation.user()
+    assert shown["checkpoint"] == "integrated" and shown["agent_steps"] == 3
+
+    steps = [line for line in out.splitlines() if line.startswith("[opencode] ")]
+    assert [re.sub(r" \(.*?\)", "", line.split(":")[0]) for line in steps] == [
+        "[opencode] model turn 1",
+        "[opencode] tool bash",
+        "[opencode] result bash",
+        "[opencode] model turn 2",
+        "[opencode] tool write",
+        "[opencode] result write",
+        "[opencode] model turn 3",
+        "[opencode] answer after 3 model turns and 2 tool calls",
+    ]
+    path = f"records/opencode/first-note--{namespace}_1.md"
+    assert f"[opencode] tool write: /opt/impyard/knowledge/{path} (+content)" in steps
+    repo = cli("knowledge", "yuko").stdout.strip()
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+
+    # OpenCode reached for nothing but its model: no catalogue, update, plugin install or
+    # tool download went to the gateway, refused or not (besides the box's own report of
+    # its step count to the gateway's control endpoint).
+    requests = [e for e in journal(cli, run_id) if e["event"] == "gateway.request"]
+    reported = [e for e in requests if e["path"] == "/impyard/report"]
+    assert [e["route"] for e in requests if e not in reported] == ["llm"] * 3, requests
+
+
+def outage_script(conversation: Conversation) -> Reply:
+    return Reply.error(500, "scripted provider outage")
+
+
+def chatty_script() -> Script:
+    """Three tool turns before an answer: more requests than a budget of two allows."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn < 3:
+            return Reply.call("bash", command=f"echo step {conversation.turn}")
+        return Reply.say("Done after three steps.")
+
+    return script
+
+
+@pytest.mark.usefixtures("opencode_image")
+def test_a_failing_model_and_a_spent_budget_quarantine_after_two_calls(cli: Cli) -> None:
+    """OpenCode retries a failed model call five times over a minute; the image caps it
+    at two failures, with the provider's message in `runs logs`."""
+    with ModelServer(outage_script) as failing, ModelServer(chatty_script()) as chatty:
+        route = (
+            f'\n[[gateway.route]]\nname = "llm-chatty"\nupstream = "{chatty.url}"\n'
+            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
+            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
+        )
+        set_up_owner(cli, failing.url, extra=route, imps=("failing", "thrifty"))
+        overlays = cli.home / "policy" / "imps"
+        overlays.mkdir(exist_ok=True)
+        (overlays / "thrifty.toml").write_text(
+            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
+            "[gateway.budget]\nrequests_per_run = 2\n"
+        )
+        assert cli("deploy").code == 0
+        for imp in ("failing", "thrifty"):
+            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
+        served = cli("serve", "--once", "--concurrency", "2", env=SECRET_ENV, timeout=240)
+        assert served.code == 0, served.stdout + served.stderr
+        assert len(failing.completions()) == 2
+        assert len(chatty.completions()) == 2  # the third request never left the gateway
+
+    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
+    shown = {
+        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+        for imp, run in runs.items()
+    }
+    assert {imp: (s["checkpoint"], s["reason"]) for imp, s in shown.items()} == dict.fromkeys(
+        ("failing", "thrifty"), ("quarantined", "exited with status 1")
+    )
+    failing_logs = cli("runs", "logs", runs["failing"]["run_id"]).stdout
+    assert (
+        "opencode-imp: the model API failed 2 times, giving up: scripted provider outage"
+    ) in failing_logs
+    budget_rule = "gateway.budget.requests_per_run"
+    assert budget_rule in cli("runs", "logs", runs["thrifty"]["run_id"]).stdout
+    refused = [
+        e
+        for e in journal(cli, runs["thrifty"]["run_id"])
+        if e["event"] == "gateway.request" and e["status"] == 429
+    ]
+    assert len(refused) == 2 and all(e["rule"] == budget_rule for e in refused)
+
+
+# A rework's task lists each violation as "- <path>: <rule>: <message>".
+VIOLATION = re.compile(r"^- (records/\S+\.md): frontmatter: .*unknown key 'title'", re.M)
+
+
+def rework_script() -> Script:
+    """First run: a note with a `title:` line records may not have. Rework run (its task
+    starts with "# Rework of run"): delete that line in each file a violation names."""
+
+    def script(conversation: Conversation) -> Reply:
+        user = conversation.user()
+        if "# Rework of run" in user:
+            if conversation.turn > 0:
+                return Reply.say("Removed the title lines.")
+            paths = VIOLATION.findall(user)
+            if not paths:
+                return Reply.say(f"UNEXPECTED: no violation in the task: {user!r}")
+            files = " ".join(f"'{p}'" for p in paths)
+            command = f"cd $IMPYARD_KNOWLEDGE_DIR && sed -i '/^title:/d' {files}"
+            return Reply.call("bash", command=command)
+        match = NAMESPACE.search(conversation.system())
+        if match is None:
+            return Reply.say("UNEXPECTED: no namespace in the system prompt.")
+        if conversation.turn > 0:
+            return Reply.say("Wrote the note.")
+        ns = match.group(0)
+        note = (
+            f"---\nid: {ns}_1\ntitle: Acme\ncreated_at: 2026-12-01T12:00:00Z\n"
+            "source_urls:\n- https://example.com/acme\n---\n\nAcme sells anvils.\n"
+        )
+        path = f"/opt/impyard/knowledge/records/vendors/acme--{ns}_1.md"
+        return Reply.call("write", filePath=path, content=note)
+
+    return script
+
+
+@pytest.mark.usefixtures("opencode_image")
+def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
+    cli: Cli,
+) -> None:
+    with ModelServer(rework_script()) as model:
+        set_up_owner(cli, model.url)
+        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
+        assert cli("deploy").code == 0
+        assert cli("task", "add", "yuko", "--prompt", "Note what Acme sells.").code == 0
+        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+        assert served.code == 0, served.stdout + served.stderr
+        turns = model.completions()
+
+    first, second = json.loads(cli("task", "list", "--json").stdout)
+    assert first["checkpoint"] == "rejected"
+    assert second["rework_of"] == first["run_id"] and second["checkpoint"] == "integrated"
+    # Two calls for the refused run, two for its rework, whose prompt named the violation.
+    assert len(turns) == 4
+    told = Conversation(turns[2].body["messages"]).user()
+    assert told.startswith("# Rework of run") and VIOLATION.search(told), told
+    new_ns = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
+    repo = cli("knowledge", "yuko").stdout.strip()
+    path = f"records/vendors/acme--{new_ns}_1.md"
+    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/vendors").stdout
+    assert len(landed.split()) == 1
+    note = git("-C", repo, "show", f"main:{path}").stdout
+    assert "title:" not in note and "Acme sells anvils." in note
+
+
+def secret_probe_script(secret: str) -> Script:
+    """Look for the provider key everywhere a box can look, without ever holding it plainly
+    in a file or an environment: the pattern arrives base64-encoded in the command."""
+    encoded = base64.b64encode(secret.encode()).decode()
+    probe = (
+        f"s=$(echo {encoded} | base64 -d); hits=0; "
+        'for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qaF -e "$s" "$f" '
+        '2>/dev/null && echo "hit $f" && hits=1; done; '
+        'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
+        'echo "hits=$hits"; env | sort; cat "$OPENCODE_CONFIG"'
+    )
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            return Reply.call("bash", command=probe)
+        return Reply.say("Looked everywhere.")
+
+    return script
+
+
+@pytest.mark.usefixtures("opencode_image")
+def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
+    with ModelServer(secret_probe_script(SECRET)) as model:
+        set_up_owner(cli, model.url)
+        code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
+        turns = model.completions()
+    assert code == 0, run
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 2
+    seen = Conversation(turns[1].body["messages"]).last_tool_result()
+    assert "hits=0" in seen, seen
+    assert '"apiKey": "impyard-gateway-adds-the-key"' in seen  # only the placeholder
+    assert "IMPYARD_MODEL=scripted-model" in seen
+    assert SECRET not in seen
+    run_id = str(run["run_id"])
+    for output in (
+        cli("runs", "logs", run_id).stdout,
+        cli("runs", "show", run_id, "--json").stdout,
+        cli("journal", "--json").stdout,
+    ):
+        assert SECRET not in output
+    for path in cli.home.rglob("*"):
+        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.usefixtures("opencode_image")
+def test_a_host_opencode_reaches_for_is_refused_and_journaled_and_the_run_lands(
+    cli: Cli,
+) -> None:
+    """The owner turns OpenCode's models.dev fetch back on ([box.env] overrides the
+    image): the gateway refuses that host and journals it, and the note still lands."""
+    with ModelServer(note_script(topic="opencode")) as model:
+        set_up_owner(cli, model.url)
+        overlays = cli.home / "policy" / "imps"
+        overlays.mkdir(exist_ok=True)
+        (overlays / "yuko.toml").write_text('[box.env]\nOPENCODE_DISABLE_MODELS_FETCH = "0"\n')
+        assert cli("deploy").code == 0
+        code, run = run_json(cli, "yuko", "--prompt", "Write one note.")
+    assert code == 0 and run["checkpoint"] == "integrated", run
+    requests = [e for e in journal(cli, str(run["run_id"])) if e["event"] == "gateway.request"]
+    refused = [e for e in requests if e["decision"] != "allowed"]
+    assert refused and {e["host"] for e in refused} == {"models.opencode.ai"}, refused
+    assert all(e["status"] == 403 and e["rule"] for e in refused), refused
