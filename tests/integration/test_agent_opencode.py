@@ -147,28 +147,39 @@ def chatty_script() -> Script:
 
 
 @pytest.mark.usefixtures("opencode_image")
-def test_a_failing_model_and_a_spent_budget_quarantine_after_two_calls(cli: Cli) -> None:
-    """OpenCode retries a failed model call five times over a minute; the image caps it
-    at two failures, with the provider's message in `runs logs`."""
-    with ModelServer(outage_script) as failing, ModelServer(chatty_script()) as chatty:
-        route = (
-            f'\n[[gateway.route]]\nname = "llm-chatty"\nupstream = "{chatty.url}"\n'
+def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
+    """Three imps under one serve: a provider answering 500, one that never answers (the
+    box times out), and a budget of two requests. OpenCode retries a failed model call
+    five times over a minute; the image caps it at two failures, with the provider's
+    message in `runs logs`."""
+    failing = ModelServer(outage_script)
+    hanging = ModelServer(lambda conversation: Reply.stall())
+    with failing, hanging, ModelServer(chatty_script()) as chatty:
+        routes = "".join(
+            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
             'header = "Authorization"\nvalue = "Bearer {secret}"\n'
             'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
+            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
         )
-        set_up_owner(cli, failing.url, extra=route, imps=("failing", "thrifty"))
+        imps = ("failing", "hanging", "thrifty")
+        set_up_owner(cli, failing.url, extra=routes, imps=imps)
         overlays = cli.home / "policy" / "imps"
         overlays.mkdir(exist_ok=True)
+        # Long enough for OpenCode to start and ask on a loaded machine (parallel tests,
+        # gVisor): a box killed before it asked would show nothing about a hanging model.
+        (overlays / "hanging.toml").write_text(
+            '[box]\ntimeout_seconds = 40\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
+        )
         (overlays / "thrifty.toml").write_text(
             '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
             "[gateway.budget]\nrequests_per_run = 2\n"
         )
         assert cli("deploy").code == 0
-        for imp in ("failing", "thrifty"):
+        for imp in imps:
             assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "2", env=SECRET_ENV, timeout=240)
+        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
         assert served.code == 0, served.stdout + served.stderr
-        assert len(failing.completions()) == 2
+        assert len(failing.completions()) == 2 and hanging.completions()
         assert len(chatty.completions()) == 2  # the third request never left the gateway
 
     runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
@@ -176,9 +187,11 @@ def test_a_failing_model_and_a_spent_budget_quarantine_after_two_calls(cli: Cli)
         imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
         for imp, run in runs.items()
     }
-    assert {imp: (s["checkpoint"], s["reason"]) for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "thrifty"), ("quarantined", "exited with status 1")
-    )
+    assert {imp: (s["checkpoint"], s["reason"]) for imp, s in shown.items()} == {
+        "failing": ("quarantined", "exited with status 1"),
+        "hanging": ("quarantined", "timed out and killed"),
+        "thrifty": ("quarantined", "exited with status 1"),
+    }
     failing_logs = cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert (
         "opencode-imp: the model API failed 2 times, giving up: scripted provider outage"
