@@ -58,7 +58,7 @@ def setup(model_url: str, runtime: str) -> Path:
         + '\n[box.env]\nIMPYARD_MODEL = "scripted-model"\n'
         + f'\n[[gateway.route]]\nname = "llm"\nupstream = "{model_url}"\n'
         + 'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-        + 'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
+        + 'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
     )
     impyard(home, "deploy")
     impyard(home, "imp", "create", "bench", "--agent", "pi", "--image", IMAGE)

@@ -31,7 +31,9 @@ def _cli_run() -> float:
 
 def _api_run(log: Path) -> float:
     spec = BoxSpec(
-        image=IMAGE, command=["true"], labels=box_labels(f"bench-{uuid.uuid4().hex[:8]}", "bench")
+        image=IMAGE,
+        command=["true"],
+        labels=box_labels(f"bench-{uuid.uuid4().hex[:8]}", "bench", root=log.parent),
     )
     start = time.perf_counter()
     started = launch.start_box(spec)
@@ -46,7 +48,9 @@ def _phases(log: Path) -> dict[str, float]:
     """One launch timed call by call (the same requests start_box/wait_box make)."""
     api = engine.api()
     spec = BoxSpec(
-        image=IMAGE, command=["true"], labels=box_labels(f"bench-{uuid.uuid4().hex[:8]}", "bench")
+        image=IMAGE,
+        command=["true"],
+        labels=box_labels(f"bench-{uuid.uuid4().hex[:8]}", "bench", root=log.parent),
     )
     out: dict[str, float] = {}
 

@@ -229,8 +229,14 @@ class Home:
 
     @property
     def serve_dir(self) -> Path:
-        """One record per live ``impyard serve`` (several may share a data root)."""
+        """The record of the live ``impyard serve`` (``serve_record``), its lock
+        (``serve_lock``) and records dead serves left."""
         return self.root / "serve"
+
+    @property
+    def serve_lock(self) -> Path:
+        """``serve/lock``, flocked by the one serve of this data root for its whole life."""
+        return self.serve_dir / "lock"
 
     def serve_record(self, pid: int) -> Path:
         """``serve/<pid>.json``, flocked by that serve for its whole life."""

@@ -3,17 +3,16 @@
 A gateway route whose secret is missing on the host answers 502 to every request (an
 agent then retries and exits 1, the cause only in the run's log); an upstream ending in
 ``/v1`` behind an OpenAI-style client becomes ``…/v1/v1/chat/completions``; an upstream
-named by a host name that resolves only to loopback or private addresses is refused on
-every request unless the route says ``allow_private = true``. ``deploy`` and ``status``
-warn of these; ``run`` and ``serve`` refuse the imps they would fail (``run_refusal``):
-only those whose runs call that route (``routes_used``).
+whose host is a loopback or private address (however spelled), or a name resolving only
+to such addresses, is refused on every request unless the route says
+``allow_private = true``. ``deploy`` and ``status`` warn of these; ``run`` and ``serve``
+refuse the imps they would fail (``run_refusal``): only those whose runs call that route
+(``routes_used``).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 
 from impyard.box.agents import AGENTS, MODEL_ROUTE_ENV
 from impyard.errors import ImpyardError
+from impyard.gateway.address import AddressError, lookup
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, read_imp_settings
 from impyard.policy.compile import policy_for_run
@@ -78,14 +78,14 @@ def route_findings(
                 "add /v1 themselves (…/v1/v1/chat/completions): drop /v1 from the upstream",
             )
         )
-    private = private_addresses(parts.hostname or "")
-    if private and not route.allow_private:
+    private = private_upstream(parts.hostname or "")
+    if private is not None and not route.allow_private:
         found.append(
             Finding(
                 route.name,
                 "upstream-private",
-                f"{where}: upstream host {parts.hostname} resolves to non-public "
-                f"{', '.join(private)}: set allow_private = true on the route to allow it",
+                f"{where}: upstream host {private}: set allow_private = true on the route "
+                "to allow it",
             )
         )
     return found
@@ -156,25 +156,17 @@ def imps_refused(home: Home) -> list[str]:
     return found
 
 
-def private_addresses(host: str) -> list[str]:
-    """The addresses a host *name* resolves to when none is public (what the gateway
-    refuses without ``allow_private``); empty for an IP literal (the owner named it) and
-    for a name that does not resolve here."""
+def private_upstream(host: str) -> str | None:
+    """How ``host`` names only loopback or private addresses, judged as the gateway judges
+    it (any spelling of an IP, a name as it resolves), or None: the gateway refuses such a
+    route without ``allow_private``. None too for a name that does not resolve here."""
     if not host:
-        return []
+        return None
     try:
-        ipaddress.ip_address(host)
-        return []
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
-        return []
-    addresses = sorted({str(info[4][0]).split("%", 1)[0] for info in infos})
-    if any(ipaddress.ip_address(a).is_global for a in addresses):
-        return []
-    return addresses
+        resolved = lookup(host)
+    except AddressError:
+        return None
+    return resolved.describe() if resolved.private_only else None
 
 
 def _readable(path: Path) -> bool:

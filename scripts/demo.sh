@@ -28,6 +28,7 @@ impyard check box --image impyard-pi:latest
 model=${IMPYARD_DEMO_MODEL:-gpt-4o-mini}
 if [ -n "${IMPYARD_SECRET_LLM:-}" ] && [ -n "${IMPYARD_LLM_UPSTREAM:-}" ]; then
     upstream=$IMPYARD_LLM_UPSTREAM
+    private=""
     echo "== model: $model at $upstream (your provider; the key stays on this host)"
 else
     # No provider configured: the scripted model server plays the model. It speaks the
@@ -39,6 +40,7 @@ else
     server=$!
     trap 'kill "$server" 2>/dev/null || true; rm -f "$fifo"' EXIT
     read -r upstream <"$fifo"
+    private="allow_private = true" # the scripted server listens on loopback
     model=scripted-model
     export IMPYARD_SECRET_LLM=demo-placeholder-key
     echo "== NOTE: IMPYARD_SECRET_LLM and IMPYARD_LLM_UPSTREAM are not both set, so this"
@@ -58,6 +60,7 @@ header = "Authorization"
 value = "Bearer {secret}"
 secret_env = "IMPYARD_SECRET_LLM"
 methods = ["POST"]
+$private
 TOML
 impyard deploy
 impyard imp create pia --agent pi

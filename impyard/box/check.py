@@ -13,9 +13,13 @@ read from inside the box.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from impyard.box import engine
@@ -29,6 +33,7 @@ from impyard.box.check_isolation import (
     network_rows,
 )
 from impyard.box.checkrow import Check, CheckRunError
+from impyard.box.helpers import helper_labels, holding
 from impyard.box.runtime import require_runtime
 from impyard.box.spec import TMP_TMPFS
 from impyard.box.tmpwatch import gib
@@ -103,7 +108,7 @@ class CheckFailedError(ImpyardError):
         self.report = report
 
 
-def _run_sh(image: str, script: str, runtime: str) -> dict[str, str]:
+def _run_sh(image: str, script: str, runtime: str, labels: dict[str, str]) -> dict[str, str]:
     """Run ``script`` in a throwaway ``--rm`` box; return its ``@key value`` lines."""
     from python_on_whales import DockerClient
     from python_on_whales.exceptions import DockerException, NoSuchImage
@@ -119,6 +124,7 @@ def _run_sh(image: str, script: str, runtime: str) -> dict[str, str]:
             remove=True,
             pull="never",  # nothing can be pulled here; also saves an image inspect
             stream=True,
+            labels=labels,
         ):
             lines.append((source, line))
     except NoSuchImage as exc:
@@ -169,7 +175,7 @@ FILL_SCRIPT = (
 )
 
 
-def _fill_check(image: str, memory_bytes: int, runtime: str) -> Check:
+def _fill_check(image: str, memory_bytes: int, runtime: str, labels: dict[str, str]) -> Check:
     """Fill /tmp under the box memory limit: tmpfs pages are charged to the box, so a limit
     below the size of /tmp means a box that fills it is OOM-killed, not told "disk full"."""
     from python_on_whales import DockerClient
@@ -188,6 +194,7 @@ def _fill_check(image: str, memory_bytes: int, runtime: str) -> Check:
             runtime=runtime,
             remove=True,
             pull="never",
+            labels=labels,
         )
         killed = False
     except DockerException as exc:
@@ -285,10 +292,26 @@ def check_box(
     # the same one-line reason as every other Impyard command.
     engine.call("image inspect", engine.api().inspect_image, image, image=image)
     require_runtime(runtime)
-
-    gvisor = runtime == "runsc"
-    facts = _run_sh(image, PROBE_SCRIPT + (GVISOR_TMP_PROBE if gvisor else ""), runtime)
     report = CheckReport(image=image, runtime=runtime, on_check=on_check)
+    # Its boxes are helpers of the data root: a check killed midway leaves them to recovery.
+    base = home.root if home.root.is_dir() else Path(tempfile.gettempdir())
+    lock = base / f".check-box-{os.getpid()}.lock"
+    with holding(lock):
+        try:
+            labels = helper_labels(base, lock, "check-box", "check-box", "-")
+            _checks(report, settings, home, memory_bytes, labels)
+        finally:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+    return report
+
+
+def _checks(
+    report: CheckReport, settings: Settings, home: Home, memory_bytes: int, labels: dict[str, str]
+) -> None:
+    image, runtime = report.image, report.runtime
+    gvisor = runtime == "runsc"
+    facts = _run_sh(image, PROBE_SCRIPT + (GVISOR_TMP_PROBE if gvisor else ""), runtime, labels)
     fstype = facts.get("fstype", "")
     report.add(Check(TMP_ROWS[0], fstype == "tmpfs", f"/tmp is {fstype!r}"))
     report.add(_size_check(facts))
@@ -299,7 +322,7 @@ def check_box(
         mount_rows[0] = gvisor_tmp_row(facts)
     report.add(*mount_rows)
     scratch = facts.get("scratch", "")
-    again = _run_sh(image, SECOND_SCRIPT, runtime).get("again", "")
+    again = _run_sh(image, SECOND_SCRIPT, runtime, labels).get("again", "")
     report.add(
         Check(
             SECOND_ROW,
@@ -309,13 +332,12 @@ def check_box(
         Check(SCRATCH_ROW, scratch == "absent", f"/opt/impyard/scratch {scratch or 'unknown'}"),
     )
     if fstype == "tmpfs":
-        report.add(_fill_check(image, memory_bytes, runtime))
+        report.add(_fill_check(image, memory_bytes, runtime, labels))
     else:  # filling a /tmp on the box's disk would only write 2 GiB to the engine's disk
         report.add(Check(FILL_CHECK, False, "not run: /tmp is not a tmpfs"))
     report.checkout, row = _checkout_row(settings, home, image)
     report.add(row)
-    report.add(*network_rows(runtime))
+    report.add(*network_rows(runtime, labels))
     if gvisor:
         report.add(*gvisor_info_rows())
     report.add(_space_row(settings))
-    return report

@@ -121,7 +121,7 @@ def _proc_status(pid: int) -> dict[str, str]:
     }
 
 
-def network_probe(runtime: str) -> tuple[dict[str, str], dict[str, str]]:
+def network_probe(runtime: str, labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """Run the probe box; its ``@key value`` facts, and the host's view of its first
     process (under runsc: gVisor's sandbox)."""
     from python_on_whales import DockerClient
@@ -146,6 +146,7 @@ def network_probe(runtime: str) -> tuple[dict[str, str], dict[str, str]]:
                 user=DEFAULT_USER,
                 tmpfs=["/tmp:rw,nosuid,nodev,size=16m,mode=1777"],
                 pull="never",
+                labels=labels,
             )
         except DockerException as exc:
             raise CheckRunError(DEFAULT_IMAGE, exc.return_code, exc.stderr or "") from exc
@@ -187,8 +188,8 @@ def network_row_names(runtime: str) -> list[str]:
     return [KERNEL_ROW, *names] if gvisor else names
 
 
-def network_rows(runtime: str) -> list[Check]:
-    facts, host_view = network_probe(runtime)
+def network_rows(runtime: str, labels: dict[str, str]) -> list[Check]:
+    facts, host_view = network_probe(runtime, labels)
     rows = [_reach_row(facts), _caps_row(facts), _seccomp_row(runtime, facts, host_view)]
     if runtime == "runsc":
         rows.insert(0, _kernel_row(facts))

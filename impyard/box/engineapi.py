@@ -12,10 +12,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from impyard.box.enginehttp import AnswerTooLarge, RawStream, Transport
+from impyard.box.spec import LABEL_ROOT
 
 
 def _q(name: str) -> str:
     return urllib.parse.quote(name, safe="")
+
+
+def _own(labels: dict[str, str], what: str) -> None:
+    """Refuse to create what no recovery or gc would find: a host that dies after the
+    create leaves it behind, and only its data root's label says whose it is."""
+    if not labels.get(LABEL_ROOT):
+        raise ValueError(f"a {what} Impyard creates must carry the {LABEL_ROOT} label")
 
 
 class EngineAPI:
@@ -55,23 +63,24 @@ class EngineAPI:
         self,
         image: str,
         *,
+        labels: dict[str, str],
         command: list[str] | None = None,
         entrypoint: list[str] | None = None,
         user: str | None = None,
         environment: dict[str, str] | None = None,
-        labels: dict[str, str] | None = None,
         working_dir: str | None = None,
         name: str | None = None,
         network_disabled: bool = False,
         host_config: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        _own(labels, "container")
         config: dict[str, Any] = {
             "Image": image,
             "Cmd": command,
             "Entrypoint": entrypoint,
             "User": user or "",
             "Env": [f"{k}={v}" for k, v in (environment or {}).items()],
-            "Labels": labels or {},
+            "Labels": labels,
             "WorkingDir": working_dir or "",
             "NetworkDisabled": network_disabled,
             "Tty": False,
@@ -158,10 +167,11 @@ class EngineAPI:
         *,
         driver: str = "local",
         driver_opts: dict[str, str] | None = None,
-        labels: dict[str, str] | None = None,
+        labels: dict[str, str],
     ) -> dict[str, Any]:
+        _own(labels, "volume")
         body = {"Name": name, "Driver": driver, "DriverOpts": driver_opts or {}}
-        body["Labels"] = labels or {}
+        body["Labels"] = labels
         answer: dict[str, Any] = self.transport.request("POST", "/volumes/create", body=body)
         return answer
 

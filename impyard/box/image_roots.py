@@ -18,29 +18,33 @@ from impyard.box.trust import IMAGE_ROOT_PATHS, MAX_IMAGE_ROOTS_BYTES
 from impyard.errors import ImpyardError
 from impyard.fsutil import atomic_write_text
 
+HELPER_IMAGE_ROOTS = "image-roots"
 #: A tar of one bundle: its size plus headers and padding.
 _MAX_ARCHIVE_BYTES = MAX_IMAGE_ROOTS_BYTES + 64 * 1024
 
 
-def image_roots(cache_dir: Path, image_id: str) -> str:
-    """The PEM text of the system roots of the image ``image_id`` ("" when it has none)."""
+def image_roots(cache_dir: Path, image_id: str, labels: dict[str, str]) -> str:
+    """The PEM text of the system roots of the image ``image_id`` ("" when it has none).
+    The container that reads them carries ``labels`` (``helpers.helper_labels``), so
+    recovery removes it when the host dies before this does."""
     cached = cache_dir / f"{image_id.replace(':', '_')}.pem"
     try:
         return cached.read_text()
     except FileNotFoundError:
         pass
-    text = _read_from_image(image_id)
+    text = _read_from_image(image_id, labels)
     cache_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(cached, text)
     return text
 
 
-def _read_from_image(image: str) -> str:
+def _read_from_image(image: str, labels: dict[str, str]) -> str:
     api = engine.api()
     created = engine.call(
         "create (roots)",
         api.create_container,
         image,
+        labels=labels,
         command=["/nonexistent"],
         entrypoint=[],
         network_disabled=True,

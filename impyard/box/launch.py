@@ -22,6 +22,7 @@ from impyard.box.enginehttp import EngineTimeout
 from impyard.box.logs import LogFollower, copy_logs
 from impyard.box.runtime import RuntimeUnavailableError, engine_runtimes
 from impyard.box.spec import (
+    LABEL_HELPER,
     LABEL_IMP,
     LABEL_RUN,
     TMP_TMPFS,
@@ -278,6 +279,8 @@ def find_boxes(labels: dict[str, str] | None = None) -> list[BoxInfo]:
     boxes: list[BoxInfo] = []
     for row in found:
         container_id = str(row["Id"])
+        if LABEL_HELPER in (row.get("Labels") or {}):
+            continue  # serves a run (reads its image's roots) but is not its box
         try:
             info = call("inspect", api.inspect_container, container_id, container_id=container_id)
         except EngineObjectNotFoundError:

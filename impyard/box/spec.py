@@ -5,7 +5,10 @@ No docker imports here: the run pipeline builds and records these cheaply.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from impyard.contract import DEFAULT_USER, TMP_SIZE_BYTES
@@ -17,6 +20,13 @@ TMP_TMPFS = f"rw,nosuid,nodev,size={TMP_SIZE_BYTES},mode=1777"
 
 LABEL_RUN = "impyard.run"
 LABEL_IMP = "impyard.imp"
+#: The data root a container or volume belongs to (``root_label``): one engine serves
+#: many data roots, and each removes only what is its own.
+LABEL_ROOT = "impyard.root"
+#: What a container or volume that is not a run's box does (``box.helpers``), and the lock
+#: file, relative to the data root, its creator holds while it uses it.
+LABEL_HELPER = "impyard.helper"
+LABEL_LOCK = "impyard.lock"
 
 
 MountKind = Literal["bind", "volume"]
@@ -43,9 +53,15 @@ class BoxMount:
             raise ValueError(f"nothing may be mounted at or under /tmp: {self.target!r}")
 
 
-def box_labels(run_id: str, imp: str, **extra: str) -> dict[str, str]:
-    """The labels every box carries; crash recovery finds boxes by them."""
-    return {LABEL_RUN: run_id, LABEL_IMP: imp, **extra}
+def root_label(root: Path) -> str:
+    """The ``LABEL_ROOT`` value of the data root at ``root``: its real path, hashed."""
+    return hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:24]
+
+
+def box_labels(run_id: str, imp: str, *, root: Path, **extra: str) -> dict[str, str]:
+    """The labels every container and volume Impyard creates carries; crash recovery
+    finds them by these."""
+    return {LABEL_RUN: run_id, LABEL_IMP: imp, LABEL_ROOT: root_label(root), **extra}
 
 
 def _is_root(user: str) -> bool:
@@ -76,9 +92,9 @@ class BoxSpec:
     working_dir: str | None = None
 
     def __post_init__(self) -> None:
-        missing = [k for k in (LABEL_RUN, LABEL_IMP) if not self.labels.get(k)]
+        missing = [k for k in (LABEL_RUN, LABEL_IMP, LABEL_ROOT) if not self.labels.get(k)]
         if missing:
-            raise ValueError(f"box labels must name the run and imp; missing {missing}")
+            raise ValueError(f"box labels must name the run, imp and data root; missing {missing}")
         if _is_root(self.user):
             raise ValueError(f"boxes never run as root (user {self.user!r})")
         if self.runtime not in ("runc", "runsc"):

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from impyard.box import engine
 from impyard.box.engine import EngineObjectNotFoundError, call
-from impyard.box.spec import BoxMount, BoxSpec, box_labels
+from impyard.box.helpers import helper_labels, holding
+from impyard.box.spec import BoxMount, BoxSpec
 from impyard.checkoutkind import CheckoutKind
 from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
 from impyard.errors import ImpyardError
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 #: Per-home cache of probe answers, keyed by engine ID.
 #: The uid/gid boxes run as by default; they must own the upper and work dirs.
 BOX_UID, BOX_GID = parse_user(DEFAULT_USER)
-LABEL_PROBE = "impyard.probe"
 
 _probed: dict[tuple[str, str], bool] = {}
 _probe_lock = threading.Lock()
@@ -91,22 +91,27 @@ def _probe(base: Path, image: str) -> bool | None:
 
     None: inconclusive (the probe box failed for reasons of its own).
     """
-    from impyard.box.launch import run_box
-
     root = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=base))
     name = f"impyard-probe-{root.name.rsplit('-', 1)[-1].lower()}-{os.getpid()}"
+    lock = root / "probe.lock"
+    with holding(lock):
+        return _probe_in(base, image, root, name, lock)
+
+
+def _probe_in(base: Path, image: str, root: Path, name: str, lock: Path) -> bool | None:
+    from impyard.box.launch import run_box
+
     try:
         lower, upper, work = root / "lower", root / "upper", root / "work"
         lower.mkdir()
         (lower / "base.txt").write_text("base\n")
         prepare_upper(upper, work)
-        create_overlay_volume(
-            name, f"lowerdir={lower},upperdir={upper},workdir={work}", {LABEL_PROBE: "1"}
-        )
+        labels = helper_labels(base, lock, "overlay-probe", "overlay-probe", "-")
+        create_overlay_volume(name, f"lowerdir={lower},upperdir={upper},workdir={work}", labels)
         spec = BoxSpec(
             image=image,
             command=["/bin/sh", "-c", "cat /k/base.txt && echo probe >/k/probe.txt"],
-            labels=box_labels("overlay-probe", "-", **{LABEL_PROBE: "1"}),
+            labels=labels,
             mounts=[BoxMount(source=name, target="/k", read_only=False, kind="volume")],
             timeout_seconds=60,
         )

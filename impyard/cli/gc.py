@@ -47,6 +47,8 @@ def register(app: typer.Typer) -> None:
 def _label(item: GcItem) -> str:
     if item.kind == "layer":
         return f"{item.imp}/{item.id}"
+    if item.kind == "helper":
+        return f"{item.path} {item.id[:12]}"
     if item.kind in ("volume", "archive_object", "task"):
         return item.id
     return item.path

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 import typer
 
@@ -45,58 +43,59 @@ def register(app: typer.Typer) -> None:
         from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.journal import Journal
         from impyard.runs.context import RunContext
-        from impyard.serve.record import recorded
+        from impyard.serve.record import recorded, sole_serve
+        from impyard.serve.signals import stop_signals
         from impyard.serve.worker import ServeEvent, Server, ServeStatus
         from impyard.status.serve_start import serve_start
 
         home = initialized_home(ctx)
         settings = state(ctx).settings
-        from impyard.preflight import imps_refused
+        # First of all: a second serve on this data root says so and does nothing.
+        with sole_serve(home):
+            from impyard.preflight import imps_refused
 
-        for refusal in imps_refused(home):
-            warn(refusal)
-        console = None
-        if web is not None:
-            # Checked and bound before any task starts: a bad address fails serve at once.
-            from impyard.web.background import start_console
+            for refusal in imps_refused(home):
+                warn(refusal)
+            console = None
+            if web is not None:
+                # Checked and bound before any task starts: a bad address fails serve at once.
+                from impyard.web.background import start_console
 
-            console = start_console(
-                home,
-                settings,
-                web,
-                allow_remote=allow_remote,
-                tls_cert=tls_cert,
-                tls_key=tls_key,
-                metrics_public=metrics_public,
+                console = start_console(
+                    home,
+                    settings,
+                    web,
+                    allow_remote=allow_remote,
+                    tls_cert=tls_cert,
+                    tls_key=tls_key,
+                    metrics_public=metrics_public,
+                )
+            logging.basicConfig(level=logging.WARNING, format="impyard: %(levelname)s: %(message)s")
+            # The same lines with or without a terminal (a log or journalctl gets exactly
+            # those); a terminal also gets the live status line.
+            lines = LineWriter(sys.stdout, tty=sys.stdout.isatty())
+
+            def report(event: ServeEvent, status: ServeStatus) -> None:
+                lines.put(event_line(event), status)
+
+            workers = concurrency or settings.concurrency
+            server = Server(
+                RunContext(settings=settings, journal=Journal(home.journal)), workers, once, report
             )
-        logging.basicConfig(level=logging.WARNING, format="impyard: %(levelname)s: %(message)s")
-        # The same lines with or without a terminal (a log or journalctl gets exactly
-        # those); a terminal also gets the live status line.
-        lines = LineWriter(sys.stdout, tty=sys.stdout.isatty())
 
-        def report(event: ServeEvent, status: ServeStatus) -> None:
-            lines.put(event_line(event), status)
-
-        workers = concurrency or settings.concurrency
-        server = Server(
-            RunContext(settings=settings, journal=Journal(home.journal)), workers, once, report
-        )
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            server.request_stop(signal.Signals(signum).name)
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-        try:
-            # `impyard status` finds a live serve by this record's lock, a dead one's stale.
-            with recorded(home, server.concurrency, once=once):
-                lines.put(start_line(serve_start(home, workers, once=once), datetime.now(UTC)))
-                final = server.serve()
-            lines.put(stop_line(final, datetime.now(UTC)))
-        finally:
-            lines.close()
-            if console is not None:
-                console.stop()
+            try:
+                # `impyard status` finds a live serve by this record's lock, a dead one's stale.
+                with (
+                    stop_signals(server.request_stop),
+                    recorded(home, server.concurrency, once=once),
+                ):
+                    lines.put(start_line(serve_start(home, workers, once=once), datetime.now(UTC)))
+                    final = server.serve()
+                lines.put(stop_line(final, datetime.now(UTC)))
+            finally:
+                lines.close()
+                if console is not None:
+                    console.stop()
         failed = final.counts["failed"]
         if once and failed:
             # A drained queue is not a clean one: a script must see a task that never ran.

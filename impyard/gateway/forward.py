@@ -44,6 +44,7 @@ class Destination:
     tls: bool
     target: str
     extra: tuple[str, str] | None = None
+    private_ok: bool = False  # the grant reaches a loopback or private address
 
 
 def forward(client: Client, rec: Record, to: Destination) -> None:
@@ -70,8 +71,6 @@ def forward(client: Client, rec: Record, to: Destination) -> None:
         archive=gw.archive,
     )
     head = _request_head(client, rec, to)
-    # Only a credential route the owner marked may reach a name that resolves privately.
-    private = any(r.allow_private and r.name == rec.route for r in gw.policy.route)
     try:
         sock = open_connection(
             host,
@@ -79,7 +78,8 @@ def forward(client: Client, rec: Record, to: Destination) -> None:
             timeout=gw.upstream_timeout,
             tls=tls,
             context=gw.upstream_tls,
-            allow_private=private and rec.route is not None,
+            allow_private=to.private_ok,
+            route=rec.route,
         )
     except UpstreamError as exc:
         raise Refused.by_upstream(exc, rec.rule) from exc

@@ -165,12 +165,13 @@ class GatewayHandler(BaseHTTPRequestHandler):
         if rec.method == "CONNECT":
             host, port = _authority(self.path)
             rec.host, rec.port = host, port
-            check_decision(rec, decide(policy, "CONNECT", host, port, ""))
+            decision = decide(policy, "CONNECT", host, port, "")
+            check_decision(rec, decision)
             if policy.inspect_tls:
                 inspect_tunnel(self, rec, host, port)  # each request inside is charged
                 return
             self._admit(rec)
-            tunnel(self, rec, host, port)
+            tunnel(self, rec, host, port, private_ok=decision.private_ok)
             return
         target = self.path
         if target.startswith("/"):
@@ -214,7 +215,11 @@ class GatewayHandler(BaseHTTPRequestHandler):
         self._admit(rec)
         self.body_read = True  # forward relays it
         upstream_target = path + (f"?{query}" if query else "")
-        forward(self, rec, Destination(host, port, tls, upstream_target, extra))
+        forward(
+            self,
+            rec,
+            Destination(host, port, tls, upstream_target, extra, decision.private_ok),
+        )
 
     def serve_inspected(self, tls: ssl.SSLSocket, host: str, port: int) -> None:
         """Serve the requests inside a terminated tunnel to ``host:port``."""
@@ -258,10 +263,12 @@ class InspectedHandler(GatewayHandler):
         if named.hostname and not self._is_tunnel("https", named.hostname, _port_of(named.netloc)):
             raise Refused(400, "http", f"the Host header names another host than {host}")
         rec.path = path
-        check_decision(rec, decide(self.gateway.policy, rec.method, host, port, path))
+        decision = decide(self.gateway.policy, rec.method, host, port, path)
+        check_decision(rec, decision)
         self._admit(rec)
         self.body_read = True  # forward relays it
-        forward(self, rec, Destination(host, port, True, path + (f"?{query}" if query else "")))
+        target = path + (f"?{query}" if query else "")
+        forward(self, rec, Destination(host, port, True, target, private_ok=decision.private_ok))
 
     def _is_tunnel(self, scheme: str, name: str | None, port: int | None) -> bool:
         return (

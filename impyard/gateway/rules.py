@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from impyard.gateway.address import literal
 from impyard.gateway.errors import GatewayError
 from impyard.policy.models import GatewayPolicy, GatewayRoute
 
@@ -39,6 +40,9 @@ class Decision:
     reason: str
     route: GatewayRoute | None = None
     path: str = ""  # for routes: the path to request upstream (base path + rest)
+    #: May the destination be a loopback or private address: a route the owner marked
+    #: ``allow_private``, or an allow rule naming the very IP the request names.
+    private_ok: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,9 @@ def decide(policy: GatewayPolicy, method: str, host: str, port: int, path: str) 
     # The policy's own matcher decides, so what deploy checked is exactly what runs.
     index = policy.find_allow(host, port, None if method == "CONNECT" else method)
     if index is not None:
-        return Decision(True, 200, _allow_rule(policy, index), "allowed")
+        # A wildcard rule never names an address; a host name is judged once resolved.
+        named = policy.allow[index].host == host and literal(host) is not None
+        return Decision(True, 200, _allow_rule(policy, index), "allowed", private_ok=named)
     target = f"{host}:{port}"
     near = policy.find_allow(host, port, None)
     if near is not None:
@@ -150,7 +156,8 @@ def _decide_route(policy: GatewayPolicy, method: str, path: str) -> Decision:
         return _deny(
             rule, f"{method} is not allowed by {rule} (methods: {', '.join(route.methods)})"
         )
-    return Decision(True, 200, rule, "allowed", route, f"{Endpoint.of(route).base_path}/{rest}")
+    path = f"{Endpoint.of(route).base_path}/{rest}"
+    return Decision(True, 200, rule, "allowed", route, path, private_ok=route.allow_private)
 
 
 def _allow_rule(policy: GatewayPolicy, index: int) -> str:

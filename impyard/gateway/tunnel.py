@@ -20,10 +20,13 @@ from impyard.gateway.outcome import Record, Refused
 from impyard.gateway.upstream import UpstreamError, open_connection
 
 
-def tunnel(client: Client, rec: Record, host: str, port: int) -> None:
+def tunnel(client: Client, rec: Record, host: str, port: int, *, private_ok: bool) -> None:
+    """``private_ok``: the allow rule names this very IP, so it may be a private one."""
     gw = client.gateway
     try:
-        upstream = open_connection(host, port, timeout=gw.upstream_timeout)
+        upstream = open_connection(
+            host, port, timeout=gw.upstream_timeout, allow_private=private_ok
+        )
     except UpstreamError as exc:
         raise Refused.by_upstream(exc, rec.rule) from exc
     client.close_connection = True

@@ -2,15 +2,17 @@
 
 Rules name hosts; DNS decides addresses. A name that resolves to a loopback,
 private or link-local address would let an allowed public name reach the
-host's own services, so names must resolve to global addresses. An owner who
-means a local service names its IP literally in the rule.
+host's own services, so every address must be global, however the host spells
+it. An owner who means a local service names its IP in an allow rule, or sets
+``allow_private`` on the route whose upstream it is.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import ssl
+
+from impyard.gateway.address import AddressError, is_public, lookup
 
 UPSTREAM_TLS_RULE = "gateway.upstream_tls"
 
@@ -25,40 +27,27 @@ class UpstreamError(Exception):
         self.rule = rule
 
 
-def is_ip_literal(host: str) -> bool:
+def resolve(
+    host: str, port: int, *, allow_private: bool = False, route: str | None = None
+) -> list[tuple[int, str]]:
+    """The addresses to try for ``host``, however it is spelled (``address``): only public
+    ones, unless the request's grant reaches private ones (``allow_private``: a route the
+    owner marked so, or an allow rule naming that very IP). ``route`` names the route whose
+    upstream this is, for the fix a refusal names."""
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def resolve(host: str, port: int, *, allow_private: bool = False) -> list[tuple[int, str]]:
-    """Addresses to try for ``host``: literals as given, names only if globally routable
-    (any address when the owner's route says ``allow_private``)."""
-    if is_ip_literal(host):
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return [(family, host)]
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise UpstreamError(f"cannot resolve {host}: {exc.strerror}") from exc
-    usable: list[tuple[int, str]] = []
-    rejected: list[str] = []
-    for family, _type, _proto, _canon, sockaddr in infos:
-        address = str(sockaddr[0])
-        if allow_private or ipaddress.ip_address(address.split("%", 1)[0]).is_global:
-            if (family, address) not in usable:
-                usable.append((family, address))
-        else:
-            rejected.append(address)
+        resolved = lookup(host, port)
+    except AddressError as exc:
+        raise UpstreamError(str(exc)) from exc
+    usable = [
+        (family, to) for family, to, found in resolved.found if allow_private or is_public(found)
+    ]
     if not usable:
-        raise UpstreamError(
-            f"{host} resolves to non-public address {', '.join(sorted(set(rejected)))}; "
-            "name the IP in the rule, or set allow_private = true on a route, to allow a "
-            "local service",
-            refused=True,
+        fix = (
+            f"set allow_private = true on route {route!r}"
+            if route is not None
+            else "name the IP in an allow rule"
         )
+        raise UpstreamError(f"{resolved.describe()}; {fix} to allow a local service", refused=True)
     return usable
 
 
@@ -83,11 +72,12 @@ def open_connection(
     tls: bool = False,
     context: ssl.SSLContext | None = None,
     allow_private: bool = False,
+    route: str | None = None,
 ) -> socket.socket:
     """A connected socket to ``host:port`` (TLS-wrapped with verification when ``tls``,
     against ``context`` or the system roots)."""
     last: OSError | None = None
-    for family, address in resolve(host, port, allow_private=allow_private):
+    for family, address in resolve(host, port, allow_private=allow_private, route=route):
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:

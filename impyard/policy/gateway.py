@@ -173,8 +173,8 @@ class GatewayRoute(_Strict):
     allow_private: bool = Field(
         default=False,
         description=(
-            "Let the upstream's host name resolve to loopback or private addresses (a local "
-            "model server named localhost); the box still reaches only the gateway."
+            "Let the upstream be a loopback or private address, named or resolved (a local "
+            "model server on localhost or 127.0.0.1); the box still reaches only the gateway."
         ),
     )
 

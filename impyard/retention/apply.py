@@ -38,7 +38,12 @@ from impyard.retention.model import (
 from impyard.retention.plan import plan_gc
 from impyard.retention.release import release_run, remove_trash
 from impyard.retention.rotation import rotate
-from impyard.retention.volumes import EngineVolumes, VolumeStore, remove_planned_volume
+from impyard.retention.volumes import (
+    EngineVolumes,
+    VolumeStore,
+    remove_planned_helper,
+    remove_planned_volume,
+)
 
 _RUN_KINDS: tuple[GcKind, ...] = ("quarantine_ref", "candidate_ref", "kept_checkout", "run_dir")
 
@@ -95,6 +100,8 @@ def apply_gc(home: Home, plan: GcPlan, volumes: VolumeStore, journal: Journal) -
         by_imp[str(item.imp)].append(item)
     for imp, items in by_imp.items():
         done(_collect_layers(home, imp, items))
+    # Helpers first: a probe's volume goes once its box has.
+    done([remove_planned_helper(volumes, item) for item in plan.of_kind("helper")])
     for item in plan.of_kind("volume"):
         done([remove_planned_volume(home, volumes, item)])
     done(_prune_archive(home, plan))

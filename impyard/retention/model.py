@@ -24,6 +24,7 @@ GcKind = Literal[
     "run_dir",  # runs/<run>/ whole: manifest, logs, receipts
     "layer",  # a checkout layer no chain needs
     "volume",  # an engine volume no unfinished run uses
+    "helper",  # a helper container or volume whose creator is gone (box.helpers)
     "archive_object",  # a source-archive body not fetched for retention_days
     "spare_space",  # a formatted run space image no run took within SPARE_DAYS
     "task",  # a done or cancelled queue task older than finished_run_days

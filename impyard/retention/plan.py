@@ -38,7 +38,7 @@ from impyard.retention.model import (
 )
 from impyard.retention.rotation import rotation_item
 from impyard.retention.runs import plan_runs
-from impyard.retention.volumes import VolumeStore, plan_volumes
+from impyard.retention.volumes import VolumeStore, plan_helpers, plan_volumes
 
 
 def plan_gc(
@@ -50,6 +50,7 @@ def plan_gc(
     items = plan_runs(home, limits, now, notes)
     dropped = {item.id for item in items if item.kind in ("kept_checkout", "run_dir")}
     items.extend(plan_layers(home, dropped, now, notes))
+    items.extend(plan_helpers(home, volumes, notes))
     items.extend(plan_volumes(home, volumes, now, notes))
     items.extend(plan_archive(home, limits, now))
     items.extend(plan_spares(home, now))

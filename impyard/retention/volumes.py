@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from impyard.box.helpers import LeftHelper, left_helpers, remove_helper
 from impyard.box.spec import LABEL_IMP, LABEL_RUN
 from impyard.errors import EngineError, ImpyardError, NotFoundError
 from impyard.home import Home
@@ -34,7 +35,7 @@ class EngineVolume:
 
 
 class VolumeStore(Protocol):
-    """The engine's volumes, as gc needs them (tests pass a fake)."""
+    """The engine's volumes and helpers, as gc needs them (tests pass a fake)."""
 
     def labelled(self) -> list[EngineVolume]:
         """Every volume labelled ``impyard.run``; EngineError when the engine cannot say."""
@@ -42,6 +43,15 @@ class VolumeStore(Protocol):
 
     def remove(self, name: str) -> None:
         """Remove a volume; NotFoundError when it is already gone, EngineError otherwise."""
+        ...
+
+    def left_helpers(self, root: Path) -> list[LeftHelper]:
+        """The data root's helpers whose creator is gone (``box.helpers``); EngineError
+        when the engine cannot say."""
+        ...
+
+    def remove_helper(self, left: LeftHelper) -> None:
+        """Remove one; already gone is fine, EngineError otherwise."""
         ...
 
 
@@ -68,6 +78,12 @@ class EngineVolumes:
         from impyard.box import engine
 
         engine.call("volume remove", engine.api().remove_volume, name, volume=name)
+
+    def left_helpers(self, root: Path) -> list[LeftHelper]:
+        return left_helpers(root)
+
+    def remove_helper(self, left: LeftHelper) -> None:
+        remove_helper(left)
 
 
 def plan_volumes(home: Home, store: VolumeStore, now: float, notes: list[str]) -> list[GcItem]:
@@ -96,6 +112,35 @@ def plan_volumes(home: Home, store: VolumeStore, now: float, notes: list[str]) -
             )
         )
     return items
+
+
+def plan_helpers(home: Home, store: VolumeStore, notes: list[str]) -> list[GcItem]:
+    """What a host that died while it had a helper on the engine left (``box.helpers``)."""
+    try:
+        found = store.left_helpers(home.root)
+    except EngineError as exc:
+        notes.append(f"engine helpers were not checked: {exc}")
+        return []
+    return [
+        GcItem(
+            kind="helper",
+            id=left.name,
+            path=left.what,
+            reason=f"{left.kind} {left.what} its creator left behind",
+            run=left.run or None,
+        )
+        for left in found
+    ]
+
+
+def remove_planned_helper(store: VolumeStore, item: GcItem) -> GcOutcome:
+    what = "container" if item.path == "container" else "volume"
+    left = LeftHelper(kind="", what=what, name=item.id, run=item.run or "")
+    try:
+        store.remove_helper(left)
+    except ImpyardError as exc:
+        return GcOutcome(item, "failed", str(exc))
+    return GcOutcome(item, "removed")
 
 
 def remove_planned_volume(home: Home, store: VolumeStore, item: GcItem) -> GcOutcome:

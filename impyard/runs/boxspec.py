@@ -118,7 +118,7 @@ def box_spec(
         pids_limit=box.pids_limit,
         network=box.network,
         runtime=m.runtime or box.runtime,
-        labels=box_labels(m.run_id, m.imp),
+        labels=box_labels(m.run_id, m.imp, root=home.root),
         timeout_seconds=m.timeout_seconds or box_timeout(request, policy),
     )
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from impyard import names
+from impyard.box.helpers import sweep_helpers
 from impyard.box.launch import box_pid, find_boxes
 from impyard.errors import EngineError, ImpyardError
 from impyard.knowledge import runspace
@@ -138,6 +139,7 @@ def recover_all(
         )
         if on_resolved is not None:
             on_resolved(resolution)
+    remove_left_helpers(ctx)
     sweep_finished_checkouts(ctx)
     republish_origins(ctx)
     with opened(ctx.home.db) as conn:
@@ -201,6 +203,20 @@ def queue_lost_rework(ctx: RunContext, manifest: Manifest) -> None:
             return
         if task is not None:
             manifests.write(ctx.home, m)
+
+
+def remove_left_helpers(ctx: RunContext) -> None:
+    """A host that died while a helper existed (the container reading an image's CA roots,
+    the overlay probe's box and volume) left it behind; remove this data root's."""
+    try:
+        removed = sweep_helpers(ctx.home.root)
+    except EngineError as exc:  # the engine is the problem: the next start tries again
+        log.error("could not remove left-behind helpers: %s", exc)
+        return
+    for left in removed:
+        ctx.journal.record(
+            "box.helper_removed", run=left.run or None, helper=left.kind, **{left.what: left.name}
+        )
 
 
 def sweep_finished_checkouts(ctx: RunContext) -> None:

@@ -46,7 +46,7 @@ class RunCheckout:
         if checkout.kind == "overlay":
             m.volume = f"impyard-{m.run_id}"
             self.run.save()
-            labels = box_labels(m.run_id, m.imp)
+            labels = box_labels(m.run_id, m.imp, root=self.run.home.root)
             create_overlay_volume(m.volume, mount_options(checkout), labels=labels)
 
     def new_checkout(self, kind: CheckoutKind) -> Checkout:

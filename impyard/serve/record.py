@@ -10,6 +10,11 @@ place, so a ``<pid>.json`` is never seen unlocked while its serve lives; that ma
 safe for a starting serve to delete every unlocked record it finds. Readers only probe
 with a shared, non-blocking lock, and the serve takes its own lock blocking, so a probe
 can never make a serve fail to start.
+
+One serve per data root: it holds the queue (claims, endings, recovery of the runs a
+dead serve left), so a second one is refused, naming the first, before it does anything.
+``serve/lock`` decides, flocked exclusively and without waiting for the serve's whole
+life; no reader touches it, and a dead serve's lock is gone with its process.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from impyard import __version__
+from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.names import utc_now
 
@@ -46,6 +52,35 @@ class ServeRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+class ServeRunningError(ImpyardError):
+    """Another serve is live on the data root; ``pid`` None while it is still starting."""
+
+    def __init__(self, root: Path, pid: int | None) -> None:
+        who = f"pid {pid}" if pid is not None else "starting now"
+        super().__init__(
+            f"another impyard serve ({who}) is running on the data root {root} and holds "
+            "its queue: stop it first, or give this one another --home"
+        )
+        self.pid = pid
+
+
+@contextlib.contextmanager
+def sole_serve(home: Home) -> Iterator[None]:
+    """Be the data root's one serve until the block ends; ServeRunningError when another
+    live serve is."""
+    home.serve_dir.mkdir(exist_ok=True)
+    fd = os.open(home.serve_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            live = [record.pid for record in read_records(home) if record.alive]
+            raise ServeRunningError(home.root, live[0] if live else None) from None
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
 
 
 @contextlib.contextmanager

@@ -45,6 +45,7 @@ from impyard.runs.recovery import Resolution, recover_all
 from impyard.serve import events as serve_events
 from impyard.serve import heap
 from impyard.serve.events import EventKind, Reporter, ServeEvent, ServeStatus
+from impyard.serve.stoppable import unless_stopped
 
 __all__ = ["ServeEvent", "ServeStatus", "Server"]
 
@@ -105,7 +106,7 @@ class Server:
             on_error=lambda message: self.report("gc", message),
         )
 
-    # -- signals (called from the main thread's signal handler) -------------------------
+    # -- signals (called on the signals thread, never in a handler: this takes locks) --
 
     def request_stop(self, by: str = "a stop request") -> None:
         """``by``: what asked (a signal's name), for the stop line."""
@@ -115,6 +116,7 @@ class Server:
             return
         self._deadline = time.monotonic() + self.ctx.settings.shutdown_grace_seconds
         self._stop.set()
+        self._wake.set()  # a loop waiting for its running boxes sees the stop at once
         self.status.stopping = True
         self.status.stopped_by = by
         self.report(
@@ -200,7 +202,9 @@ class Server:
                 else:
                     self._stop.wait(0.5)
             self._refresh(conn, 0)
-        self.gc.stop(self.ctx.settings.shutdown_grace_seconds)
+        # A gc in progress gets what is left of the grace, never a grace of its own.
+        grace = self.ctx.settings.shutdown_grace_seconds
+        self.gc.stop(grace if self._deadline is None else self._deadline - time.monotonic())
         return self.status
 
     def _collect(self, running: dict[Future[tasks.Ending], tasks.Task]) -> list[tasks.Ending]:
@@ -292,6 +296,8 @@ class Server:
                 self.report("engine", f"engine unreachable, waiting: {exc}")
             self.status.engine_down = True
             return False
+        if self._stop.is_set():
+            return False  # the ping may not have answered: a stop claims nothing anyway
         self._engine_seen_at = time.monotonic()
         self._engine_failures = 0
         if self.status.engine_down:
@@ -300,9 +306,10 @@ class Server:
         return True
 
     def _ping(self) -> None:
+        """Raises EngineError; returns early, unanswered, when a stop comes first."""
         from impyard.box import engine
 
-        engine.call("ping", engine.api().ping)
+        unless_stopped(self._stop, "impyard-ping", lambda: engine.call("ping", engine.api().ping))
 
     def _engine_backoff(self) -> None:
         """A lost engine makes serve wait and retry, never exit: step by step while it stays

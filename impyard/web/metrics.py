@@ -8,7 +8,8 @@ incrementally (``tallies``: the journal is read whole on the first scrape, then 
 what was appended since the one before).
 
 Labels are bounded: imps are the data root's imps, outcomes and phases closed sets, and
-routes and rules what policy and code name; no run id, URL, host or path is a label.
+routes and rules what policy and code name (an allow rule by its index, a backup remote
+by its place in the policy's list); no run id, URL, host or path is a label.
 A label value read from the journal past ``tallies.MAX_SERIES`` distinct ones counts as
 ``other``.
 """
@@ -33,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from impyard.backup.remotes import label
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.policy.compile import deployed_org_policy
@@ -138,7 +140,10 @@ def _disk(home: Home) -> Iterator[Metric]:
 
 def _backup(home: Home, imps: list[str]) -> Iterator[Metric]:
     knowledge = [imp_knowledge(home, imp) for imp in imps]
-    section = backup_section(home, len(deployed_org_policy(home).backup.remotes), knowledge)
+    remotes = list(dict.fromkeys(deployed_org_policy(home).backup.remotes))
+    # A remote is a URL or a path: the label is its place in the policy's list.
+    names = {label(base): f"backup.remotes[{i}]" for i, base in enumerate(remotes)}
+    section = backup_section(home, len(remotes), knowledge)
     behind = GaugeMetricFamily(
         "impyard_backup_behind_commits",
         "Commits on main not yet pushed to a backup remote.",
@@ -152,11 +157,12 @@ def _backup(home: Home, imps: list[str]) -> Iterator[Metric]:
     now = datetime.now(UTC)
     for imp in section.imps:
         for remote in imp.remotes:
+            name = names.get(remote.remote, OTHER)
             if remote.behind is not None:
-                behind.add_metric([imp.imp, remote.remote], remote.behind)
+                behind.add_metric([imp.imp, name], remote.behind)
             age = age_seconds(remote.pushed_at, now)
             if age is not None:
-                since.add_metric([imp.imp, remote.remote], age)
+                since.add_metric([imp.imp, name], age)
     yield behind
     yield since
 

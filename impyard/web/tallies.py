@@ -8,6 +8,7 @@ one before. Label values are bounded: past ``MAX_SERIES`` distinct ones, ``other
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -21,6 +22,11 @@ MAX_SERIES = 200
 OTHER = "other"
 GATEWAY_EVENT = "gateway.request"
 BUDGET_RULE_PREFIX = "gateway.budget."
+#: The journal names an allow rule by index and host (``gateway.allow[0] api.example.com``)
+#: for the owner reading it; a label keeps the index alone, as ``/metrics`` may be public.
+_ALLOW_RULE = re.compile(r"gateway\.allow\[\d+\]")
+#: What the gateway journals for a request it let through.
+_ALLOWED = frozenset({"allowed", "allow"})
 #: Seconds a change spends in the lane: a lone one lands in tens of milliseconds; one
 #: that queued behind a burst waits for every pass before its own.
 LANE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -83,13 +89,20 @@ class GatewayTally:
         self.refusals: Counter[str] = Counter()
 
     def add(self, e: Entry) -> None:
-        route, rule = self._labels(e.get("route")), self._labels(e.get("rule"))
-        decision = "allow" if e.get("decision") == "allow" else "deny"
+        route, rule = self._labels(e.get("route")), self._labels(rule_label(e.get("rule")))
+        decision = "allow" if e.get("decision") in _ALLOWED else "deny"
         self.requests[(route, rule, decision)] += 1
         self.request_bytes[route] += _count(e.get("request_bytes"))
         self.response_bytes[route] += _count(e.get("bytes"))
         if isinstance(e.get("rule"), str) and str(e["rule"]).startswith(BUDGET_RULE_PREFIX):
             self.refusals[rule] += 1
+
+
+def rule_label(rule: object) -> object:
+    """The rule a journal entry names, without the host an allow rule grants."""
+    if isinstance(rule, str) and (index := _ALLOW_RULE.match(rule)) is not None:
+        return index.group(0)
+    return rule
 
 
 class LaneTally:

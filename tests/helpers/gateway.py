@@ -35,6 +35,7 @@ def gateway_policy(upstream_port: int, gateway_port: int, **extra: Any) -> Gatew
                 "value": "Bearer {secret}",
                 "secret_env": "IMPYARD_TEST_GATEWAY_SECRET",
                 "methods": ["POST", "GET"],
+                "allow_private": True,
             }
         ],
         "budget": {},

@@ -31,13 +31,16 @@ from impyard.home import Home
 from impyard.settings import Settings
 from tests.helpers.images import BOX_IMAGE
 
+#: The data root these boxes' labels name (they belong to none).
+ROOT = Path("/nonexistent/impyard-box-tests")
+
 
 def _spec(script: str, **kwargs: object) -> BoxSpec:
     run_id = kwargs.pop("run_id", f"test-{uuid.uuid4().hex[:12]}")
     return BoxSpec(
         image=BOX_IMAGE,
         command=["/bin/sh", "-c", script],
-        labels=box_labels(str(run_id), "tester"),
+        labels=box_labels(str(run_id), "tester", root=ROOT),
         **kwargs,
     )
 
@@ -59,12 +62,14 @@ def _run(spec: BoxSpec, tmp_path: Path) -> tuple[BoxExit, str]:
 
 def test_spec_refuses_root_and_unlabelled_boxes() -> None:
     with pytest.raises(ValueError, match="root"):
-        BoxSpec(image="i", command=["true"], labels=box_labels("r", "i"), user="0:0")
+        BoxSpec(image="i", command=["true"], labels=box_labels("r", "i", root=ROOT), user="0:0")
     with pytest.raises(ValueError, match="labels"):
         BoxSpec(image="i", command=["true"], labels={LABEL_RUN: "r"})
     with pytest.raises(ValueError, match="/tmp"):
         BoxMount(source="/srv", target="/tmp/x", read_only=True)
-    spec = BoxSpec(image="i", command=["true"], labels=box_labels("r", "i"), env={"A": "1"})
+    spec = BoxSpec(
+        image="i", command=["true"], labels=box_labels("r", "i", root=ROOT), env={"A": "1"}
+    )
     assert spec.environment() == {"A": "1", "TMPDIR": "/tmp"}
 
 
@@ -216,7 +221,7 @@ def test_missing_image_and_unreachable_engine(
     spec = BoxSpec(
         image=f"impyard-test-absent:{uuid.uuid4().hex[:8]}",
         command=["true"],
-        labels=box_labels("r", "i"),
+        labels=box_labels("r", "i", root=ROOT),
     )
     with pytest.raises(BoxImageNotFoundError, match="cannot be pulled"):
         run_box(spec, tmp_path / "log")
@@ -235,9 +240,8 @@ def test_overlay_volume_checkout(tmp_path: Path) -> None:
     (lower / "base.md").write_text("base\n")
     prepare_upper(upper, work)
     name = f"impyard-test-{uuid.uuid4().hex[:12]}"
-    create_overlay_volume(
-        name, f"lowerdir={lower},upperdir={upper},workdir={work}", {"impyard.test": "1"}
-    )
+    labels = box_labels(name, "tester", root=ROOT)
+    create_overlay_volume(name, f"lowerdir={lower},upperdir={upper},workdir={work}", labels)
     try:
         spec = _spec(
             "cat /k/base.md && echo new >/k/new.md",

@@ -42,7 +42,7 @@ def _spec(kdir: Path, script: str, **kwargs: object) -> BoxSpec:
     return BoxSpec(
         image=BOX_IMAGE,
         command=["/bin/sh", "-c", script],
-        labels=box_labels(f"test-{uuid.uuid4().hex[:12]}", "tester"),
+        labels=box_labels(f"test-{uuid.uuid4().hex[:12]}", "tester", root=kdir),
         env=env,
         mounts=mounts,
         timeout_seconds=60,

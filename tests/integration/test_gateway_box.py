@@ -84,6 +84,7 @@ class Harness:
                     "value": "Bearer {secret}",
                     "secret_env": SECRET_ENV,
                     "methods": ["POST"],
+                    "allow_private": True,
                 }
             ],
         }

@@ -45,7 +45,8 @@ def readme_agent_policy(upstream: str, model: str = "scripted-model") -> str:
     block = re.search(r"```toml\n(.*?)```", section, re.DOTALL)
     assert block is not None, "the README's agent section has no TOML block"
     toml = "\n".join(line.removeprefix("   ") for line in block.group(1).splitlines())
-    toml = re.sub(r'upstream = "[^"]+"', f'upstream = "{upstream}"', toml)
+    # The scripted model server listens on loopback, which a route reaches only when allowed.
+    toml = re.sub(r'upstream = "[^"]+"', f'upstream = "{upstream}"\nallow_private = true', toml)
     return re.sub(r'IMPYARD_MODEL = "[^"]+"', f'IMPYARD_MODEL = "{model}"', toml)
 
 
@@ -325,7 +326,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
         routes = "".join(
             f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
             'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
+            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
             for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
         )
         set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))

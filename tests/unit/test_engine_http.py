@@ -26,6 +26,7 @@ from impyard.box.engine import (
 )
 from impyard.box.engineapi import EngineAPI
 from impyard.box.enginehttp import EngineTimeout, Transport
+from impyard.box.spec import box_labels
 
 Answer = tuple[int, bytes]
 
@@ -209,3 +210,22 @@ def test_output_frames_are_split_whatever_the_reads(serve, tmp_path: Path) -> No
     chunks = list(api_for(server).logs("c1"))
     assert chunks == [b"out one\n", b"err\n", b"x" * 70000]
     assert server.seen == ["GET /v1.41/containers/c1/logs?stdout=1&stderr=1"]
+
+
+def test_nothing_is_created_without_its_data_roots_label(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A container or volume no recovery could tell as its data root's is never created."""
+    server = serve(lambda method, path: (201, b'{"Id": "abc", "Name": "v"}'))
+    api = api_for(server)
+    unowned = {"impyard.run": "run-x", "impyard.imp": "yuko"}
+    with pytest.raises(ValueError, match=r"impyard\.root"):
+        api.create_container("impyard-box:latest", labels=unowned)
+    with pytest.raises(ValueError, match=r"impyard\.root"):
+        api.create_volume("v", labels=unowned)
+    assert server.seen == []
+    owned = box_labels("run-x", "yuko", root=tmp_path)
+    assert api.create_container("impyard-box:latest", labels=owned)["Id"] == "abc"
+    assert api.create_volume("v", labels=owned)["Name"] == "v"
+    assert [seen.split("?")[0] for seen in server.seen] == [
+        "POST /v1.41/containers/create",
+        "POST /v1.41/volumes/create",
+    ]

@@ -1,18 +1,16 @@
 """``DOCKER_HOST`` naming an HTTP server that is not a Docker engine: a web server's 404
-page, or a 200 HTML page for every path. No engine is needed; the servers here are the
-point. The client says once, typed, that the address does not answer as a Docker engine,
-and ``status``, ``run`` and ``serve`` each say so in one line."""
+page, or a 200 HTML page for every path. No engine is needed; the servers
+(``tests.helpers.fake_engines``) are the point. The client says once, typed, that the
+address does not answer as a Docker engine, and ``status``, ``run`` and ``serve`` each
+say so in one line."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,56 +19,17 @@ from impyard.box.engine import EngineNotDockerError, EngineUnreachableError, cal
 from impyard.box.engineapi import EngineAPI
 from impyard.box.enginehttp import Transport
 from tests.helpers.cli import Cli
+from tests.helpers.fake_engines import fake_engine
 from tests.helpers.git import GIT_ENV
 
 NOT_DOCKER = "does not answer as a Docker engine"
 
 
-class HtmlEverywhere(http.server.BaseHTTPRequestHandler):
-    """Answers every request 200 with an HTML page."""
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        body = b"<!DOCTYPE html><html><body>welcome</body></html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_DELETE = _answer
-
-    def log_message(self, format: str, *args: object) -> None:
-        del format, args
-
-
-class QuietFiles(http.server.SimpleHTTPRequestHandler):
-    """``python -m http.server``: 404 HTML pages for the engine's paths, 501 for POST."""
-
-    def log_message(self, format: str, *args: object) -> None:
-        del format, args
-
-
 @pytest.fixture(params=["404-html", "200-html"])
 def not_docker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The ``DOCKER_HOST`` of an HTTP server that is not a Docker engine."""
-    handler: type[http.server.BaseHTTPRequestHandler] = (
-        partial(QuietFiles, directory=str(tmp_path))  # type: ignore[assignment]
-        if request.param == "404-html"
-        else HtmlEverywhere
-    )
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"tcp://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with fake_engine(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pygit2
 import pytest
 
 from impyard.box.engine import EngineUnreachableError
+from impyard.box.helpers import LeftHelper
 from impyard.errors import NotFoundError
 from impyard.gateway.archive import Archive
 from impyard.home import Home
@@ -63,10 +64,26 @@ def set_retention(home: Home, **values: float) -> None:
 
 
 class FakeVolumes:
-    def __init__(self, volumes: list[EngineVolume] | None = None, *, down: bool = False) -> None:
+    def __init__(
+        self,
+        volumes: list[EngineVolume] | None = None,
+        *,
+        down: bool = False,
+        helpers: list[LeftHelper] | None = None,
+    ) -> None:
         self.volumes = {v.name: v for v in volumes or []}
         self.down = down
         self.removed: list[str] = []
+        self.helpers = list(helpers or [])
+
+    def left_helpers(self, root: Path) -> list[LeftHelper]:
+        if self.down:
+            raise EngineUnreachableError("unix:///fake.sock", "connection refused")
+        return list(self.helpers)
+
+    def remove_helper(self, left: LeftHelper) -> None:
+        self.helpers = [h for h in self.helpers if h.name != left.name]
+        self.removed.append(left.name)
 
     def labelled(self) -> list[EngineVolume]:
         if self.down:
@@ -355,6 +372,28 @@ def test_an_unreachable_engine_skips_volumes_and_says_so(yard: Yard) -> None:
     assert removed(result) == {("run_dir", old)}
     assert not result.failed
     assert any("engine volumes were not checked" in note for note in result.plan.notes)
+    assert any("engine helpers were not checked" in note for note in result.plan.notes)
+
+
+def test_helpers_their_creator_left_go_container_first(yard: Yard) -> None:
+    """The engine's half (which helpers are this root's, whose lock is free) is the docker
+    test's; here: gc plans what it is told was left, and removes containers first."""
+    left = [
+        LeftHelper("overlay-probe", "container", "c" * 64, "overlay-probe"),
+        LeftHelper("overlay-probe", "volume", "impyard-probe-x", "overlay-probe"),
+    ]
+    store = FakeVolumes(helpers=left)
+    dry = run_gc(yard.home, now=NOW, dry_run=True, volumes=store)
+    assert planned(dry) == {("helper", "c" * 64), ("helper", "impyard-probe-x")}
+    assert store.removed == []
+    result = run_gc(yard.home, now=NOW, volumes=store)
+    assert store.removed == ["c" * 64, "impyard-probe-x"]
+    lines = Journal(yard.home.journal).read(event="gc.removed")
+    assert [(e["kind"], e["id"]) for e in lines] == [
+        ("helper", "c" * 64),
+        ("helper", "impyard-probe-x"),
+    ]
+    assert not result.failed
 
 
 # -- checkout layers --------------------------------------------------------------------
