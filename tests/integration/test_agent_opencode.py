@@ -7,7 +7,6 @@ lands once, the key never enters the box, and OpenCode asks nothing but its mode
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from impyard.devtools.model_server import (
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.images import OPENCODE_IMAGE, require_image
+from tests.helpers.key_probe import secret_probe_script
 from tests.helpers.policy import edit_org
 from tests.integration.test_pi_agent import SECRET, SECRET_ENV, readme_agent_policy
 
@@ -270,29 +270,9 @@ def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
     assert "title:" not in note and "Acme sells anvils." in note
 
 
-def secret_probe_script(secret: str) -> Script:
-    """Look for the provider key everywhere a box can look, without ever holding it plainly
-    in a file or an environment: the pattern arrives base64-encoded in the command."""
-    encoded = base64.b64encode(secret.encode()).decode()
-    probe = (
-        f"s=$(echo {encoded} | base64 -d); hits=0; "
-        'for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qaF -e "$s" "$f" '
-        '2>/dev/null && echo "hit $f" && hits=1; done; '
-        'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
-        'echo "hits=$hits"; env | sort; cat "$OPENCODE_CONFIG"'
-    )
-
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn == 0:
-            return Reply.call("bash", command=probe)
-        return Reply.say("Looked everywhere.")
-
-    return script
-
-
 @pytest.mark.usefixtures("opencode_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    with ModelServer(secret_probe_script(SECRET)) as model:
+    with ModelServer(secret_probe_script(SECRET, "$OPENCODE_CONFIG")) as model:
         set_up_owner(cli, model.url)
         code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
