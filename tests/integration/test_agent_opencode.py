@@ -24,12 +24,17 @@ from impyard.devtools.model_server import (
     Script,
     note_script,
 )
+from tests.helpers.agents import (
+    SECRET,
+    SECRET_ENV,
+    assert_secret_kept_out,
+    secret_probe,
+    set_up_agent_owner,
+)
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.images import OPENCODE_IMAGE, require_image
-from tests.helpers.key_probe import secret_probe_script
 from tests.helpers.policy import edit_org
-from tests.integration.test_pi_agent import SECRET, SECRET_ENV, readme_agent_policy
 
 pytestmark = pytest.mark.docker
 
@@ -42,16 +47,18 @@ def opencode_image(docker_engine: None) -> str:
 def set_up_owner(
     cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
 ) -> None:
-    """The README's agent policy (route llm with the key in IMPYARD_SECRET_LLM) and OpenCode
-    imps."""
-    assert cli("init").code == 0
-    org = cli.home / "policy" / "org.toml"
-    org.write_text(org.read_text() + "\n" + readme_agent_policy(upstream) + "\n" + extra)
-    deployed = cli("deploy")
-    assert deployed.code == 0, deployed.stdout + deployed.stderr
-    for imp in imps:
-        created = cli("imp", "create", imp, "--agent", "opencode", "--image", OPENCODE_IMAGE)
-        assert created.code == 0, created.stderr
+    """The policy docs/agents.md gives for OpenCode (route llm, the key in
+    IMPYARD_SECRET_LLM) pointed at ``upstream``, and OpenCode imps."""
+    set_up_agent_owner(
+        cli,
+        section="OpenCode",
+        agent="opencode",
+        image=OPENCODE_IMAGE,
+        upstream=upstream,
+        model="scripted-model",
+        extra=extra,
+        imps=imps,
+    )
 
 
 def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, Any]]:
@@ -270,9 +277,21 @@ def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
     assert "title:" not in note and "Acme sells anvils." in note
 
 
+def probe_script() -> Script:
+    """Look for the key everywhere a box can look, then show OpenCode's config."""
+    probe = secret_probe(SECRET) + '; cat "$OPENCODE_CONFIG"'
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            return Reply.call("bash", command=probe)
+        return Reply.say("Looked everywhere.")
+
+    return script
+
+
 @pytest.mark.usefixtures("opencode_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    with ModelServer(secret_probe_script(SECRET, "$OPENCODE_CONFIG")) as model:
+    with ModelServer(probe_script()) as model:
         set_up_owner(cli, model.url)
         code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
@@ -283,16 +302,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert '"apiKey": "impyard-gateway-adds-the-key"' in seen  # only the placeholder
     assert "IMPYARD_MODEL=scripted-model" in seen
     assert SECRET not in seen
-    run_id = str(run["run_id"])
-    for output in (
-        cli("runs", "logs", run_id).stdout,
-        cli("runs", "show", run_id, "--json").stdout,
-        cli("journal", "--json").stdout,
-    ):
-        assert SECRET not in output
-    for path in cli.home.rglob("*"):
-        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
-            assert SECRET.encode() not in path.read_bytes(), path
+    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
 
 
 @pytest.mark.usefixtures("opencode_image")

@@ -24,10 +24,10 @@ from impyard.devtools.model_server import (
     note_script,
     write_note,
 )
+from tests.helpers.agents import secret_probe_script
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import PI_IMAGE
-from tests.helpers.key_probe import secret_probe_script
 from tests.helpers.policy import edit_org
 from tests.tls_server import TlsPageServer
 
@@ -218,7 +218,8 @@ def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_pa
 
 @pytest.mark.usefixtures("pi_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    with ModelServer(secret_probe_script(SECRET, "$PI_CODING_AGENT_DIR/models.json")) as model:
+    probe = secret_probe_script(SECRET, show="$PI_CODING_AGENT_DIR/models.json")
+    with ModelServer(probe) as model:
         set_up_owner(cli, model.url)
         code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
