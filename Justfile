@@ -19,6 +19,10 @@ box:
 box-pi:
     bash scripts/build-agent-box.sh pi
 
+# Build the agent image impyard-claude-code:latest (Debian trixie + Claude Code; kept when unchanged)
+box-claude-code:
+    bash scripts/build-agent-box.sh claude-code
+
 # Build the agent image impyard-opencode:latest (Debian trixie + OpenCode, no registry; kept when unchanged)
 box-opencode:
     bash scripts/build-agent-box.sh opencode

@@ -17,31 +17,26 @@ from typing import Any
 import pytest
 
 from impyard.devtools.model_server import (
-    NAMESPACE,
     Conversation,
     ModelServer,
     Reply,
-    Script,
     note_script,
 )
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
-    assert_secret_kept_out,
-    secret_probe,
+    chatty_script,
+    docs_agent_policy,
+    secret_probe_script,
     set_up_agent_owner,
+    titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV, git
-from tests.helpers.images import OPENCODE_IMAGE, require_image
+from tests.helpers.images import OPENCODE_IMAGE
 from tests.helpers.policy import edit_org
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="session")
-def opencode_image(docker_engine: None) -> str:
-    return require_image(OPENCODE_IMAGE, "just box-opencode")
 
 
 def set_up_owner(
@@ -49,16 +44,8 @@ def set_up_owner(
 ) -> None:
     """The policy docs/agents.md gives for OpenCode (route llm, the key in
     IMPYARD_SECRET_LLM) pointed at ``upstream``, and OpenCode imps."""
-    set_up_agent_owner(
-        cli,
-        section="OpenCode",
-        agent="opencode",
-        image=OPENCODE_IMAGE,
-        upstream=upstream,
-        model="scripted-model",
-        extra=extra,
-        imps=imps,
-    )
+    policy = docs_agent_policy("OpenCode", upstream)
+    set_up_agent_owner(cli, policy, "opencode", OPENCODE_IMAGE, extra=extra, imps=imps)
 
 
 def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, Any]]:
@@ -142,17 +129,6 @@ def outage_script(conversation: Conversation) -> Reply:
     return Reply.error(500, "scripted provider outage")
 
 
-def chatty_script() -> Script:
-    """Three tool turns before an answer: more requests than a budget of two allows."""
-
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn < 3:
-            return Reply.call("bash", command=f"echo step {conversation.turn}")
-        return Reply.say("Done after three steps.")
-
-    return script
-
-
 @pytest.mark.usefixtures("opencode_image")
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
     """Three imps under one serve: a provider answering 500, one that never answers (the
@@ -213,50 +189,21 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert len(refused) == 2 and all(e["rule"] == budget_rule for e in refused)
 
 
-# A rework's task lists each violation as "- <path>: <rule>: <message>".
-VIOLATION = re.compile(r"^- (records/\S+\.md): frontmatter: .*unknown key 'title'", re.M)
-
-
-def rework_script() -> Script:
-    """First run: a note with a `title:` line records may not have. Rework run (its task
-    starts with "# Rework of run"): delete that line in each file a violation names."""
-
-    def script(conversation: Conversation) -> Reply:
-        user = conversation.user()
-        if "# Rework of run" in user:
-            if conversation.turn > 0:
-                return Reply.say("Removed the title lines.")
-            paths = VIOLATION.findall(user)
-            if not paths:
-                return Reply.say(f"UNEXPECTED: no violation in the task: {user!r}")
-            files = " ".join(f"'{p}'" for p in paths)
-            command = f"cd $IMPYARD_KNOWLEDGE_DIR && sed -i '/^title:/d' {files}"
-            return Reply.call("bash", command=command)
-        match = NAMESPACE.search(conversation.system())
-        if match is None:
-            return Reply.say("UNEXPECTED: no namespace in the system prompt.")
-        if conversation.turn > 0:
-            return Reply.say("Wrote the note.")
-        ns = match.group(0)
-        note = (
-            f"---\nid: {ns}_1\ntitle: Acme\ncreated_at: 2026-12-01T12:00:00Z\n"
-            "source_urls:\n- https://example.com/acme\n---\n\nAcme sells anvils.\n"
-        )
-        path = f"/opt/impyard/knowledge/records/vendors/acme--{ns}_1.md"
-        return Reply.call("write", filePath=path, content=note)
-
-    return script
+REWORK_SLUG = "titled-note"
+TITLED_MARKER = "written-with-a-title-5c2e"
+FIXED_MARKER = "fixed-in-the-rework-8a17"
 
 
 @pytest.mark.usefixtures("opencode_image")
 def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
     cli: Cli,
 ) -> None:
-    with ModelServer(rework_script()) as model:
+    script = titled_then_rework_script("opencode", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    with ModelServer(script) as model:
         set_up_owner(cli, model.url)
         edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
         assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Note what Acme sells.").code == 0
+        assert cli("task", "add", "yuko", "--prompt", "Note what you know.").code == 0
         served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
         assert served.code == 0, served.stdout + served.stderr
         turns = model.completions()
@@ -264,34 +211,24 @@ def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
     first, second = json.loads(cli("task", "list", "--json").stdout)
     assert first["checkpoint"] == "rejected"
     assert second["rework_of"] == first["run_id"] and second["checkpoint"] == "integrated"
-    # Two calls for the refused run, two for its rework, whose prompt named the violation.
-    assert len(turns) == 4
+    # The refused run: write, answer. Its rework, told the violation: read the note (the
+    # write tool replaces only a file read first), write it fixed, impyard-check, answer.
+    assert len(turns) == 6, [Conversation(t.body["messages"]).last_tool_result() for t in turns]
     told = Conversation(turns[2].body["messages"]).user()
-    assert told.startswith("# Rework of run") and VIOLATION.search(told), told
+    assert "# Rework of run" in told and ": frontmatter: " in told, told
+    assert "impyard-check: ok" in Conversation(turns[5].body["messages"]).last_tool_result()
     new_ns = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
     repo = cli("knowledge", "yuko").stdout.strip()
-    path = f"records/vendors/acme--{new_ns}_1.md"
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/vendors").stdout
+    path = f"records/opencode/{REWORK_SLUG}--{new_ns}_1.md"
+    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/opencode").stdout
     assert len(landed.split()) == 1
     note = git("-C", repo, "show", f"main:{path}").stdout
-    assert "title:" not in note and "Acme sells anvils." in note
-
-
-def probe_script() -> Script:
-    """Look for the key everywhere a box can look, then show OpenCode's config."""
-    probe = secret_probe(SECRET) + '; cat "$OPENCODE_CONFIG"'
-
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn == 0:
-            return Reply.call("bash", command=probe)
-        return Reply.say("Looked everywhere.")
-
-    return script
+    assert "title:" not in note and FIXED_MARKER in note and TITLED_MARKER not in note
 
 
 @pytest.mark.usefixtures("opencode_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    with ModelServer(probe_script()) as model:
+    with ModelServer(secret_probe_script(SECRET, show="$OPENCODE_CONFIG")) as model:
         set_up_owner(cli, model.url)
         code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
@@ -302,7 +239,16 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert '"apiKey": "impyard-gateway-adds-the-key"' in seen  # only the placeholder
     assert "IMPYARD_MODEL=scripted-model" in seen
     assert SECRET not in seen
-    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
+    run_id = str(run["run_id"])
+    for output in (
+        cli("runs", "logs", run_id).stdout,
+        cli("runs", "show", run_id, "--json").stdout,
+        cli("journal", "--json").stdout,
+    ):
+        assert SECRET not in output
+    for path in cli.home.rglob("*"):
+        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
+            assert SECRET.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.usefixtures("opencode_image")
