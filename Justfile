@@ -26,6 +26,10 @@ box-claude-code:
 box-codex:
     bash scripts/build-agent-box.sh codex
 
+# Build the agent image impyard-opencode:latest (Debian trixie + OpenCode, no registry; kept when unchanged)
+box-opencode:
+    bash scripts/build-agent-box.sh opencode
+
 # Lint and type-check the package
 lint:
     {{venv}}/ruff check impyard tests bench

@@ -21,7 +21,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Cli
-from tests.helpers.images import BOX_IMAGE, CLAUDE_CODE_IMAGE, CODEX_IMAGE, PI_IMAGE
+from tests.helpers.images import (
+    BOX_IMAGE,
+    CLAUDE_CODE_IMAGE,
+    CODEX_IMAGE,
+    OPENCODE_IMAGE,
+    PI_IMAGE,
+)
 from tests.helpers.runtime import TEST_RUNTIME
 from tests.helpers.upstream import Upstream
 
@@ -94,6 +100,12 @@ def claude_code_image(docker_engine: None) -> str:
 def codex_image(docker_engine: None) -> str:
     """The real Codex agent image; CI builds it, never skips it."""
     return _agent_image(CODEX_IMAGE, "just box-codex")
+
+
+@pytest.fixture(scope="session")
+def opencode_image(docker_engine: None) -> str:
+    """The real OpenCode agent image; CI builds it, never skips it."""
+    return _agent_image(OPENCODE_IMAGE, "just box-opencode")
 
 
 @pytest.fixture(autouse=True, scope="session")

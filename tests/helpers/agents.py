@@ -19,14 +19,15 @@ from impyard.devtools.model_server import (
     write_call,
     write_note,
 )
-from impyard.devtools.model_server.script import note_path, note_text
+from impyard.devtools.model_server.script import PATH_KEYS, note_path, note_text
 from tests.helpers.cli import Cli
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-impyard-test-0123456789abcdefghijklmnopqrstuv"
 SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
-#: Read tools an agent's write tool requires before it replaces a file (``file_path``).
-READ_BEFORE_WRITE = ("Read",)
+#: Read tools an agent's write tool requires before it replaces a file (Claude Code's
+#: Read, OpenCode's read: "This tool will fail if you did not read the file first").
+READ_BEFORE_WRITE = ("Read", "read")
 
 
 def docs_agent_policy(section: str, upstream: str, model: str = "scripted-model") -> str:
@@ -138,7 +139,8 @@ def titled_then_rework_script(topic: str, slug: str, titled: str, fixed: str) ->
         turn = conversation.turn - len(reads)
         if turn < 0:
             path = note_path(namespace, topic, slug)
-            return Reply(tool_calls=(ToolCall(reads[0].name, {"file_path": path}),))
+            key = next((k for k in PATH_KEYS if k in reads[0].params), "file_path")
+            return Reply(tool_calls=(ToolCall(reads[0].name, {key: path}),))
         if turn == 0:
             return write_note(namespace, topic, slug, url, f"{fixed}\n", conversation)
         if turn == 1:
