@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from impyard.devtools.model_server.protocols import openai_chat
+from impyard.devtools.model_server.protocols import gemini, openai_chat
 from impyard.devtools.model_server.script import Conversation, Reply
 
 
@@ -41,4 +41,5 @@ class ModelApi(Protocol):
 
 PROTOCOLS: dict[str, ModelApi] = {
     openai_chat.API.name: openai_chat.API,
+    gemini.API.name: gemini.API,
 }
