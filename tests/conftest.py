@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Cli
-from tests.helpers.images import BOX_IMAGE, PI_IMAGE
+from tests.helpers.images import BOX_IMAGE, GEMINI_IMAGE, PI_IMAGE
 from tests.helpers.runtime import TEST_RUNTIME
 from tests.helpers.upstream import Upstream
 
@@ -77,6 +77,25 @@ def pi_image(docker_engine: None) -> str:
     finally:
         client.close()
     return PI_IMAGE
+
+
+@pytest.fixture(scope="session")
+def gemini_image(docker_engine: None) -> str:
+    """The real Gemini CLI agent image (scripts/build-agent-box.sh); CI builds it, never
+    skips it."""
+    import docker
+
+    client = docker.from_env(timeout=10)
+    try:
+        client.images.get(GEMINI_IMAGE)
+    except Exception as exc:
+        message = f"{GEMINI_IMAGE} unavailable ({type(exc).__name__}); run `just box-gemini`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    finally:
+        client.close()
+    return GEMINI_IMAGE
 
 
 @pytest.fixture(autouse=True, scope="session")

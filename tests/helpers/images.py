@@ -1,4 +1,4 @@
-"""The box images the docker tests run (built by `just box` and `just box-pi`)."""
+"""The box images the docker tests run (built by `just box`, `just box-pi`, `just box-gemini`)."""
 
 from __future__ import annotations
 
@@ -6,3 +6,4 @@ import os
 
 BOX_IMAGE = os.environ.get("IMPYARD_TEST_IMAGE", "impyard-box:latest")
 PI_IMAGE = os.environ.get("IMPYARD_TEST_PI_IMAGE", "impyard-pi:latest")
+GEMINI_IMAGE = os.environ.get("IMPYARD_TEST_GEMINI_IMAGE", "impyard-gemini:latest")
