@@ -19,6 +19,10 @@ box:
 box-pi:
     bash scripts/build-agent-box.sh pi
 
+# Build the agent image impyard-claude-code:latest (Debian trixie + Claude Code; kept when unchanged)
+box-claude-code:
+    bash scripts/build-agent-box.sh claude-code
+
 # Build the agent image impyard-gemini:latest (Debian trixie + Gemini CLI, no registry; kept when unchanged)
 box-gemini:
     bash scripts/build-agent-box.sh gemini

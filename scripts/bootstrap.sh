@@ -40,4 +40,7 @@ fi
 bash scripts/link-cli.sh
 
 bash scripts/build-box.sh impyard-box:latest
-bash scripts/build-agent-box.sh pi
+# Every agent's image (scripts/agents/AGENT.sh), each kept when its recipe is unchanged.
+for part in scripts/agents/*.sh; do
+    bash scripts/build-agent-box.sh "$(basename "$part" .sh)"
+done

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Cli
-from tests.helpers.images import BOX_IMAGE, GEMINI_IMAGE, PI_IMAGE
+from tests.helpers.images import BOX_IMAGE, CLAUDE_CODE_IMAGE, GEMINI_IMAGE, PI_IMAGE
 from tests.helpers.runtime import TEST_RUNTIME
 from tests.helpers.upstream import Upstream
 
@@ -61,41 +61,39 @@ def docker_engine() -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def pi_image(docker_engine: None) -> str:
-    """The real Pi agent image (scripts/build-agent-box.sh); CI builds it, never skips it."""
+def _agent_image(image: str, recipe: str) -> str:
+    """``image`` when the engine has it; else a skip (a failure in CI) naming ``recipe``."""
     import docker
 
     client = docker.from_env(timeout=10)
     try:
-        client.images.get(PI_IMAGE)
+        client.images.get(image)
     except Exception as exc:
-        message = f"{PI_IMAGE} unavailable ({type(exc).__name__}); run `just box-pi`"
+        message = f"{image} unavailable ({type(exc).__name__}); run `{recipe}`"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
     finally:
         client.close()
-    return PI_IMAGE
+    return image
+
+
+@pytest.fixture(scope="session")
+def pi_image(docker_engine: None) -> str:
+    """The real Pi agent image (scripts/build-agent-box.sh); CI builds it, never skips it."""
+    return _agent_image(PI_IMAGE, "just box-pi")
+
+
+@pytest.fixture(scope="session")
+def claude_code_image(docker_engine: None) -> str:
+    """The real Claude Code agent image; CI builds it, never skips it."""
+    return _agent_image(CLAUDE_CODE_IMAGE, "just box-claude-code")
 
 
 @pytest.fixture(scope="session")
 def gemini_image(docker_engine: None) -> str:
-    """The real Gemini CLI agent image (scripts/build-agent-box.sh); CI builds it, never
-    skips it."""
-    import docker
-
-    client = docker.from_env(timeout=10)
-    try:
-        client.images.get(GEMINI_IMAGE)
-    except Exception as exc:
-        message = f"{GEMINI_IMAGE} unavailable ({type(exc).__name__}); run `just box-gemini`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    finally:
-        client.close()
-    return GEMINI_IMAGE
+    """The real Gemini CLI agent image; CI builds it, never skips it."""
+    return _agent_image(GEMINI_IMAGE, "just box-gemini")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -102,6 +102,31 @@ AGENTS: dict[str, Agent] = {
             "PI_TELEMETRY": "0",
         },
     ),
+    "claude-code": Agent(
+        name="claude-code",
+        image="impyard-claude-code:latest",
+        command="exec /opt/impyard/bin/claude-code-imp",
+        build_hint="just box-claude-code",
+        package="@anthropic-ai/claude-code",
+        api="anthropic",
+        upstream="https://api.anthropic.com",
+        header="x-api-key",
+        value="{secret}",
+        version_command="claude --version",
+        # Only model calls leave: no telemetry, error reports, update checks or other
+        # non-essential requests (title generation, feature flags; without this switch
+        # Claude Code also calls api.anthropic.com directly), no CLAUDE.md, and two
+        # retries of a failed model call instead of ten over three minutes.
+        image_env={
+            "PATH": "/opt/impyard/bin:/opt/claude-code/bin:/usr/local/bin:/usr/bin:/bin",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_CLAUDE_MDS": "1",
+            "CLAUDE_CODE_MAX_RETRIES": "2",
+        },
+    ),
     "gemini": Agent(
         name="gemini",
         image="impyard-gemini:latest",

@@ -1,4 +1,4 @@
-"""A call serve's main thread waits for only until a stop is asked.
+"""Calls serve's main thread waits for only until a stop is asked.
 
 An engine that takes the connection and never answers holds a call for the whole
 ``docker_timeout_seconds`` (60 s by default), longer than the shutdown grace; serve
@@ -40,3 +40,33 @@ def unless_stopped(stop: threading.Event, name: str, fn: Callable[[], object]) -
     if failure:
         raise failure[0]
     return True
+
+
+def recover_on_thread(
+    recover: Callable[[], object],
+    *,
+    each_turn: Callable[[], None],
+    may_leave: Callable[[], bool],
+) -> None:
+    """Run ``recover`` on a thread, calling ``each_turn`` while it runs; return early once
+    ``may_leave`` says so. Recovery is crash-safe (it resumes whatever a dead host left), so
+    a serve that stops leaves the rest to the next start rather than outwait an engine that
+    does not answer; the daemon thread does not hold the exit. What ``recover`` raised is
+    raised here."""
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            recover()
+        except BaseException as exc:  # re-raised in the waiting thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="impyard-recovery", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        each_turn()
+        if may_leave():
+            return
+        thread.join(POLL_SECONDS * 2)
+    if failure:
+        raise failure[0]

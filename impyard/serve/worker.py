@@ -45,7 +45,7 @@ from impyard.runs.recovery import Resolution, recover_all
 from impyard.serve import events as serve_events
 from impyard.serve import heap
 from impyard.serve.events import EventKind, Reporter, ServeEvent, ServeStatus
-from impyard.serve.stoppable import unless_stopped
+from impyard.serve.stoppable import recover_on_thread, unless_stopped
 
 __all__ = ["ServeEvent", "ServeStatus", "Server"]
 
@@ -164,6 +164,8 @@ class Server:
     def serve(self) -> ServeStatus:
         heap.configure()  # before recovery and the run threads make their malloc arenas
         self._recover()
+        if self._stop.is_set():
+            return self.status
         self.gc.start()  # after recovery: it leaves no run unfinished that gc could judge
         # Catch up on pushes missed while no serve ran; failing remotes are retried meanwhile.
         backup.watch(self.ctx.home)
@@ -232,26 +234,29 @@ class Server:
         return self.once and (not disk_ok or not self._claimable(conn))
 
     def _recover(self) -> None:
-        """Resolve unfinished runs before new work. On a thread, so that shutdown signals
-        and the grace deadline reach boxes recovery re-attached to, as they reach new ones."""
-        failure: list[BaseException] = []
+        """Resolve unfinished runs before new work, on a thread (``recover_on_thread``), so
+        that shutdown signals and the grace deadline reach boxes recovery re-attached to,
+        as they reach new ones."""
 
-        def target() -> None:
+        def recover() -> None:
             try:
                 recover_all(self.ctx, self._recovered)
-            except BaseException as exc:  # re-raised on the main thread
-                failure.append(exc)
             finally:
                 self._recovering = False
 
-        thread = threading.Thread(target=target, name="impyard-recovery", daemon=True)
         self._recovering = True
-        thread.start()
-        while thread.is_alive():
-            self._enforce_deadline()
-            thread.join(0.2)
-        if failure:
-            raise failure[0]
+        recover_on_thread(
+            recover,
+            each_turn=self._enforce_deadline,
+            may_leave=lambda: self._stop.is_set() and self._nothing_to_outwait(),
+        )
+
+    def _nothing_to_outwait(self) -> bool:
+        """No box re-attached by recovery is running, or the grace is over."""
+        with self._lock:
+            attached = bool(self._boxes)
+        late = self._deadline is not None and time.monotonic() >= self._deadline
+        return not attached or late
 
     def _gc_done(self, result: GcResult) -> None:
         heap.trim()  # what the runs since the last pass freed, back to the system

@@ -1,6 +1,7 @@
-"""Owners of imps that run a real agent, for the docker tests: the policy an agent's
-section of docs/agents.md gives (its route pointed at the scripted model server), and the
-proof that the provider key never enters the box."""
+"""Driving a real agent image through the real gateway: the owner's policy for an agent
+(taken from its section of docs/agents.md, so the documented snippet is the one tested),
+and protocol-neutral scripts of the scripted model server that every agent's tests share
+(the agent's own shell and file-write tools are picked from the tools it offered)."""
 
 from __future__ import annotations
 
@@ -8,45 +9,47 @@ import base64
 import re
 from pathlib import Path
 
+from impyard.devtools.model_server import (
+    NAMESPACE,
+    Conversation,
+    Reply,
+    Script,
+    ToolCall,
+    shell_call,
+    write_call,
+    write_note,
+)
+from impyard.devtools.model_server.script import note_path, note_text
 from tests.helpers.cli import Cli
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-impyard-test-0123456789abcdefghijklmnopqrstuv"
 SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
+#: Read tools an agent's write tool requires before it replaces a file (``file_path``).
+READ_BEFORE_WRITE = ("Read",)
 
 
-def documented_policy(section: str, upstream: str, model: str) -> str:
-    """The TOML block of ``## <section>`` in docs/agents.md, its route's upstream (a
-    private one allowed) and its model replaced."""
+def docs_agent_policy(section: str, upstream: str, model: str = "scripted-model") -> str:
+    """The TOML an owner copies from the ``## <section>`` of docs/agents.md, pointed at
+    ``upstream`` and asking for ``model``."""
     text = (REPO / "docs" / "agents.md").read_text()
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```toml\n(.*?)```", body, re.DOTALL)
     assert block is not None, f"docs/agents.md's {section} section has no TOML block"
     # The scripted model server listens on loopback, which a route reaches only when allowed.
     toml = re.sub(
-        r'upstream = "[^"]+"',
-        f'upstream = "{upstream}"\nallow_private = true',
-        block.group(1),
+        r'upstream = "[^"]+"', f'upstream = "{upstream}"\nallow_private = true', block.group(1)
     )
     return re.sub(r'IMPYARD_MODEL = "[^"]+"', f'IMPYARD_MODEL = "{model}"', toml)
 
 
 def set_up_agent_owner(
-    cli: Cli,
-    *,
-    section: str,
-    agent: str,
-    image: str,
-    upstream: str,
-    model: str,
-    extra: str = "",
-    imps: tuple[str, ...] = ("yuko",),
+    cli: Cli, policy: str, agent: str, image: str, *, extra: str = "", imps: tuple[str, ...]
 ) -> None:
-    """A data root whose org policy is the agent's documented one (plus ``extra``), with
+    """A data root whose org policy holds ``policy`` (and ``extra``), deployed, with
     ``imps`` created to run ``agent`` in ``image``."""
     assert cli("init").code == 0
     org = cli.home / "policy" / "org.toml"
-    policy = documented_policy(section, upstream, model)
     org.write_text(org.read_text() + "\n" + policy + "\n" + extra)
     deployed = cli("deploy")
     assert deployed.code == 0, deployed.stdout + deployed.stderr
@@ -55,30 +58,80 @@ def set_up_agent_owner(
         assert created.code == 0, created.stderr
 
 
-def secret_probe(secret: str) -> str:
-    """A shell command that looks for ``secret`` in every process's environment and under
-    /tmp, /opt/impyard and /etc, printing ``hits=0`` when it is nowhere, then the box's
-    environment. The pattern arrives base64-encoded, so the command never holds it, and is
-    read from a pipe: the Gemini CLI refuses any command with a command substitution."""
+def secret_probe_command(secret: str, show: str = "") -> str:
+    """A shell command that looks for ``secret`` in every process's environment and in
+    /tmp, /opt/impyard and /etc, printing ``hits=0`` when it is nowhere, then the
+    environment and ``show`` (a file to print). The pattern travels base64-encoded, so
+    the command itself never holds the secret plainly, and is read from a pipe: the Gemini
+    CLI refuses to run a command holding a command substitution."""
     encoded = base64.b64encode(secret.encode()).decode()
+    shown = f'; cat "{show}"' if show else ""
     return (
         f"echo {encoded} | base64 -d | {{ read -r s; hits=0; "
         'for f in /proc/[0-9]*/environ; do grep -qaF -e "$s" "$f" 2>/dev/null && '
         'echo "hit $f" && hits=1; done; '
         'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
-        'echo "hits=$hits"; env | sort; }'
+        f'echo "hits=$hits"; env | sort{shown}; }}'
     )
 
 
-def assert_secret_kept_out(cli: Cli, run_id: str, secret: str) -> None:
-    """``secret`` is in none of the run's logs, its record, the journal, or any file of the
-    data root but the knowledge repositories'."""
-    for output in (
-        cli("runs", "logs", run_id).stdout,
-        cli("runs", "show", run_id, "--json").stdout,
-        cli("journal", "--json").stdout,
-    ):
-        assert secret not in output
-    for path in cli.home.rglob("*"):
-        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
-            assert secret.encode() not in path.read_bytes(), path
+def secret_probe_script(secret: str, show: str = "") -> Script:
+    """Run :func:`secret_probe_command` with the agent's shell tool, then stop."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            return shell_call(conversation, secret_probe_command(secret, show))
+        return Reply.say("Looked everywhere.")
+
+    return script
+
+
+def chatty_script() -> Script:
+    """Three shell turns before an answer: more requests than a budget of two allows."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn < 3:
+            return shell_call(conversation, f"echo step {conversation.turn}")
+        return Reply.say("Done after three steps.")
+
+    return script
+
+
+def titled_then_rework_script(topic: str, slug: str, titled: str, fixed: str) -> Script:
+    """First run: write a note with a ``title:`` key records may not have (its body
+    ``titled``) and finish without checking, so the run is rejected. A rework run (its
+    prompt says so, and names the violation under this run's namespace): read the note
+    first where the agent has a tool that must (Claude Code's Write refuses to replace a
+    file its Read has not read), rewrite it without the title (its body ``fixed``), run
+    impyard-check, and finish once it prints ok. A step whose precondition fails ends the
+    run saying so."""
+
+    def script(conversation: Conversation) -> Reply:
+        match = NAMESPACE.search(conversation.system())
+        if match is None:
+            return Reply.say("UNEXPECTED: no namespace in the system prompt.")
+        namespace = match.group(0)
+        relative = f"records/{topic}/{slug}--{namespace}_1.md"
+        url = f"https://example.com/{slug}"
+        if "# Rework of run" not in conversation.user():
+            if conversation.turn == 0:
+                text = note_text(namespace, slug, url, f"{titled}\n")
+                text = text.replace("created_at:", "title: Reworked\ncreated_at:", 1)
+                return write_call(conversation, note_path(namespace, topic, slug), text)
+            return Reply.say("Wrote one note.")
+        if f"- {relative}: frontmatter: " not in conversation.user():
+            return Reply.say("UNEXPECTED: the rework task does not name the note.")
+        reads = [tool for tool in conversation.tools if tool.name in READ_BEFORE_WRITE]
+        turn = conversation.turn - len(reads)
+        if turn < 0:
+            path = note_path(namespace, topic, slug)
+            return Reply(tool_calls=(ToolCall(reads[0].name, {"file_path": path}),))
+        if turn == 0:
+            return write_note(namespace, topic, slug, url, f"{fixed}\n", conversation)
+        if turn == 1:
+            return shell_call(conversation, "impyard-check")
+        if "impyard-check: ok" in conversation.last_tool_result():
+            return Reply.say("Fixed every listed violation; impyard-check prints ok.")
+        return Reply.say(f"UNEXPECTED at turn {conversation.turn}")
+
+    return script

@@ -1,4 +1,5 @@
-"""The box images the docker tests run (built by `just box`, `just box-pi`, `just box-gemini`)."""
+"""The box images the docker tests run (built by `just box`, `just box-pi`,
+`just box-claude-code` and `just box-gemini`)."""
 
 from __future__ import annotations
 
@@ -6,4 +7,5 @@ import os
 
 BOX_IMAGE = os.environ.get("IMPYARD_TEST_IMAGE", "impyard-box:latest")
 PI_IMAGE = os.environ.get("IMPYARD_TEST_PI_IMAGE", "impyard-pi:latest")
+CLAUDE_CODE_IMAGE = os.environ.get("IMPYARD_TEST_CLAUDE_CODE_IMAGE", "impyard-claude-code:latest")
 GEMINI_IMAGE = os.environ.get("IMPYARD_TEST_GEMINI_IMAGE", "impyard-gemini:latest")

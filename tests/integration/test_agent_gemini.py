@@ -13,23 +13,15 @@ import subprocess
 
 import pytest
 
-from impyard.devtools.model_server import (
-    NAMESPACE,
-    Conversation,
-    ModelServer,
-    Reply,
-    Script,
-    note_script,
-    shell_call,
-    write_call,
-    write_note,
-)
+from impyard.devtools.model_server import ModelServer, Reply, note_script
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
-    assert_secret_kept_out,
-    secret_probe,
+    chatty_script,
+    docs_agent_policy,
+    secret_probe_script,
     set_up_agent_owner,
+    titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.follow import impyard_command, impyard_env
@@ -47,16 +39,8 @@ MODEL_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"
 def set_up_owner(
     cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
 ) -> None:
-    set_up_agent_owner(
-        cli,
-        section="Gemini CLI",
-        agent="gemini",
-        image=GEMINI_IMAGE,
-        upstream=upstream,
-        model=MODEL,
-        extra=extra,
-        imps=imps,
-    )
+    policy = docs_agent_policy("Gemini CLI", upstream, MODEL)
+    set_up_agent_owner(cli, policy, "gemini", GEMINI_IMAGE, extra=extra, imps=imps)
 
 
 def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
@@ -124,12 +108,7 @@ def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cl
 
 
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn == 0:
-            return shell_call(conversation, secret_probe(SECRET))
-        return Reply.say("Looked everywhere.")
-
-    with ModelServer(script, protocol=PROTOCOL) as model:
+    with ModelServer(secret_probe_script(SECRET), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
         code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.turns()
@@ -142,18 +121,16 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:3128/route/llm" in seen
     assert f"IMPYARD_MODEL={MODEL}" in seen
     assert SECRET not in seen
-    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
-
-
-def chatty_script() -> Script:
-    """Three tool turns before an answer: more requests than a budget of two allows."""
-
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn < 3:
-            return shell_call(conversation, f"echo step {conversation.turn}")
-        return Reply.say("Done after three steps.")
-
-    return script
+    run_id = str(run["run_id"])
+    for output in (
+        cli("runs", "logs", run_id).stdout,
+        cli("runs", "show", run_id, "--json").stdout,
+        cli("journal", "--json").stdout,
+    ):
+        assert SECRET not in output
+    for path in cli.home.rglob("*"):
+        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
+            assert SECRET.encode() not in path.read_bytes(), path
 
 
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
@@ -218,43 +195,9 @@ TITLED_MARKER = "written-with-a-title-5c2a"
 FIXED_MARKER = "fixed-after-impyard-check-41b9"
 
 
-def titled_then_rework_script() -> Script:
-    """First run: write a note with a ``title:`` key records may not have, and finish
-    without checking (the run is rejected). A rework run (its prompt says so, and names
-    the violation under this run's namespace): rewrite that note without the title, run
-    impyard-check, and finish once it prints ok."""
-
-    def script(conversation: Conversation) -> Reply:
-        match = NAMESPACE.search(conversation.system())
-        if match is None:
-            return Reply.say("UNEXPECTED: no namespace in the system instruction.")
-        namespace = match.group(0)
-        relative = f"records/gemini/{REWORK_SLUG}--{namespace}_1.md"
-        url = f"https://example.com/{REWORK_SLUG}"
-        if "# Rework of run" not in conversation.user():
-            if conversation.turn == 0:
-                titled = (
-                    f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
-                    f"title: Reworked\nsource_urls:\n- {url}\n---\n\n{TITLED_MARKER}\n"
-                )
-                return write_call(conversation, f"/opt/impyard/knowledge/{relative}", titled)
-            return Reply.say("Wrote one note.")
-        if conversation.turn == 0:
-            if f"- {relative}: frontmatter: " not in conversation.user():
-                return Reply.say("UNEXPECTED: the rework task does not name the note.")
-            body = f"{FIXED_MARKER}\n"
-            return write_note(namespace, "gemini", REWORK_SLUG, url, body, conversation)
-        if conversation.turn == 1:
-            return shell_call(conversation, "impyard-check")
-        if "impyard-check: ok" in conversation.last_tool_result():
-            return Reply.say("Fixed every listed violation; impyard-check prints ok.")
-        return Reply.say(f"UNEXPECTED at turn {conversation.turn}")
-
-    return script
-
-
 def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
-    with ModelServer(titled_then_rework_script(), protocol=PROTOCOL) as model:
+    script = titled_then_rework_script("gemini", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    with ModelServer(script, protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
         edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
         assert cli("deploy").code == 0

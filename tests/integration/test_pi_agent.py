@@ -8,7 +8,6 @@ credential route and the knowledge pipeline.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from impyard.devtools.model_server import (
     note_script,
     write_note,
 )
+from tests.helpers.agents import secret_probe_script
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import PI_IMAGE
@@ -216,29 +216,10 @@ def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_pa
     ]
 
 
-def secret_probe_script(secret: str) -> Script:
-    """Look for the provider key everywhere a box can look, without ever holding it plainly
-    in a file or an environment: the pattern arrives base64-encoded in the command."""
-    encoded = base64.b64encode(secret.encode()).decode()
-    probe = (
-        f"s=$(echo {encoded} | base64 -d); hits=0; "
-        'for f in /proc/[0-9]*/environ; do grep -qaF -e "$s" "$f" 2>/dev/null && '
-        'echo "hit $f" && hits=1; done; '
-        'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
-        'echo "hits=$hits"; env | sort; cat "$PI_CODING_AGENT_DIR/models.json"'
-    )
-
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn == 0:
-            return Reply.call("bash", command=probe)
-        return Reply.say("Looked everywhere.")
-
-    return script
-
-
 @pytest.mark.usefixtures("pi_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    with ModelServer(secret_probe_script(SECRET)) as model:
+    probe = secret_probe_script(SECRET, show="$PI_CODING_AGENT_DIR/models.json")
+    with ModelServer(probe) as model:
         set_up_owner(cli, model.url)
         code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
