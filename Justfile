@@ -22,6 +22,9 @@ box-pi:
 # Build the agent image impyard-claude-code:latest (Debian trixie + Claude Code; kept when unchanged)
 box-claude-code:
     bash scripts/build-agent-box.sh claude-code
+# Build the agent image impyard-codex:latest (Debian trixie + Codex, no registry; kept when unchanged)
+box-codex:
+    bash scripts/build-agent-box.sh codex
 
 # Build the agent image impyard-gemini:latest (Debian trixie + Gemini CLI, no registry; kept when unchanged)
 box-gemini:

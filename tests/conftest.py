@@ -21,7 +21,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Cli
-from tests.helpers.images import BOX_IMAGE, CLAUDE_CODE_IMAGE, GEMINI_IMAGE, PI_IMAGE
+from tests.helpers.images import (
+    BOX_IMAGE,
+    CLAUDE_CODE_IMAGE,
+    CODEX_IMAGE,
+    GEMINI_IMAGE,
+    PI_IMAGE,
+)
 from tests.helpers.runtime import TEST_RUNTIME
 from tests.helpers.upstream import Upstream
 
@@ -88,6 +94,12 @@ def pi_image(docker_engine: None) -> str:
 def claude_code_image(docker_engine: None) -> str:
     """The real Claude Code agent image; CI builds it, never skips it."""
     return _agent_image(CLAUDE_CODE_IMAGE, "just box-claude-code")
+
+
+@pytest.fixture(scope="session")
+def codex_image(docker_engine: None) -> str:
+    """The real Codex agent image; CI builds it, never skips it."""
+    return _agent_image(CODEX_IMAGE, "just box-codex")
 
 
 @pytest.fixture(scope="session")

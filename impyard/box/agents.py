@@ -127,6 +127,25 @@ AGENTS: dict[str, Agent] = {
             "CLAUDE_CODE_MAX_RETRIES": "2",
         },
     ),
+    "codex": Agent(
+        name="codex",
+        image="impyard-codex:latest",
+        command="exec /opt/impyard/bin/codex-imp",
+        build_hint="just box-codex",
+        package="@openai/codex",
+        api="openai-responses",
+        upstream="https://api.openai.com",
+        header="Authorization",
+        value="Bearer {secret}",
+        version_command="codex --version",
+        # Codex's config dir on the tmpfs; everything that would call anything but the
+        # model (analytics, update checks, plugins, model discovery) is off in the
+        # config the adapter writes there (box/codex/config.toml).
+        image_env={
+            "PATH": "/opt/impyard/bin:/opt/codex/bin:/usr/local/bin:/usr/bin:/bin",
+            "CODEX_HOME": "/tmp/codex",
+        },
+    ),
     "gemini": Agent(
         name="gemini",
         image="impyard-gemini:latest",

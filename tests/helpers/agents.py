@@ -31,12 +31,12 @@ READ_BEFORE_WRITE = ("Read",)
 
 def docs_agent_policy(section: str, upstream: str, model: str = "scripted-model") -> str:
     """The TOML an owner copies from the ``## <section>`` of docs/agents.md, pointed at
-    ``upstream`` and asking for ``model``."""
+    ``upstream`` (the scripted server on loopback, allowed as private) and asking for
+    ``model``."""
     text = (REPO / "docs" / "agents.md").read_text()
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```toml\n(.*?)```", body, re.DOTALL)
     assert block is not None, f"docs/agents.md's {section} section has no TOML block"
-    # The scripted model server listens on loopback, which a route reaches only when allowed.
     toml = re.sub(
         r'upstream = "[^"]+"', f'upstream = "{upstream}"\nallow_private = true', block.group(1)
     )
@@ -84,6 +84,20 @@ def secret_probe_script(secret: str, show: str = "") -> Script:
         return Reply.say("Looked everywhere.")
 
     return script
+
+
+def assert_secret_kept_out(cli: Cli, run_id: str, secret: str) -> None:
+    """``secret`` is in none of the run's logs, its record, the journal, or any file of the
+    data root but the knowledge repositories'."""
+    for output in (
+        cli("runs", "logs", run_id).stdout,
+        cli("runs", "show", run_id, "--json").stdout,
+        cli("journal", "--json").stdout,
+    ):
+        assert secret not in output
+    for path in cli.home.rglob("*"):
+        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
+            assert secret.encode() not in path.read_bytes(), path
 
 
 def chatty_script() -> Script:

@@ -24,7 +24,7 @@ from impyard.devtools.model_server import (
     note_script,
     write_note,
 )
-from tests.helpers.agents import secret_probe_script
+from tests.helpers.agents import SECRET, SECRET_ENV, assert_secret_kept_out, secret_probe_script
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import PI_IMAGE
@@ -34,8 +34,6 @@ from tests.tls_server import TlsPageServer
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "sk-impyard-test-0123456789abcdefghijklmnopqrstuv"
-SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
 
 
 def readme_agent_policy(upstream: str, model: str = "scripted-model") -> str:
@@ -231,16 +229,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert "IMPYARD_MODEL=scripted-model" in seen
     assert "no_proxy=127.0.0.1,localhost,::1" in seen
     assert SECRET not in seen
-    run_id = str(run["run_id"])
-    for output in (
-        cli("runs", "logs", run_id).stdout,
-        cli("runs", "show", run_id, "--json").stdout,
-        cli("journal", "--json").stdout,
-    ):
-        assert SECRET not in output
-    for path in cli.home.rglob("*"):
-        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
-            assert SECRET.encode() not in path.read_bytes(), path
+    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
 
 
 def edit_existing_script() -> Script:

@@ -1,0 +1,282 @@
+"""The real Codex CLI in the real impyard-codex image, driven through the real gateway.
+
+A scripted model server on host loopback speaks the OpenAI Responses API
+(``--protocol openai-responses``) and plays the model: the conversation Codex sends
+decides the next step. Everything else is the product: the image, its adapter
+(``box/codex-imp``), the CLI, the gateway credential route of docs/agents.md and the
+knowledge pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from impyard.devtools.model_server import (
+    NAMESPACE,
+    Conversation,
+    ModelServer,
+    Reply,
+    Script,
+    note_script,
+    shell_call,
+    write_call,
+    write_note,
+)
+from tests.helpers.agents import (
+    SECRET,
+    SECRET_ENV,
+    assert_secret_kept_out,
+    docs_agent_policy,
+    secret_probe_command,
+    set_up_agent_owner,
+)
+from tests.helpers.cli import Cli, json_lines
+from tests.helpers.follow import impyard_command, impyard_env
+from tests.helpers.git import git
+from tests.helpers.images import CODEX_IMAGE
+from tests.helpers.policy import edit_org
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("codex_image")]
+
+PROTOCOL = "openai-responses"
+#: A model in Codex's own list: it offers apply_patch and warns of nothing.
+MODEL = "gpt-5.5"
+
+
+def set_up_owner(
+    cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
+) -> None:
+    policy = docs_agent_policy("Codex", upstream, MODEL)
+    set_up_agent_owner(cli, policy, "codex", CODEX_IMAGE, extra=extra, imps=imps)
+
+
+def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
+    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
+    assert result.stdout.strip().startswith("{"), result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
+    with ModelServer(note_script("codex"), protocol=PROTOCOL) as model:
+        set_up_owner(cli, model.url)
+        proc = subprocess.Popen(
+            impyard_command(cli.home, "run", "yuko", "--prompt", "Write one note."),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**impyard_env(), **SECRET_ENV},
+        )
+        assert proc.stdout is not None
+        seen: list[bytes] = []
+        tool_line_while_running = None
+        for line in proc.stdout:
+            seen.append(line)
+            if tool_line_while_running is None and line.startswith(b"[codex] tool exec_command"):
+                tool_line_while_running = proc.poll() is None
+        err = proc.communicate(timeout=180)[1]
+        turns = model.turns()
+    out = b"".join(seen).decode(errors="replace")
+    assert proc.returncode == 0, out + err.decode(errors="replace")
+    # The tool-call line reached the owner while the run was still going.
+    assert tool_line_while_running, out
+    assert "[codex] tool exec_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
+    assert "[codex] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
+
+    # Three model turns, each one POST of the Responses API through the route, with the
+    # route's key; Codex offered its shell tool, and the contract came from the image.
+    assert [(t.method, t.path) for t in turns] == [("POST", "/v1/responses")] * 3
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 3
+    first = turns[0].conversation
+    assert first is not None and first.tool("shell") is not None
+    assert turns[0].body["model"] == MODEL and turns[0].body["stream"] is True
+    run = json.loads(cli("runs", "list", "--json").stdout)[0]
+    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+    namespace = shown["namespace"]
+    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in first.system()
+    assert "Write one note." in first.user()
+    assert shown["checkpoint"] == "integrated", shown
+    assert shown["agent_steps"] == 3
+    # The box's output is the steps and the answer: no warning of Codex's before them.
+    logs = cli("runs", "logs", run["run_id"]).stdout
+    assert logs.startswith("[codex] model turn 1 ("), logs
+
+    repo = cli("knowledge", "yuko").stdout.strip()
+    path = f"records/codex/first-note--{namespace}_1.md"
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+    assert git("-C", repo, "show", f"main:{path}").stdout.startswith(f"---\nid: {namespace}_1\n")
+    # Nothing but the model's calls and the host's report left the box: Codex asked for
+    # no update, analytics, plugin or model list.
+    events = json_lines(cli("journal", "--run", run["run_id"], "--json").stdout)
+    requests = [e for e in events if e["event"] == "gateway.request"]
+    assert {(e["method"], e.get("path"), e["decision"]) for e in requests} == {
+        ("POST", "/v1/responses", "allowed"),
+        ("POST", "/impyard/report", "allowed"),
+    }, requests
+
+
+def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn == 0:
+            command = secret_probe_command(SECRET, show="$CODEX_HOME/config.toml")
+            return shell_call(conversation, command)
+        return Reply.say("Looked everywhere.")
+
+    with ModelServer(script, protocol=PROTOCOL) as model:
+        set_up_owner(cli, model.url)
+        code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
+        turns = model.turns()
+    assert code == 0, run
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 2
+    assert turns[1].conversation is not None
+    seen = turns[1].conversation.last_tool_result()
+    assert "hits=0" in seen, seen
+    assert "OPENAI_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
+    assert f"IMPYARD_MODEL={MODEL}" in seen
+    assert "\nTMPDIR=/tmp\n" in seen  # the box's scratch space, not Codex's own
+    assert 'base_url = "http://127.0.0.1:3128/route/llm/v1"' in seen
+    assert SECRET not in seen
+    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
+
+
+def chatty_script() -> Script:
+    """Three tool turns before an answer: more requests than a budget of two allows."""
+
+    def script(conversation: Conversation) -> Reply:
+        if conversation.turn < 3:
+            return shell_call(conversation, f"echo step {conversation.turn}")
+        return Reply.say("Done after three steps.")
+
+    return script
+
+
+def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
+    """Three imps under one serve: a provider answering 500, one that never answers (the
+    box times out), and a budget of two requests. Codex retries none of them: each is
+    quarantined with a reason and Codex's own words in `runs logs`."""
+    failing = ModelServer(lambda c: Reply.error(500, "scripted provider outage"), protocol=PROTOCOL)
+    hanging = ModelServer(lambda c: Reply.stall(), protocol=PROTOCOL)
+    with failing, hanging, ModelServer(chatty_script(), protocol=PROTOCOL) as chatty:
+        routes = "".join(
+            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
+            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
+            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
+            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        )
+        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
+        overlays = cli.home / "policy" / "imps"
+        overlays.mkdir(exist_ok=True)
+        (overlays / "hanging.toml").write_text(
+            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
+        )
+        (overlays / "thrifty.toml").write_text(
+            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
+            "[gateway.budget]\nrequests_per_run = 2\n"
+        )
+        assert cli("deploy").code == 0
+        for imp in ("failing", "hanging", "thrifty"):
+            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
+        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
+        assert served.code == 0, served.stdout + served.stderr
+        # One request each: no retry of the 500 (Codex's default is ten more).
+        assert len(failing.turns()) == 1 and len(hanging.turns()) == 1
+        assert len(chatty.turns()) == 2  # the third request never left the gateway
+
+    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
+    shown = {
+        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+        for imp, run in runs.items()
+    }
+    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
+        ("failing", "hanging", "thrifty"), "quarantined"
+    )
+    assert shown["failing"]["reason"] == "exited with status 1"
+    failing_log = cli("runs", "logs", runs["failing"]["run_id"]).stdout
+    assert "[codex] model turn 1 (" in failing_log and "high demand" in failing_log
+    assert shown["hanging"]["timed_out"] is True
+    assert shown["hanging"]["reason"] == "timed out and killed"
+    assert shown["thrifty"]["reason"] == "exited with status 1"
+    assert "429 Too Many Requests" in cli("runs", "logs", runs["thrifty"]["run_id"]).stdout
+    events = json_lines(cli("journal", "--run", runs["thrifty"]["run_id"], "--json").stdout)
+    refused = [e for e in events if e["event"] == "gateway.request" and e["status"] == 429]
+    assert len(refused) == 1 and refused[0]["rule"] == "gateway.budget.requests_per_run"
+    events = json_lines(cli("journal", "--run", runs["failing"]["run_id"], "--json").stdout)
+    assert [e["status"] for e in events if e.get("path") == "/v1/responses"] == [500]
+
+
+REWORK_SLUG = "reworked-note"
+TITLED_MARKER = "written-with-a-title-5c2a"
+FIXED_MARKER = "fixed-after-impyard-check-41b9"
+
+
+def titled_then_rework_script() -> Script:
+    """First run: write a note with a ``title:`` key records may not have, and finish
+    without checking (the run is rejected). A rework run (its prompt says so, and names
+    the violation under this run's namespace): rewrite that note without the title, run
+    impyard-check, and finish once it prints ok."""
+
+    def script(conversation: Conversation) -> Reply:
+        match = NAMESPACE.search(conversation.system())
+        if match is None:
+            return Reply.say("UNEXPECTED: no namespace in the developer instructions.")
+        namespace = match.group(0)
+        relative = f"records/codex/{REWORK_SLUG}--{namespace}_1.md"
+        url = f"https://example.com/{REWORK_SLUG}"
+        if "# Rework of run" not in conversation.user():
+            if conversation.turn == 0:
+                titled = (
+                    f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
+                    f"title: Reworked\nsource_urls:\n- {url}\n---\n\n{TITLED_MARKER}\n"
+                )
+                return write_call(conversation, f"/opt/impyard/knowledge/{relative}", titled)
+            return Reply.say("Wrote one note.")
+        if conversation.turn == 0:
+            if f"- {relative}: frontmatter: " not in conversation.user():
+                return Reply.say("UNEXPECTED: the rework task does not name the note.")
+            body = f"{FIXED_MARKER}\n"
+            return write_note(namespace, "codex", REWORK_SLUG, url, body, conversation)
+        if conversation.turn == 1:
+            return shell_call(conversation, "impyard-check")
+        if "impyard-check: ok" in conversation.last_tool_result():
+            return Reply.say("Fixed every listed violation; impyard-check prints ok.")
+        return Reply.say(f"UNEXPECTED at turn {conversation.turn}")
+
+    return script
+
+
+def test_a_rejected_codex_note_is_reworked_by_codex_and_lands_once(cli: Cli) -> None:
+    with ModelServer(titled_then_rework_script(), protocol=PROTOCOL) as model:
+        set_up_owner(cli, model.url)
+        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
+        assert cli("deploy").code == 0
+        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
+        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+        assert served.code == 0, served.stdout + served.stderr
+        turns = [t.conversation for t in model.turns() if t.conversation is not None]
+
+    first, second = json.loads(cli("task", "list", "--json").stdout)
+    assert first["checkpoint"] == "rejected", first
+    assert second["rework_of"] == first["run_id"], second
+    assert second["checkpoint"] == "integrated", second
+    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
+    path = f"records/codex/{REWORK_SLUG}--{namespace}_1.md"
+
+    # What Codex was told in the rework run: the violation by its new name, and the
+    # contract's rework rules in its developer instructions.
+    reworked = [c for c in turns if "# Rework of run" in c.user()]
+    assert len(reworked) == 3, [c.user()[:80] for c in turns]
+    told = reworked[0].user()
+    assert f"# Rework of run {first['run_id']}" in told
+    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
+    contract = " ".join(reworked[0].system().split())
+    assert "do not finish until impyard-check prints ok" in contract
+    assert "impyard-check: ok" in reworked[-1].last_tool_result()
+
+    repo = cli("knowledge", "yuko").stdout.strip()
+    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/codex").stdout.split()
+    assert len(landed) == 1
+    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
+    assert f"Impyard-Rework-Of: {first['run_id']}" in message
+    note = git("-C", repo, "show", f"main:{path}").stdout
+    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
