@@ -25,6 +25,7 @@ from tests.helpers.images import (
     BOX_IMAGE,
     CLAUDE_CODE_IMAGE,
     CODEX_IMAGE,
+    GEMINI_IMAGE,
     OPENCODE_IMAGE,
     PI_IMAGE,
 )
@@ -106,6 +107,12 @@ def codex_image(docker_engine: None) -> str:
 def opencode_image(docker_engine: None) -> str:
     """The real OpenCode agent image; CI builds it, never skips it."""
     return _agent_image(OPENCODE_IMAGE, "just box-opencode")
+
+
+@pytest.fixture(scope="session")
+def gemini_image(docker_engine: None) -> str:
+    """The real Gemini CLI agent image; CI builds it, never skips it."""
+    return _agent_image(GEMINI_IMAGE, "just box-gemini")
 
 
 @pytest.fixture(autouse=True, scope="session")

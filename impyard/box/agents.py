@@ -175,6 +175,27 @@ AGENTS: dict[str, Agent] = {
             "OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER": "1",
         },
     ),
+    "gemini": Agent(
+        name="gemini",
+        image="impyard-gemini:latest",
+        command="exec /opt/impyard/bin/gemini-imp",
+        build_hint="just box-gemini",
+        package="@google/gemini-cli",
+        api="gemini",
+        upstream="https://generativelanguage.googleapis.com",
+        header="x-goog-api-key",
+        value="{secret}",
+        version_command="gemini --version",
+        # Its settings (usage statistics, telemetry, update checks off) are the image's
+        # system settings, set by the adapter; these cover a bare `gemini` in the image.
+        image_env={
+            "PATH": "/opt/impyard/bin:/opt/gemini/bin:/usr/local/bin:/usr/bin:/bin",
+            "GEMINI_CLI_NO_RELAUNCH": "true",
+            "GEMINI_TELEMETRY_ENABLED": "false",
+        },
+        # It adds /v1beta itself (…/v1beta/models/<model>:streamGenerateContent).
+        adds_v1=False,
+    ),
 }
 
 

@@ -63,15 +63,16 @@ def secret_probe_command(secret: str, show: str = "") -> str:
     """A shell command that looks for ``secret`` in every process's environment and in
     /tmp, /opt/impyard and /etc, printing ``hits=0`` when it is nowhere, then the
     environment and ``show`` (a file to print). The pattern travels base64-encoded, so
-    the command itself never holds the secret plainly."""
+    the command itself never holds the secret plainly, and is read from a pipe: the Gemini
+    CLI refuses to run a command holding a command substitution."""
     encoded = base64.b64encode(secret.encode()).decode()
     shown = f'; cat "{show}"' if show else ""
     return (
-        f"s=$(echo {encoded} | base64 -d); hits=0; "
+        f"echo {encoded} | base64 -d | {{ read -r s; hits=0; "
         'for f in /proc/[0-9]*/environ; do grep -qaF -e "$s" "$f" 2>/dev/null && '
         'echo "hit $f" && hits=1; done; '
         'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
-        f'echo "hits=$hits"; env | sort{shown}'
+        f'echo "hits=$hits"; env | sort{shown}; }}'
     )
 
 
