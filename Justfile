@@ -26,6 +26,13 @@ box-claude-code:
 box-codex:
     bash scripts/build-agent-box.sh codex
 
+# Build the agent image impyard-opencode:latest (Debian trixie + OpenCode, no registry; kept when unchanged)
+box-opencode:
+    bash scripts/build-agent-box.sh opencode
+# Build the agent image impyard-gemini:latest (Debian trixie + Gemini CLI, no registry; kept when unchanged)
+box-gemini:
+    bash scripts/build-agent-box.sh gemini
+
 # Lint and type-check the package
 lint:
     {{venv}}/ruff check impyard tests bench

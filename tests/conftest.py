@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Cli
-from tests.helpers.images import BOX_IMAGE, CLAUDE_CODE_IMAGE, CODEX_IMAGE, PI_IMAGE
+from tests.helpers.images import (
+    BOX_IMAGE,
+    CLAUDE_CODE_IMAGE,
+    CODEX_IMAGE,
+    GEMINI_IMAGE,
+    OPENCODE_IMAGE,
+    PI_IMAGE,
+)
 from tests.helpers.runtime import TEST_RUNTIME
 from tests.helpers.upstream import Upstream
 
@@ -94,6 +101,18 @@ def claude_code_image(docker_engine: None) -> str:
 def codex_image(docker_engine: None) -> str:
     """The real Codex agent image; CI builds it, never skips it."""
     return _agent_image(CODEX_IMAGE, "just box-codex")
+
+
+@pytest.fixture(scope="session")
+def opencode_image(docker_engine: None) -> str:
+    """The real OpenCode agent image; CI builds it, never skips it."""
+    return _agent_image(OPENCODE_IMAGE, "just box-opencode")
+
+
+@pytest.fixture(scope="session")
+def gemini_image(docker_engine: None) -> str:
+    """The real Gemini CLI agent image; CI builds it, never skips it."""
+    return _agent_image(GEMINI_IMAGE, "just box-gemini")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import shutil
 import sys
 import time
@@ -135,8 +136,56 @@ def _agent_version_in(agent: Agent, image: str) -> str:
             user=BOX_USER,
         )
     except DockerException as exc:
-        raise ImpyardError(f"{agent.name} does not start in the built image: {_tail(exc)}") from exc
+        output = str(exc.stdout or exc.stderr or "")
+        needs, has = _node_versions(agent, image)
+        reason = start_failure(output, needs=needs, has=has) if output else _tail(exc)
+        raise ImpyardError(f"{agent.name} does not start in the built image: {reason}") from exc
     return str(output).strip().splitlines()[-1].strip() if str(output).strip() else ""
+
+
+def start_failure(output: str, *, needs: str = "", has: str = "") -> str:
+    """Why an agent's version command failed, on one line: the first error line of its
+    output (what node says went wrong; the stack trace under it says where) and its last
+    line, and the Node versions the agent's package declares and the image has."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.match(line)]
+    shown = [errors[0]] if errors else []
+    if lines and lines[-1] not in shown:
+        shown.append(lines[-1])
+    reason = " | ".join(shown)
+    if needs and has:
+        reason += f" (its npm package needs node {needs}; the image has node {has})"
+    return reason
+
+
+#: A line where node (or a JavaScript runtime) names an error: ``SyntaxError: ...``.
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z]+Error|Error)(?: \[[A-Z_]+\])?: ")
+
+
+def _node_versions(agent: Agent, image: str) -> tuple[str, str]:
+    """The Node range the agent's npm package declares (``engines.node``) and the image's
+    Node version, or empty strings when either cannot be read: a diagnosis for a failed
+    start, never a reason to fail."""
+    from python_on_whales.exceptions import DockerException
+
+    package_json = f"/opt/{agent.name}/lib/node_modules/{agent.package}/package.json"
+    try:
+        output = _docker().run(
+            image,
+            ["/bin/sh", "-c", f"node --version && head -c 1048576 {package_json}"],
+            remove=True,
+            pull="never",
+            networks=["none"],
+            read_only=True,
+            cap_drop=["ALL"],
+            security_options=["no-new-privileges"],
+            user=BOX_USER,
+        )
+        has, _, manifest = str(output).partition("\n")
+        needs = json.loads(manifest).get("engines", {}).get("node", "")
+    except (DockerException, ValueError, AttributeError):
+        return "", ""
+    return (needs, has.strip()) if isinstance(needs, str) else ("", "")
 
 
 def _tail(exc: Exception) -> str:

@@ -146,6 +146,56 @@ AGENTS: dict[str, Agent] = {
             "CODEX_HOME": "/tmp/codex",
         },
     ),
+    "opencode": Agent(
+        name="opencode",
+        image="impyard-opencode:latest",
+        command="exec /opt/impyard/bin/opencode-imp",
+        build_hint="just box-opencode",
+        package="opencode-ai",
+        api="openai-chat",
+        upstream="https://api.openai.com",
+        header="Authorization",
+        value="Bearer {secret}",
+        version_command="opencode --version",
+        # Every request OpenCode makes besides its model calls, off: the models.dev
+        # catalogue, its self-update, session sharing, the default plugins (which npm-install
+        # provider auth plugins) and language-server downloads. Project files off too:
+        # AGENTS.md, CLAUDE.md, CONTEXT.md and .opencode/ in the knowledge checkout are never
+        # read (OPENCODE_DISABLE_PROJECT_CONFIG), nor ~/.claude (OPENCODE_DISABLE_CLAUDE_CODE).
+        image_env={
+            "PATH": "/opt/impyard/bin:/opt/opencode/bin:/usr/local/bin:/usr/bin:/bin",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
+            "OPENCODE_DISABLE_PROJECT_CONFIG": "1",
+            "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+            "OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER": "1",
+        },
+    ),
+    "gemini": Agent(
+        name="gemini",
+        image="impyard-gemini:latest",
+        command="exec /opt/impyard/bin/gemini-imp",
+        build_hint="just box-gemini",
+        package="@google/gemini-cli",
+        api="gemini",
+        upstream="https://generativelanguage.googleapis.com",
+        header="x-goog-api-key",
+        value="{secret}",
+        version_command="gemini --version",
+        # Its settings (usage statistics, telemetry, update checks off) are the image's
+        # system settings, set by the adapter; these cover a bare `gemini` in the image.
+        image_env={
+            "PATH": "/opt/impyard/bin:/opt/gemini/bin:/usr/local/bin:/usr/bin:/bin",
+            "GEMINI_CLI_NO_RELAUNCH": "true",
+            "GEMINI_TELEMETRY_ENABLED": "false",
+        },
+        # It adds /v1beta itself (…/v1beta/models/<model>:streamGenerateContent).
+        adds_v1=False,
+    ),
 }
 
 

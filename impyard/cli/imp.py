@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 import typer
 
 from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json
+from impyard.errors import UsageError
 
 if TYPE_CHECKING:
     from impyard.knowledge.imps import ImpSettings
@@ -27,7 +29,8 @@ def register(app: typer.Typer) -> None:
         agent: str | None = typer.Option(
             None,
             "--agent",
-            help="Run a real agent: 'pi' (image impyard-pi:latest and its adapter).",
+            help="Run a real agent (its image and adapter): pi, claude-code, codex, ... "
+            "(`impyard agents` lists them).",
         ),
     ) -> None:
         """Create an imp and its knowledge repository (initial branch main)."""
@@ -38,6 +41,17 @@ def register(app: typer.Typer) -> None:
         home = initialized_home(ctx)
         check_imp_name(imp)  # a bad name is the first thing to say, before any image
         settings = settings_with(ImpSettings(), image=image, command=command, agent=agent)
+        if home.imp_dir(imp).exists() and (agent or image or command):
+            # The owner wants this imp to run something else: that is `imp set`'s job.
+            options = " ".join(
+                f"--{name} {shlex.quote(value)}"
+                for name, value in (("agent", agent), ("image", image), ("command", command))
+                if value is not None
+            )
+            raise UsageError(
+                f"imp {imp!r} already exists: to change what it runs, "
+                f"`impyard imp set {imp} {options}`"
+            )
         if image:
             require_image(image)
         path = create_imp(home, imp, settings)

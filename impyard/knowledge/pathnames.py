@@ -26,6 +26,12 @@ INSTRUCTION_FILES: frozenset[str] = frozenset(
         "claude.local.md",
         "gemini.md",
         "codex.md",
+        # OpenCode: CONTEXT.md is read beside AGENTS.md, also from each directory
+        # between a file its read tool opens and the checkout's root; opencode.json is
+        # its project config.
+        "context.md",
+        "opencode.json",
+        "opencode.jsonc",
         "copilot-instructions.md",
         ".cursorrules",
         ".windsurfrules",

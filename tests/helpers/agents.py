@@ -19,14 +19,15 @@ from impyard.devtools.model_server import (
     write_call,
     write_note,
 )
-from impyard.devtools.model_server.script import note_path, note_text
+from impyard.devtools.model_server.script import PATH_KEYS, note_path, note_text
 from tests.helpers.cli import Cli
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-impyard-test-0123456789abcdefghijklmnopqrstuv"
 SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
-#: Read tools an agent's write tool requires before it replaces a file (``file_path``).
-READ_BEFORE_WRITE = ("Read",)
+#: Read tools an agent's write tool requires before it replaces a file (Claude Code's
+#: Read, OpenCode's read: "This tool will fail if you did not read the file first").
+READ_BEFORE_WRITE = ("Read", "read")
 
 
 def docs_agent_policy(section: str, upstream: str, model: str = "scripted-model") -> str:
@@ -62,15 +63,16 @@ def secret_probe_command(secret: str, show: str = "") -> str:
     """A shell command that looks for ``secret`` in every process's environment and in
     /tmp, /opt/impyard and /etc, printing ``hits=0`` when it is nowhere, then the
     environment and ``show`` (a file to print). The pattern travels base64-encoded, so
-    the command itself never holds the secret plainly."""
+    the command itself never holds the secret plainly, and is read from a pipe: the Gemini
+    CLI refuses to run a command holding a command substitution."""
     encoded = base64.b64encode(secret.encode()).decode()
     shown = f'; cat "{show}"' if show else ""
     return (
-        f"s=$(echo {encoded} | base64 -d); hits=0; "
+        f"echo {encoded} | base64 -d | {{ read -r s; hits=0; "
         'for f in /proc/[0-9]*/environ; do grep -qaF -e "$s" "$f" 2>/dev/null && '
         'echo "hit $f" && hits=1; done; '
         'grep -rlaF -e "$s" /tmp /opt/impyard /etc 2>/dev/null && hits=1; '
-        f'echo "hits=$hits"; env | sort{shown}'
+        f'echo "hits=$hits"; env | sort{shown}; }}'
     )
 
 
@@ -138,7 +140,8 @@ def titled_then_rework_script(topic: str, slug: str, titled: str, fixed: str) ->
         turn = conversation.turn - len(reads)
         if turn < 0:
             path = note_path(namespace, topic, slug)
-            return Reply(tool_calls=(ToolCall(reads[0].name, {"file_path": path}),))
+            key = next((k for k in PATH_KEYS if k in reads[0].params), "file_path")
+            return Reply(tool_calls=(ToolCall(reads[0].name, {key: path}),))
         if turn == 0:
             return write_note(namespace, topic, slug, url, f"{fixed}\n", conversation)
         if turn == 1:

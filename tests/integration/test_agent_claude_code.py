@@ -238,7 +238,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
         routes = "".join(
             f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
             'header = "x-api-key"\nvalue = "{secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\n'
+            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
             for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
         )
         set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))

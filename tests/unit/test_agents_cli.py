@@ -46,3 +46,12 @@ def test_an_unknown_agent_is_refused_naming_every_known_one(tmp_path: Path) -> N
     assert "unknown agent 'nosuch'" in refused.stderr
     for name in AGENTS:
         assert name in refused.stderr
+
+
+def test_creating_an_existing_imp_with_an_agent_points_at_imp_set(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    assert cli("init").code == 0
+    assert cli("imp", "create", "ada").code == 0
+    again = cli("imp", "create", "ada", "--agent", "pi")
+    assert again.code == 2
+    assert "`impyard imp set ada --agent pi`" in again.stderr

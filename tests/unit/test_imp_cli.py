@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from impyard.box.agents import AGENTS
 from tests.helpers.cli import Cli
 from tests.helpers.fake_engine import engine_with_images
 from tests.helpers.git import git
@@ -103,7 +104,7 @@ def test_create_an_imp_with_the_pi_agent(home_cli: Cli) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--agent", "claude"), "unknown agent 'claude' (known: pi)"),
+        (("--agent", "claude"), f"unknown agent 'claude' (known: {', '.join(sorted(AGENTS))})"),
         (("--agent", "pi", "--command", "true"), "--agent sets the command"),
     ],
 )

@@ -101,6 +101,8 @@ def test_a_valid_reorganize_change_has_no_violations(repo: pygit2.Repository) ->
         ("records/.cursorrules", b"x", "instruction-file"),
         ("records/.github/copilot-instructions.md", b"x", "instruction-file"),
         ("records/t/copilot-instructions.md", b"x", "instruction-file"),
+        ("organization/topics/CONTEXT.md", b"x", "instruction-file"),
+        ("organization/opencode.json", b"x", "instruction-file"),
         ("records/t/x\n.md", b"x", "bad-name"),
         ("records/../x.md", b"x", "path-escape"),
         ("/records/x.md", b"x", "path-escape"),

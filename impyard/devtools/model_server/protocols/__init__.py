@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from impyard.devtools.model_server.protocols import anthropic, openai_chat, openai_responses
+from impyard.devtools.model_server.protocols import (
+    anthropic,
+    gemini,
+    openai_chat,
+    openai_responses,
+)
 from impyard.devtools.model_server.script import Conversation, Reply
 
 
@@ -43,4 +48,5 @@ PROTOCOLS: dict[str, ModelApi] = {
     openai_chat.API.name: openai_chat.API,
     anthropic.API.name: anthropic.API,
     openai_responses.API.name: openai_responses.API,
+    gemini.API.name: gemini.API,
 }

@@ -1,0 +1,233 @@
+"""The real Gemini CLI in the real impyard-gemini image, driven through the real gateway.
+
+A scripted model server on host loopback speaks the Gemini API (``--protocol gemini``)
+and plays the model: the conversation the CLI sends decides the next step. Everything
+else is the product: the image, its adapter (``box/gemini-imp``), the CLI, the gateway
+credential route of docs/agents.md and the knowledge pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from impyard.devtools.model_server import ModelServer, Reply, note_script
+from tests.helpers.agents import (
+    SECRET,
+    SECRET_ENV,
+    chatty_script,
+    docs_agent_policy,
+    secret_probe_script,
+    set_up_agent_owner,
+    titled_then_rework_script,
+)
+from tests.helpers.cli import Cli, json_lines
+from tests.helpers.follow import impyard_command, impyard_env
+from tests.helpers.git import git
+from tests.helpers.images import GEMINI_IMAGE
+from tests.helpers.policy import edit_org
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("gemini_image")]
+
+PROTOCOL = "gemini"
+MODEL = "gemini-2.5-flash"
+MODEL_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"
+
+
+def set_up_owner(
+    cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
+) -> None:
+    policy = docs_agent_policy("Gemini CLI", upstream, MODEL)
+    set_up_agent_owner(cli, policy, "gemini", GEMINI_IMAGE, extra=extra, imps=imps)
+
+
+def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
+    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
+    assert result.stdout.strip().startswith("{"), result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
+    with ModelServer(note_script("gemini"), protocol=PROTOCOL) as model:
+        set_up_owner(cli, model.url)
+        proc = subprocess.Popen(
+            impyard_command(cli.home, "run", "yuko", "--prompt", "Write one note."),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**impyard_env(), **SECRET_ENV},
+        )
+        assert proc.stdout is not None
+        seen: list[bytes] = []
+        tool_line_while_running = None
+        for line in proc.stdout:
+            seen.append(line)
+            if tool_line_while_running is None and line.startswith(
+                b"[gemini] tool run_shell_command"
+            ):
+                tool_line_while_running = proc.poll() is None
+        err = proc.communicate(timeout=180)[1]
+        turns = model.turns()
+    out = b"".join(seen).decode(errors="replace")
+    assert proc.returncode == 0, out + err.decode(errors="replace")
+    # The tool-call line reached the owner while the run was still going.
+    assert tool_line_while_running, out
+    assert "[gemini] tool run_shell_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
+    assert "[gemini] tool write_file: /opt/impyard/knowledge/records/gemini/first-note" in out
+    assert "[gemini] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
+
+    # Three model turns, each one streamed call of the Gemini API through the route, with
+    # the route's key; the CLI offered its shell and write tools, and the contract came
+    # from the image.
+    assert [(t.method, t.path) for t in turns] == [("POST", f"{MODEL_PATH}?alt=sse")] * 3
+    assert [t.headers["x-goog-api-key"] for t in turns] == [SECRET] * 3
+    first = turns[0].conversation
+    assert first is not None
+    assert first.tool("shell") is not None and first.tool("write") is not None
+    run = json.loads(cli("runs", "list", "--json").stdout)[0]
+    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+    namespace = shown["namespace"]
+    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in first.system()
+    assert "Write one note." in first.user()
+    assert shown["checkpoint"] == "integrated", shown
+    assert shown["agent_steps"] == 3
+
+    repo = cli("knowledge", "yuko").stdout.strip()
+    path = f"records/gemini/first-note--{namespace}_1.md"
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+    assert git("-C", repo, "show", f"main:{path}").stdout.startswith(f"---\nid: {namespace}_1\n")
+    # Nothing but the model's calls and the host's report left the box: no usage
+    # statistics (play.googleapis.com), update check or telemetry.
+    events = json_lines(cli("journal", "--run", run["run_id"], "--json").stdout)
+    requests = [e for e in events if e["event"] == "gateway.request"]
+    assert {(e["method"], e.get("path"), e["decision"]) for e in requests} == {
+        ("POST", MODEL_PATH, "allowed"),
+        ("POST", "/impyard/report", "allowed"),
+    }, requests
+
+
+def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
+    with ModelServer(secret_probe_script(SECRET), protocol=PROTOCOL) as model:
+        set_up_owner(cli, model.url)
+        code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
+        turns = model.turns()
+    assert code == 0, run
+    assert [t.headers["x-goog-api-key"] for t in turns] == [SECRET] * 2
+    assert turns[1].conversation is not None
+    seen = turns[1].conversation.last_tool_result()
+    assert "hits=0" in seen, seen
+    assert "GEMINI_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
+    assert "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:3128/route/llm" in seen
+    assert f"IMPYARD_MODEL={MODEL}" in seen
+    assert SECRET not in seen
+    run_id = str(run["run_id"])
+    for output in (
+        cli("runs", "logs", run_id).stdout,
+        cli("runs", "show", run_id, "--json").stdout,
+        cli("journal", "--json").stdout,
+    ):
+        assert SECRET not in output
+    for path in cli.home.rglob("*"):
+        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
+    """Three imps under one serve: a provider answering 500, one that never answers (the
+    box times out), and a budget of two requests. The CLI tries a failing call twice, not
+    ten times: each is quarantined with a reason and the CLI's own words in `runs logs`."""
+    failing = ModelServer(lambda c: Reply.error(500, "scripted provider outage"), protocol=PROTOCOL)
+    hanging = ModelServer(lambda c: Reply.stall(), protocol=PROTOCOL)
+    with failing, hanging, ModelServer(chatty_script(), protocol=PROTOCOL) as chatty:
+        routes = "".join(
+            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
+            'header = "x-goog-api-key"\nvalue = "{secret}"\n'
+            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
+            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        )
+        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
+        overlays = cli.home / "policy" / "imps"
+        overlays.mkdir(exist_ok=True)
+        (overlays / "hanging.toml").write_text(
+            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
+        )
+        (overlays / "thrifty.toml").write_text(
+            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
+            "[gateway.budget]\nrequests_per_run = 2\n"
+        )
+        assert cli("deploy").code == 0
+        for imp in ("failing", "hanging", "thrifty"):
+            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
+        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
+        assert served.code == 0, served.stdout + served.stderr
+        # Two attempts at the 500 (the CLI's default is ten, over minutes).
+        assert len(failing.turns()) == 2 and len(hanging.turns()) == 1
+        # The third request never left the gateway (its 429 is tried again, then ends it).
+        assert len(chatty.turns()) == 2
+
+    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
+    shown = {
+        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+        for imp, run in runs.items()
+    }
+    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
+        ("failing", "hanging", "thrifty"), "quarantined"
+    )
+    # The CLI exits with the failed call's HTTP status, taken modulo 256: 500 is 244.
+    assert shown["failing"]["reason"] == "exited with status 244"
+    failing_log = cli("runs", "logs", runs["failing"]["run_id"]).stdout
+    assert "[gemini] model turn 1 (" in failing_log
+    assert "scripted provider outage" in failing_log
+    assert shown["hanging"]["timed_out"] is True
+    assert shown["hanging"]["reason"] == "timed out and killed"
+    assert shown["thrifty"]["reason"] == "exited with status 173"  # 429
+    budget_rule = "gateway.budget.requests_per_run"
+    events = json_lines(cli("journal", "--run", runs["thrifty"]["run_id"], "--json").stdout)
+    refused = [e for e in events if e["event"] == "gateway.request" and e["status"] == 429]
+    assert refused and all(e["rule"] == budget_rule for e in refused)
+    events = json_lines(cli("journal", "--run", runs["failing"]["run_id"], "--json").stdout)
+    assert [e["status"] for e in events if e.get("path") == MODEL_PATH] == [500] * 2
+
+
+REWORK_SLUG = "reworked-note"
+TITLED_MARKER = "written-with-a-title-5c2a"
+FIXED_MARKER = "fixed-after-impyard-check-41b9"
+
+
+def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
+    script = titled_then_rework_script("gemini", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    with ModelServer(script, protocol=PROTOCOL) as model:
+        set_up_owner(cli, model.url)
+        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
+        assert cli("deploy").code == 0
+        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
+        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+        assert served.code == 0, served.stdout + served.stderr
+        turns = [t.conversation for t in model.turns() if t.conversation is not None]
+
+    first, second = json.loads(cli("task", "list", "--json").stdout)
+    assert first["checkpoint"] == "rejected", first
+    assert second["rework_of"] == first["run_id"], second
+    assert second["checkpoint"] == "integrated", second
+    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
+    path = f"records/gemini/{REWORK_SLUG}--{namespace}_1.md"
+
+    # What the CLI was told in the rework run: the violation by its new name, and the
+    # contract's rework rules in its system instruction.
+    reworked = [c for c in turns if "# Rework of run" in c.user()]
+    assert len(reworked) == 3, [c.user()[:80] for c in turns]
+    told = reworked[0].user()
+    assert f"# Rework of run {first['run_id']}" in told
+    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
+    contract = " ".join(reworked[0].system().split())
+    assert "do not finish until impyard-check prints ok" in contract
+    assert "impyard-check: ok" in reworked[-1].last_tool_result()
+
+    repo = cli("knowledge", "yuko").stdout.strip()
+    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/gemini").stdout.split()
+    assert len(landed) == 1
+    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
+    assert f"Impyard-Rework-Of: {first['run_id']}" in message
+    note = git("-C", repo, "show", f"main:{path}").stdout
+    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
