@@ -118,7 +118,8 @@ class AgentSides:
         )
         if result.returncode != 0 or json.loads(result.stdout)["checkpoint"] != "integrated":
             raise SystemExit(
-                f"{self.agent.name}: impyard run failed ({result.returncode}): {result.stderr}"
+                f"{self.agent.name}: impyard run failed ({result.returncode}): "
+                f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
             )
         return len(self.model.turns()) - before
 
