@@ -24,6 +24,15 @@ from impyard.devtools.model_server import (
     shell_call,
     write_note,
 )
+from tests.helpers.agent_runs import (
+    FIXED_MARKER,
+    REWORK_SLUG,
+    TITLED_MARKER,
+    assert_rework_landed_once,
+    assert_rework_told,
+    rework_of_rejected,
+    serve_one_reworked_task,
+)
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
@@ -36,7 +45,6 @@ from tests.helpers.agents import (
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.images import CLAUDE_CODE_IMAGE
-from tests.helpers.policy import edit_org
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("claude_code_image")]
 
@@ -284,43 +292,15 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert "429" in cli("runs", "logs", runs["thrifty"]["run_id"]).stdout
 
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
-
-
 def test_a_rejected_note_is_reworked_by_claude_code_and_lands_once(cli: Cli) -> None:
     script = titled_then_rework_script("claude", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
     with anthropic(script) as model:
         set_up_owner(cli, model.url)
-        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
-        assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
-        assert served.code == 0, served.stdout + served.stderr
+        serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    first, second = json.loads(cli("task", "list", "--json").stdout)
-    assert first["checkpoint"] == "rejected", first
-    assert second["rework_of"] == first["run_id"], second
-    assert second["checkpoint"] == "integrated", cli("runs", "logs", second["run_id"]).stdout
-    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
-    path = f"records/claude/{REWORK_SLUG}--{namespace}_1.md"
-
+    rework = rework_of_rejected(cli, "claude", show_logs=True)
     # What Claude Code was told in the rework run: the violation by its new name. It read
     # the note, rewrote it, checked it and answered: four model turns.
-    reworked = [c for c in turns if "# Rework of run" in c.user()]
-    assert len(reworked) == 4, [c.user()[:80] for c in turns]
-    told = reworked[0].user()
-    assert f"# Rework of run {first['run_id']}" in told
-    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
-    assert "A rework task" in " ".join(reworked[0].system().split())
-    assert "impyard-check: ok" in reworked[-1].last_tool_result()
-
-    repo = cli("knowledge", "yuko").stdout.strip()
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/claude").stdout.split()
-    assert len(landed) == 1
-    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
-    assert f"Impyard-Rework-Of: {first['run_id']}" in message
-    note = git("-C", repo, "show", f"main:{path}").stdout
-    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
+    assert_rework_told(turns, rework, count=4, contract=("A rework task",))
+    assert_rework_landed_once(cli, "claude", rework)

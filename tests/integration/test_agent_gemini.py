@@ -14,6 +14,15 @@ import subprocess
 import pytest
 
 from impyard.devtools.model_server import ModelServer, Reply, note_script
+from tests.helpers.agent_runs import (
+    FIXED_MARKER,
+    REWORK_SLUG,
+    TITLED_MARKER,
+    assert_rework_landed_once,
+    assert_rework_told,
+    rework_of_rejected,
+    serve_one_reworked_task,
+)
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
@@ -27,7 +36,6 @@ from tests.helpers.cli import Cli, json_lines
 from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.images import GEMINI_IMAGE
-from tests.helpers.policy import edit_org
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("gemini_image")]
 
@@ -190,44 +198,16 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert [e["status"] for e in events if e.get("path") == MODEL_PATH] == [500] * 2
 
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
-
-
 def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
     script = titled_then_rework_script("gemini", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
     with ModelServer(script, protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
-        assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
-        assert served.code == 0, served.stdout + served.stderr
+        serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    first, second = json.loads(cli("task", "list", "--json").stdout)
-    assert first["checkpoint"] == "rejected", first
-    assert second["rework_of"] == first["run_id"], second
-    assert second["checkpoint"] == "integrated", second
-    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
-    path = f"records/gemini/{REWORK_SLUG}--{namespace}_1.md"
-
+    rework = rework_of_rejected(cli, "gemini")
     # What the CLI was told in the rework run: the violation by its new name, and the
     # contract's rework rules in its system instruction.
-    reworked = [c for c in turns if "# Rework of run" in c.user()]
-    assert len(reworked) == 3, [c.user()[:80] for c in turns]
-    told = reworked[0].user()
-    assert f"# Rework of run {first['run_id']}" in told
-    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
-    contract = " ".join(reworked[0].system().split())
-    assert "do not finish until impyard-check prints ok" in contract
-    assert "impyard-check: ok" in reworked[-1].last_tool_result()
-
-    repo = cli("knowledge", "yuko").stdout.strip()
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/gemini").stdout.split()
-    assert len(landed) == 1
-    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
-    assert f"Impyard-Rework-Of: {first['run_id']}" in message
-    note = git("-C", repo, "show", f"main:{path}").stdout
-    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
+    contract = ("do not finish until impyard-check prints ok",)
+    assert_rework_told(turns, rework, count=3, contract=contract)
+    assert_rework_landed_once(cli, "gemini", rework)

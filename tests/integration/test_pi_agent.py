@@ -24,6 +24,15 @@ from impyard.devtools.model_server import (
     note_script,
     write_note,
 )
+from tests.helpers.agent_runs import (
+    FIXED_MARKER,
+    REWORK_SLUG,
+    TITLED_MARKER,
+    assert_rework_landed_once,
+    assert_rework_told,
+    rework_of_rejected,
+    serve_one_reworked_task,
+)
 from tests.helpers.agents import SECRET, SECRET_ENV, assert_secret_kept_out, secret_probe_script
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
@@ -341,7 +350,6 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 CHECKED_SLUG = "checked-note"
 BAD_MARKER = "draft-without-an-id-7d1e"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
 
 
 def check_and_fix_script() -> Script:
@@ -431,10 +439,6 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
     assert checks == [("GET", "impyard.control", "allowed", 200)] * 2, events
 
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-
-
 def titled_then_rework_script() -> Script:
     """First run: write a note with a ``title:`` key records may not have, and finish
     without checking (the run is rejected). A rework run (its prompt says so, and names
@@ -476,39 +480,11 @@ def test_a_rejected_pi_note_is_reworked_by_pi_and_lands_once(cli: Cli) -> None:
         set_up_owner(cli, model.url, imps=())
         # The image under test (IMPYARD_TEST_PI_IMAGE): its adapter holds the contract.
         assert cli("imp", "create", "yuko", "--agent", "pi", "--image", PI_IMAGE).code == 0
-        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
-        assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
-        assert served.code == 0, served.stdout + served.stderr
+        serve_one_reworked_task(cli)
         turns = [Conversation(t.body["messages"]) for t in model.completions()]
 
-    first, second = json.loads(cli("task", "list", "--json").stdout)
-    assert first["checkpoint"] == "rejected", first
-    assert second["rework_of"] == first["run_id"], second
-    assert second["checkpoint"] == "integrated", second
-    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
-    path = f"records/pi/{REWORK_SLUG}--{namespace}_1.md"
-
+    rework = rework_of_rejected(cli, "pi")
     # What Pi was told in the rework run: what a rework is, and the violation by its new name.
-    reworked = [c for c in turns if "# Rework of run" in c.user()]
-    assert len(reworked) == 3, [c.user()[:80] for c in turns]
-    told = reworked[0].user()
-    assert f"# Rework of run {first['run_id']}" in told
-    assert "> Write one note." in told
-    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
-    contract = " ".join(reworked[0].system().split())
-    assert "A rework task" in contract
-    assert "do not finish until impyard-check prints ok" in contract
-    assert "impyard-check: ok" in reworked[-1].last_tool_result()
-
-    repo = cli("knowledge", "yuko").stdout.strip()
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/pi").stdout.split()
-    assert len(landed) == 1
-    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
-    assert f"Impyard-Rework-Of: {first['run_id']}" in message
-    assert git("-C", repo, "ls-tree", "-r", "--name-only", "main", "records/pi").stdout.split() == [
-        path
-    ]
-    note = git("-C", repo, "show", f"main:{path}").stdout
-    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
+    contract = ("A rework task", "do not finish until impyard-check prints ok")
+    assert_rework_told(turns, rework, count=3, told_also=("> Write one note.",), contract=contract)
+    assert_rework_landed_once(cli, "pi", rework, sole=True)

@@ -1,0 +1,90 @@
+"""The rework flow every agent's docker tests share: a note written with a key records may
+not have is rejected, one rework run is allowed, and the agent's fix lands once. The
+agent-specific parts (its model server, what its contract says) stay in each test."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from impyard.devtools.model_server import Conversation
+from tests.helpers.agents import SECRET_ENV
+from tests.helpers.cli import Cli
+from tests.helpers.git import git
+from tests.helpers.policy import edit_org
+
+REWORK_SLUG = "reworked-note"
+TITLED_MARKER = "written-with-a-title-5c2a"
+FIXED_MARKER = "fixed-after-impyard-check-41b9"
+
+
+@dataclass(frozen=True)
+class Rework:
+    """The rejected run, its rework run, and the note's path the rework names."""
+
+    first: str
+    second: str
+    path: str
+
+
+def serve_one_reworked_task(cli: Cli) -> None:
+    """Allow one rework, queue one task for yuko and serve it once: the rejected run and
+    its rework both run."""
+    edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
+    assert cli("deploy").code == 0
+    assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
+    served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+    assert served.code == 0, served.stdout + served.stderr
+
+
+def rework_of_rejected(cli: Cli, topic: str, *, show_logs: bool = False) -> Rework:
+    """The first run was rejected and its rework integrated; the note's path under the
+    rework run's namespace. ``show_logs``: a rework that did not integrate shows its logs."""
+    first, second = json.loads(cli("task", "list", "--json").stdout)
+    assert first["checkpoint"] == "rejected", first
+    assert second["rework_of"] == first["run_id"], second
+    why = cli("runs", "logs", second["run_id"]).stdout if show_logs else second
+    assert second["checkpoint"] == "integrated", why
+    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
+    path = f"records/{topic}/{REWORK_SLUG}--{namespace}_1.md"
+    return Rework(first["run_id"], second["run_id"], path)
+
+
+def assert_rework_told(
+    turns: Sequence[Conversation],
+    rework: Rework,
+    *,
+    count: int,
+    told_also: Sequence[str] = (),
+    contract: Sequence[str] = (),
+) -> None:
+    """The rework run took ``count`` model turns; its task named the rejected run (and
+    ``told_also``) and the violation by the note's new name; its system prompt holds each
+    of ``contract``; its last tool result is impyard-check's ok."""
+    reworked = [c for c in turns if "# Rework of run" in c.user()]
+    assert len(reworked) == count, [c.user()[:80] for c in turns]
+    told = reworked[0].user()
+    assert f"# Rework of run {rework.first}" in told
+    for phrase in told_also:
+        assert phrase in told
+    assert f"- {rework.path}: frontmatter: " in told and "unknown key 'title'" in told
+    system = " ".join(reworked[0].system().split())
+    for phrase in contract:
+        assert phrase in system
+    assert "impyard-check: ok" in reworked[-1].last_tool_result()
+
+
+def assert_rework_landed_once(cli: Cli, topic: str, rework: Rework, *, sole: bool = False) -> None:
+    """One commit under records/<topic> on yuko's main, trailed as the rework of the
+    rejected run, holding the fixed note (``sole``: and no other file under it)."""
+    repo = cli("knowledge", "yuko").stdout.strip()
+    landed = git("-C", repo, "log", "--format=%H", "main", "--", f"records/{topic}").stdout.split()
+    assert len(landed) == 1
+    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
+    assert f"Impyard-Rework-Of: {rework.first}" in message
+    if sole:
+        files = git("-C", repo, "ls-tree", "-r", "--name-only", "main", f"records/{topic}")
+        assert files.stdout.split() == [rework.path]
+    note = git("-C", repo, "show", f"main:{rework.path}").stdout
+    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
