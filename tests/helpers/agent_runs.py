@@ -1,14 +1,17 @@
-"""The rework flow every agent's docker tests share: a note written with a key records may
-not have is rejected, one rework run is allowed, and the agent's fix lands once. The
-agent-specific parts (its model server, what its contract says) stay in each test."""
+"""Flows every agent's docker tests share: ``impyard run --json``; three imps whose models
+fail, hang and overrun a budget under one serve; and the rework flow, where a note written
+with a key records may not have is rejected, one rework run is allowed, and the agent's
+fix lands once. The agent-specific parts (its model servers, its route's header, what its
+logs and contract say) stay in each test."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from impyard.devtools.model_server import Conversation
+from impyard.devtools.model_server import Conversation, ModelServer
 from tests.helpers.agents import SECRET_ENV
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
@@ -17,6 +20,69 @@ from tests.helpers.policy import edit_org
 REWORK_SLUG = "reworked-note"
 TITLED_MARKER = "written-with-a-title-5c2a"
 FIXED_MARKER = "fixed-after-impyard-check-41b9"
+QUARANTINED_IMPS = ("failing", "hanging", "thrifty")
+
+
+def run_json(cli: Cli, *args: str, timeout: float = 180) -> tuple[int, dict[str, Any]]:
+    """``impyard run ARGS --json`` with the provider key set: its exit code and record."""
+    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=timeout)
+    assert result.stdout.strip().startswith("{"), result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def serve_failing_hanging_chatty(
+    cli: Cli,
+    set_up_owner: Callable[..., None],
+    servers: tuple[ModelServer, ModelServer, ModelServer],
+    *,
+    header: str,
+    value: str,
+    hang_seconds: int = 25,
+) -> None:
+    """Imps failing, hanging and thrifty asking the ``servers`` (failing, hanging, chatty)
+    through routes that send the key as ``header: value``; the hanging box gets
+    ``hang_seconds``, the thrifty one a budget of two requests. One task each, served at
+    once. ``hang_seconds`` is long enough for the agent to start and ask on a loaded
+    machine (parallel tests, gVisor): a box killed before it asked would show nothing
+    about a hanging model."""
+    failing, hanging, chatty = servers
+    routes = "".join(
+        f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
+        f'header = "{header}"\nvalue = "{value}"\n'
+        'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
+        for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+    )
+    set_up_owner(cli, failing.url, extra=routes, imps=QUARANTINED_IMPS)
+    overlays = cli.home / "policy" / "imps"
+    overlays.mkdir(exist_ok=True)
+    (overlays / "hanging.toml").write_text(
+        f'[box]\ntimeout_seconds = {hang_seconds}\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
+    )
+    (overlays / "thrifty.toml").write_text(
+        '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n[gateway.budget]\nrequests_per_run = 2\n'
+    )
+    deployed = cli("deploy")
+    assert deployed.code == 0, deployed.stdout
+    for imp in QUARANTINED_IMPS:
+        assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
+    served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
+    assert served.code == 0, served.stdout + served.stderr
+
+
+def runs_by_imp(cli: Cli) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each imp's run as ``runs list`` and as ``runs show`` give it."""
+    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
+    shown = {
+        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+        for imp, run in runs.items()
+    }
+    return runs, shown
+
+
+def assert_all_quarantined(shown: dict[str, Any]) -> None:
+    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
+        QUARANTINED_IMPS, "quarantined"
+    )
 
 
 @dataclass(frozen=True)

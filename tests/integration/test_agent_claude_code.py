@@ -28,9 +28,12 @@ from tests.helpers.agent_runs import (
     FIXED_MARKER,
     REWORK_SLUG,
     TITLED_MARKER,
+    assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
     rework_of_rejected,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
     serve_one_reworked_task,
 )
 from tests.helpers.agents import (
@@ -243,42 +246,16 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = anthropic(lambda conversation: Reply.error(500, "scripted provider outage"))
     hanging = anthropic(lambda conversation: Reply.stall())
     with failing, hanging, anthropic(chatty_script()) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "x-api-key"\nvalue = "{secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli, set_up_owner, servers, header="x-api-key", value="{secret}"
         )
-        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        # Long enough for Claude Code to start and ask on a loaded machine (parallel tests,
-        # gVisor): a box killed before it asked would show nothing about a hanging model.
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        deployed = cli("deploy")
-        assert deployed.code == 0, deployed.stdout
-        for imp in ("failing", "hanging", "thrifty"):
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         assert len(failing.turns()) == 3  # the request and two retries, no more
         assert hanging.turns()
         assert len(chatty.turns()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
-    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "hanging", "thrifty"), "quarantined"
-    )
+    runs, shown = runs_by_imp(cli)
+    assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     failed = cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert "[claude-code] model turn 1 (" in failed and "500 scripted provider outage" in failed

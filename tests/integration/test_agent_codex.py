@@ -29,15 +29,20 @@ from tests.helpers.agent_runs import (
     FIXED_MARKER,
     REWORK_SLUG,
     TITLED_MARKER,
+    assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
     rework_of_rejected,
+    run_json,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
     serve_one_reworked_task,
 )
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
     assert_secret_kept_out,
+    chatty_script,
     docs_agent_policy,
     secret_probe_command,
     set_up_agent_owner,
@@ -59,12 +64,6 @@ def set_up_owner(
 ) -> None:
     policy = docs_agent_policy("Codex", upstream, MODEL)
     set_up_agent_owner(cli, policy, "codex", CODEX_IMAGE, extra=extra, imps=imps)
-
-
-def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
-    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
-    assert result.stdout.strip().startswith("{"), result.stderr
-    return result.code, json.loads(result.stdout)
 
 
 def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
@@ -148,17 +147,6 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
 
 
-def chatty_script() -> Script:
-    """Three tool turns before an answer: more requests than a budget of two allows."""
-
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn < 3:
-            return shell_call(conversation, f"echo step {conversation.turn}")
-        return Reply.say("Done after three steps.")
-
-    return script
-
-
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
     """Three imps under one serve: a provider answering 500, one that never answers (the
     box times out), and a budget of two requests. Codex retries none of them: each is
@@ -166,39 +154,16 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = ModelServer(lambda c: Reply.error(500, "scripted provider outage"), protocol=PROTOCOL)
     hanging = ModelServer(lambda c: Reply.stall(), protocol=PROTOCOL)
     with failing, hanging, ModelServer(chatty_script(), protocol=PROTOCOL) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli, set_up_owner, servers, header="Authorization", value="Bearer {secret}"
         )
-        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        assert cli("deploy").code == 0
-        for imp in ("failing", "hanging", "thrifty"):
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         # One request each: no retry of the 500 (Codex's default is ten more).
         assert len(failing.turns()) == 1 and len(hanging.turns()) == 1
         assert len(chatty.turns()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
-    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "hanging", "thrifty"), "quarantined"
-    )
+    runs, shown = runs_by_imp(cli)
+    assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     failing_log = cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert "[codex] model turn 1 (" in failing_log and "high demand" in failing_log

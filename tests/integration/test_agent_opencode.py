@@ -22,6 +22,13 @@ from impyard.devtools.model_server import (
     Reply,
     note_script,
 )
+from tests.helpers.agent_runs import (
+    run_json as agent_run_json,
+)
+from tests.helpers.agent_runs import (
+    runs_by_imp,
+    serve_failing_hanging_chatty,
+)
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
@@ -49,9 +56,7 @@ def set_up_owner(
 
 
 def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, Any]]:
-    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=240)
-    assert result.stdout.strip().startswith("{"), result.stderr
-    return result.code, json.loads(result.stdout)
+    return agent_run_json(cli, *args, timeout=240)
 
 
 def journal(cli: Cli, run_id: str) -> list[dict[str, Any]]:
@@ -138,38 +143,19 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = ModelServer(outage_script)
     hanging = ModelServer(lambda conversation: Reply.stall())
     with failing, hanging, ModelServer(chatty_script()) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli,
+            set_up_owner,
+            servers,
+            header="Authorization",
+            value="Bearer {secret}",
+            hang_seconds=40,
         )
-        imps = ("failing", "hanging", "thrifty")
-        set_up_owner(cli, failing.url, extra=routes, imps=imps)
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        # Long enough for OpenCode to start and ask on a loaded machine (parallel tests,
-        # gVisor): a box killed before it asked would show nothing about a hanging model.
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 40\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        assert cli("deploy").code == 0
-        for imp in imps:
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         assert len(failing.completions()) == 2 and hanging.completions()
         assert len(chatty.completions()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
+    runs, shown = runs_by_imp(cli)
     assert {imp: (s["checkpoint"], s["reason"]) for imp, s in shown.items()} == {
         "failing": ("quarantined", "exited with status 1"),
         "hanging": ("quarantined", "timed out and killed"),

@@ -28,9 +28,13 @@ from tests.helpers.agent_runs import (
     FIXED_MARKER,
     REWORK_SLUG,
     TITLED_MARKER,
+    assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
     rework_of_rejected,
+    run_json,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
     serve_one_reworked_task,
 )
 from tests.helpers.agents import SECRET, SECRET_ENV, assert_secret_kept_out, secret_probe_script
@@ -68,12 +72,6 @@ def set_up_owner(
     for imp in imps:
         created = cli("imp", "create", imp, "--agent", "pi", "--image", PI_IMAGE)
         assert created.code == 0, created.stderr
-
-
-def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
-    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
-    assert result.stdout.strip().startswith("{"), result.stderr
-    return result.code, json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -302,41 +300,15 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = ModelServer(lambda conversation: Reply.error(500, "scripted provider outage"))
     hanging = ModelServer(lambda conversation: Reply.stall())
     with failing, hanging, ModelServer(chatty_script()) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli, set_up_owner, servers, header="Authorization", value="Bearer {secret}"
         )
-        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        # Long enough for Pi to start and ask on a loaded machine (parallel tests, gVisor):
-        # a box killed before it asked would show nothing about a hanging model.
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        deployed = cli("deploy")
-        assert deployed.code == 0, deployed.stdout
-        for imp in ("failing", "hanging", "thrifty"):
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         assert failing.completions() and hanging.completions()
         assert len(chatty.completions()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
-    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "hanging", "thrifty"), "quarantined"
-    )
+    runs, shown = runs_by_imp(cli)
+    assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     assert "500 scripted provider outage" in cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert shown["hanging"]["timed_out"] is True
