@@ -7,6 +7,9 @@ logs and contract say) stay in each test."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +17,7 @@ from typing import Any
 from impyard.devtools.model_server import Conversation, ModelServer
 from tests.helpers.agents import SECRET_ENV
 from tests.helpers.cli import Cli
-from tests.helpers.git import git
+from tests.helpers.git import GIT_ENV, git
 from tests.helpers.policy import edit_org
 
 REWORK_SLUG = "reworked-note"
@@ -28,6 +31,42 @@ def run_json(cli: Cli, *args: str, timeout: float = 180) -> tuple[int, dict[str,
     result = cli("run", *args, "--json", env=SECRET_ENV, timeout=timeout)
     assert result.stdout.strip().startswith("{"), result.stderr
     return result.code, json.loads(result.stdout)
+
+
+def start_run(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
+    """``impyard run yuko ARGS`` started with the provider key set, its output piped."""
+    env = {**os.environ, **GIT_ENV, **SECRET_ENV}
+    env.pop("IMPYARD_HOME", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+@dataclass(frozen=True)
+class Live:
+    """What a run printed, and whether the watched line came while it was still going
+    (None: it never came)."""
+
+    out: bytes
+    err: bytes
+    line_while_running: bool | None
+
+
+def follow_live(proc: subprocess.Popen[bytes], watch: bytes, timeout: float) -> Live:
+    """Read ``proc``'s output line by line as it comes (the owner's terminal), noting
+    whether the first line starting with ``watch`` arrived before ``proc`` ended."""
+    assert proc.stdout is not None
+    seen: list[bytes] = []
+    line_while_running = None
+    for line in proc.stdout:
+        seen.append(line)
+        if line_while_running is None and line.startswith(watch):
+            line_while_running = proc.poll() is None
+    err = proc.communicate(timeout=timeout)[1]
+    return Live(b"".join(seen), err, line_while_running)
 
 
 def serve_failing_hanging_chatty(

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -31,10 +28,12 @@ from tests.helpers.agent_runs import (
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
+    follow_live,
     rework_of_rejected,
     runs_by_imp,
     serve_failing_hanging_chatty,
     serve_one_reworked_task,
+    start_run,
 )
 from tests.helpers.agents import (
     SECRET,
@@ -47,7 +46,7 @@ from tests.helpers.agents import (
     titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import GIT_ENV, git
+from tests.helpers.git import git
 from tests.helpers.images import CLAUDE_CODE_IMAGE
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("claude_code_image")]
@@ -69,17 +68,6 @@ def set_up_owner(
 
 def anthropic(script: Script) -> ModelServer:
     return ModelServer(script, protocol="anthropic")
-
-
-def start_run(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **GIT_ENV, **SECRET_ENV}
-    env.pop("IMPYARD_HOME", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
 
 
 def planting_note_script() -> Script:
@@ -120,20 +108,13 @@ def test_claude_code_lands_a_note_through_the_gateway_and_never_reads_a_claude_m
     with anthropic(planting_note_script()) as model:
         set_up_owner(cli, model.url)
         proc = start_run(cli, "--prompt", "Write one note about the box you run in.")
-        assert proc.stdout is not None
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(b"[claude-code] tool Bash: "):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=180)[1]
+        live = follow_live(proc, b"[claude-code] tool Bash: ", timeout=180)
         turns = model.turns()
         received = list(model.received)
-    out = b"".join(seen).decode(errors="replace")
-    assert proc.returncode == 0, out + err.decode(errors="replace")
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
     # The tool-call line reached the owner while the run was still in its box.
-    assert tool_line_while_running, out
+    assert live.line_while_running, out
 
     run_id = json.loads(cli("runs", "list", "--json").stdout)[0]["run_id"]
     run = json.loads(cli("runs", "show", run_id, "--json").stdout)

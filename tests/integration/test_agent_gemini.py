@@ -21,6 +21,7 @@ from tests.helpers.agent_runs import (
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
+    follow_live,
     rework_of_rejected,
     run_json,
     runs_by_imp,
@@ -65,21 +66,12 @@ def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cl
             stderr=subprocess.PIPE,
             env={**impyard_env(), **SECRET_ENV},
         )
-        assert proc.stdout is not None
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(
-                b"[gemini] tool run_shell_command"
-            ):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=180)[1]
+        live = follow_live(proc, b"[gemini] tool run_shell_command", timeout=180)
         turns = model.turns()
-    out = b"".join(seen).decode(errors="replace")
-    assert proc.returncode == 0, out + err.decode(errors="replace")
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
     # The tool-call line reached the owner while the run was still going.
-    assert tool_line_while_running, out
+    assert live.line_while_running, out
     assert "[gemini] tool run_shell_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[gemini] tool write_file: /opt/impyard/knowledge/records/gemini/first-note" in out
     assert "[gemini] answer after 3 model turns and 2 tool calls:\nWrote one note." in out

@@ -8,10 +8,7 @@ lands once, the key never enters the box, and OpenCode asks nothing but its mode
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -23,11 +20,13 @@ from impyard.devtools.model_server import (
     note_script,
 )
 from tests.helpers.agent_runs import (
-    run_json as agent_run_json,
-)
-from tests.helpers.agent_runs import (
+    follow_live,
     runs_by_imp,
     serve_failing_hanging_chatty,
+    start_run,
+)
+from tests.helpers.agent_runs import (
+    run_json as agent_run_json,
 )
 from tests.helpers.agents import (
     SECRET,
@@ -40,7 +39,7 @@ from tests.helpers.agents import (
     titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import GIT_ENV, git
+from tests.helpers.git import git
 from tests.helpers.images import OPENCODE_IMAGE
 from tests.helpers.policy import edit_org
 
@@ -68,28 +67,13 @@ def journal(cli: Cli, run_id: str) -> list[dict[str, Any]]:
 def test_opencode_lands_a_note_with_its_steps_live_and_asks_only_its_model(cli: Cli) -> None:
     with ModelServer(note_script(topic="opencode")) as model:
         set_up_owner(cli, model.url)
-        env = {**os.environ, **GIT_ENV, **SECRET_ENV}
-        env.pop("IMPYARD_HOME", None)
-        argv = [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko"]
-        proc = subprocess.Popen(
-            [*argv, "--prompt", "Write one note about the box you run in."],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        assert proc.stdout is not None
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(b"[opencode] tool bash: "):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=240)[1]
+        proc = start_run(cli, "--prompt", "Write one note about the box you run in.")
+        live = follow_live(proc, b"[opencode] tool bash: ", timeout=240)
         turns = model.completions()
-    out = b"".join(seen).decode(errors="replace")
-    assert proc.returncode == 0, out + err.decode(errors="replace")
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
     # The tool-call line reached the owner while the run was still in its box.
-    assert tool_line_while_running, out
+    assert live.line_while_running, out
 
     # Three model calls (read the namespace, write the note, answer) and no title request:
     # each carried the tools and the key the gateway added, never the box's placeholder.
