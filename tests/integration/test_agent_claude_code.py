@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -24,9 +21,24 @@ from impyard.devtools.model_server import (
     shell_call,
     write_note,
 )
+from tests.helpers.agent_runs import (
+    FIXED_MARKER,
+    REWORK_SLUG,
+    TITLED_MARKER,
+    assert_all_quarantined,
+    assert_rework_landed_once,
+    assert_rework_told,
+    follow_live,
+    rework_of_rejected,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
+    serve_one_reworked_task,
+    start_run,
+)
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
+    assert_secret_kept_out,
     chatty_script,
     docs_agent_policy,
     secret_probe_script,
@@ -34,9 +46,8 @@ from tests.helpers.agents import (
     titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import GIT_ENV, git
+from tests.helpers.git import git
 from tests.helpers.images import CLAUDE_CODE_IMAGE
-from tests.helpers.policy import edit_org
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("claude_code_image")]
 
@@ -57,17 +68,6 @@ def set_up_owner(
 
 def anthropic(script: Script) -> ModelServer:
     return ModelServer(script, protocol="anthropic")
-
-
-def start_run(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **GIT_ENV, **SECRET_ENV}
-    env.pop("IMPYARD_HOME", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
 
 
 def planting_note_script() -> Script:
@@ -108,20 +108,13 @@ def test_claude_code_lands_a_note_through_the_gateway_and_never_reads_a_claude_m
     with anthropic(planting_note_script()) as model:
         set_up_owner(cli, model.url)
         proc = start_run(cli, "--prompt", "Write one note about the box you run in.")
-        assert proc.stdout is not None
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(b"[claude-code] tool Bash: "):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=180)[1]
+        live = follow_live(proc, b"[claude-code] tool Bash: ", timeout=180)
         turns = model.turns()
         received = list(model.received)
-    out = b"".join(seen).decode(errors="replace")
-    assert proc.returncode == 0, out + err.decode(errors="replace")
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
     # The tool-call line reached the owner while the run was still in its box.
-    assert tool_line_while_running, out
+    assert live.line_while_running, out
 
     run_id = json.loads(cli("runs", "list", "--json").stdout)[0]["run_id"]
     run = json.loads(cli("runs", "show", run_id, "--json").stdout)
@@ -209,15 +202,7 @@ def test_the_key_never_reaches_the_box_and_calls_beside_the_route_are_refused(
     assert "IMPYARD_MODEL=scripted-model" in seen
     assert SECRET not in seen
     run_id = str(run["run_id"])
-    for output in (
-        cli("runs", "logs", run_id).stdout,
-        cli("runs", "show", run_id, "--json").stdout,
-        cli("journal", "--json").stdout,
-    ):
-        assert SECRET not in output
-    for path in cli.home.rglob("*"):
-        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
-            assert SECRET.encode() not in path.read_bytes(), path
+    assert_secret_kept_out(cli, run_id, SECRET)
 
     events = json_lines(cli("journal", "--run", run_id, "--json").stdout)
     beside = [
@@ -235,42 +220,16 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = anthropic(lambda conversation: Reply.error(500, "scripted provider outage"))
     hanging = anthropic(lambda conversation: Reply.stall())
     with failing, hanging, anthropic(chatty_script()) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "x-api-key"\nvalue = "{secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli, set_up_owner, servers, header="x-api-key", value="{secret}"
         )
-        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        # Long enough for Claude Code to start and ask on a loaded machine (parallel tests,
-        # gVisor): a box killed before it asked would show nothing about a hanging model.
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        deployed = cli("deploy")
-        assert deployed.code == 0, deployed.stdout
-        for imp in ("failing", "hanging", "thrifty"):
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         assert len(failing.turns()) == 3  # the request and two retries, no more
         assert hanging.turns()
         assert len(chatty.turns()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
-    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "hanging", "thrifty"), "quarantined"
-    )
+    runs, shown = runs_by_imp(cli)
+    assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     failed = cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert "[claude-code] model turn 1 (" in failed and "500 scripted provider outage" in failed
@@ -284,43 +243,15 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert "429" in cli("runs", "logs", runs["thrifty"]["run_id"]).stdout
 
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
-
-
 def test_a_rejected_note_is_reworked_by_claude_code_and_lands_once(cli: Cli) -> None:
     script = titled_then_rework_script("claude", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
     with anthropic(script) as model:
         set_up_owner(cli, model.url)
-        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
-        assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
-        assert served.code == 0, served.stdout + served.stderr
+        serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    first, second = json.loads(cli("task", "list", "--json").stdout)
-    assert first["checkpoint"] == "rejected", first
-    assert second["rework_of"] == first["run_id"], second
-    assert second["checkpoint"] == "integrated", cli("runs", "logs", second["run_id"]).stdout
-    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
-    path = f"records/claude/{REWORK_SLUG}--{namespace}_1.md"
-
+    rework = rework_of_rejected(cli, "claude", show_logs=True)
     # What Claude Code was told in the rework run: the violation by its new name. It read
     # the note, rewrote it, checked it and answered: four model turns.
-    reworked = [c for c in turns if "# Rework of run" in c.user()]
-    assert len(reworked) == 4, [c.user()[:80] for c in turns]
-    told = reworked[0].user()
-    assert f"# Rework of run {first['run_id']}" in told
-    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
-    assert "A rework task" in " ".join(reworked[0].system().split())
-    assert "impyard-check: ok" in reworked[-1].last_tool_result()
-
-    repo = cli("knowledge", "yuko").stdout.strip()
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/claude").stdout.split()
-    assert len(landed) == 1
-    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
-    assert f"Impyard-Rework-Of: {first['run_id']}" in message
-    note = git("-C", repo, "show", f"main:{path}").stdout
-    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
+    assert_rework_told(turns, rework, count=4, contract=("A rework task",))
+    assert_rework_landed_once(cli, "claude", rework)

@@ -25,10 +25,25 @@ from impyard.devtools.model_server import (
     write_call,
     write_note,
 )
+from tests.helpers.agent_runs import (
+    FIXED_MARKER,
+    REWORK_SLUG,
+    TITLED_MARKER,
+    assert_all_quarantined,
+    assert_rework_landed_once,
+    assert_rework_told,
+    follow_live,
+    rework_of_rejected,
+    run_json,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
+    serve_one_reworked_task,
+)
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
     assert_secret_kept_out,
+    chatty_script,
     docs_agent_policy,
     secret_probe_command,
     set_up_agent_owner,
@@ -37,7 +52,6 @@ from tests.helpers.cli import Cli, json_lines
 from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.images import CODEX_IMAGE
-from tests.helpers.policy import edit_org
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("codex_image")]
 
@@ -53,12 +67,6 @@ def set_up_owner(
     set_up_agent_owner(cli, policy, "codex", CODEX_IMAGE, extra=extra, imps=imps)
 
 
-def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
-    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
-    assert result.stdout.strip().startswith("{"), result.stderr
-    return result.code, json.loads(result.stdout)
-
-
 def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
     with ModelServer(note_script("codex"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
@@ -68,19 +76,12 @@ def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli
             stderr=subprocess.PIPE,
             env={**impyard_env(), **SECRET_ENV},
         )
-        assert proc.stdout is not None
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(b"[codex] tool exec_command"):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=180)[1]
+        live = follow_live(proc, b"[codex] tool exec_command", timeout=180)
         turns = model.turns()
-    out = b"".join(seen).decode(errors="replace")
-    assert proc.returncode == 0, out + err.decode(errors="replace")
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
     # The tool-call line reached the owner while the run was still going.
-    assert tool_line_while_running, out
+    assert live.line_while_running, out
     assert "[codex] tool exec_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[codex] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
 
@@ -140,17 +141,6 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
 
 
-def chatty_script() -> Script:
-    """Three tool turns before an answer: more requests than a budget of two allows."""
-
-    def script(conversation: Conversation) -> Reply:
-        if conversation.turn < 3:
-            return shell_call(conversation, f"echo step {conversation.turn}")
-        return Reply.say("Done after three steps.")
-
-    return script
-
-
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
     """Three imps under one serve: a provider answering 500, one that never answers (the
     box times out), and a budget of two requests. Codex retries none of them: each is
@@ -158,39 +148,16 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = ModelServer(lambda c: Reply.error(500, "scripted provider outage"), protocol=PROTOCOL)
     hanging = ModelServer(lambda c: Reply.stall(), protocol=PROTOCOL)
     with failing, hanging, ModelServer(chatty_script(), protocol=PROTOCOL) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli, set_up_owner, servers, header="Authorization", value="Bearer {secret}"
         )
-        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        assert cli("deploy").code == 0
-        for imp in ("failing", "hanging", "thrifty"):
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         # One request each: no retry of the 500 (Codex's default is ten more).
         assert len(failing.turns()) == 1 and len(hanging.turns()) == 1
         assert len(chatty.turns()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
-    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "hanging", "thrifty"), "quarantined"
-    )
+    runs, shown = runs_by_imp(cli)
+    assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     failing_log = cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert "[codex] model turn 1 (" in failing_log and "high demand" in failing_log
@@ -203,11 +170,6 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert len(refused) == 1 and refused[0]["rule"] == "gateway.budget.requests_per_run"
     events = json_lines(cli("journal", "--run", runs["failing"]["run_id"], "--json").stdout)
     assert [e["status"] for e in events if e.get("path") == "/v1/responses"] == [500]
-
-
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
 
 
 def titled_then_rework_script() -> Script:
@@ -248,35 +210,12 @@ def titled_then_rework_script() -> Script:
 def test_a_rejected_codex_note_is_reworked_by_codex_and_lands_once(cli: Cli) -> None:
     with ModelServer(titled_then_rework_script(), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
-        assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
-        assert served.code == 0, served.stdout + served.stderr
+        serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    first, second = json.loads(cli("task", "list", "--json").stdout)
-    assert first["checkpoint"] == "rejected", first
-    assert second["rework_of"] == first["run_id"], second
-    assert second["checkpoint"] == "integrated", second
-    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
-    path = f"records/codex/{REWORK_SLUG}--{namespace}_1.md"
-
+    rework = rework_of_rejected(cli, "codex")
     # What Codex was told in the rework run: the violation by its new name, and the
     # contract's rework rules in its developer instructions.
-    reworked = [c for c in turns if "# Rework of run" in c.user()]
-    assert len(reworked) == 3, [c.user()[:80] for c in turns]
-    told = reworked[0].user()
-    assert f"# Rework of run {first['run_id']}" in told
-    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
-    contract = " ".join(reworked[0].system().split())
-    assert "do not finish until impyard-check prints ok" in contract
-    assert "impyard-check: ok" in reworked[-1].last_tool_result()
-
-    repo = cli("knowledge", "yuko").stdout.strip()
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/codex").stdout.split()
-    assert len(landed) == 1
-    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
-    assert f"Impyard-Rework-Of: {first['run_id']}" in message
-    note = git("-C", repo, "show", f"main:{path}").stdout
-    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
+    contract = ("do not finish until impyard-check prints ok",)
+    assert_rework_told(turns, rework, count=3, contract=contract)
+    assert_rework_landed_once(cli, "codex", rework)

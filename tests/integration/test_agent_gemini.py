@@ -14,9 +14,24 @@ import subprocess
 import pytest
 
 from impyard.devtools.model_server import ModelServer, Reply, note_script
+from tests.helpers.agent_runs import (
+    FIXED_MARKER,
+    REWORK_SLUG,
+    TITLED_MARKER,
+    assert_all_quarantined,
+    assert_rework_landed_once,
+    assert_rework_told,
+    follow_live,
+    rework_of_rejected,
+    run_json,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
+    serve_one_reworked_task,
+)
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
+    assert_secret_kept_out,
     chatty_script,
     docs_agent_policy,
     secret_probe_script,
@@ -27,7 +42,6 @@ from tests.helpers.cli import Cli, json_lines
 from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.images import GEMINI_IMAGE
-from tests.helpers.policy import edit_org
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("gemini_image")]
 
@@ -43,12 +57,6 @@ def set_up_owner(
     set_up_agent_owner(cli, policy, "gemini", GEMINI_IMAGE, extra=extra, imps=imps)
 
 
-def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
-    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
-    assert result.stdout.strip().startswith("{"), result.stderr
-    return result.code, json.loads(result.stdout)
-
-
 def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
     with ModelServer(note_script("gemini"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
@@ -58,21 +66,12 @@ def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cl
             stderr=subprocess.PIPE,
             env={**impyard_env(), **SECRET_ENV},
         )
-        assert proc.stdout is not None
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(
-                b"[gemini] tool run_shell_command"
-            ):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=180)[1]
+        live = follow_live(proc, b"[gemini] tool run_shell_command", timeout=180)
         turns = model.turns()
-    out = b"".join(seen).decode(errors="replace")
-    assert proc.returncode == 0, out + err.decode(errors="replace")
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
     # The tool-call line reached the owner while the run was still going.
-    assert tool_line_while_running, out
+    assert live.line_while_running, out
     assert "[gemini] tool run_shell_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[gemini] tool write_file: /opt/impyard/knowledge/records/gemini/first-note" in out
     assert "[gemini] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
@@ -122,15 +121,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert f"IMPYARD_MODEL={MODEL}" in seen
     assert SECRET not in seen
     run_id = str(run["run_id"])
-    for output in (
-        cli("runs", "logs", run_id).stdout,
-        cli("runs", "show", run_id, "--json").stdout,
-        cli("journal", "--json").stdout,
-    ):
-        assert SECRET not in output
-    for path in cli.home.rglob("*"):
-        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
-            assert SECRET.encode() not in path.read_bytes(), path
+    assert_secret_kept_out(cli, run_id, SECRET)
 
 
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
@@ -140,40 +131,17 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = ModelServer(lambda c: Reply.error(500, "scripted provider outage"), protocol=PROTOCOL)
     hanging = ModelServer(lambda c: Reply.stall(), protocol=PROTOCOL)
     with failing, hanging, ModelServer(chatty_script(), protocol=PROTOCOL) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "x-goog-api-key"\nvalue = "{secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli, set_up_owner, servers, header="x-goog-api-key", value="{secret}"
         )
-        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        assert cli("deploy").code == 0
-        for imp in ("failing", "hanging", "thrifty"):
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         # Two attempts at the 500 (the CLI's default is ten, over minutes).
         assert len(failing.turns()) == 2 and len(hanging.turns()) == 1
         # The third request never left the gateway (its 429 is tried again, then ends it).
         assert len(chatty.turns()) == 2
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
-    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "hanging", "thrifty"), "quarantined"
-    )
+    runs, shown = runs_by_imp(cli)
+    assert_all_quarantined(shown)
     # The CLI exits with the failed call's HTTP status, taken modulo 256: 500 is 244.
     assert shown["failing"]["reason"] == "exited with status 244"
     failing_log = cli("runs", "logs", runs["failing"]["run_id"]).stdout
@@ -190,44 +158,16 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert [e["status"] for e in events if e.get("path") == MODEL_PATH] == [500] * 2
 
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
-
-
 def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
     script = titled_then_rework_script("gemini", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
     with ModelServer(script, protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
-        assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
-        assert served.code == 0, served.stdout + served.stderr
+        serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    first, second = json.loads(cli("task", "list", "--json").stdout)
-    assert first["checkpoint"] == "rejected", first
-    assert second["rework_of"] == first["run_id"], second
-    assert second["checkpoint"] == "integrated", second
-    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
-    path = f"records/gemini/{REWORK_SLUG}--{namespace}_1.md"
-
+    rework = rework_of_rejected(cli, "gemini")
     # What the CLI was told in the rework run: the violation by its new name, and the
     # contract's rework rules in its system instruction.
-    reworked = [c for c in turns if "# Rework of run" in c.user()]
-    assert len(reworked) == 3, [c.user()[:80] for c in turns]
-    told = reworked[0].user()
-    assert f"# Rework of run {first['run_id']}" in told
-    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
-    contract = " ".join(reworked[0].system().split())
-    assert "do not finish until impyard-check prints ok" in contract
-    assert "impyard-check: ok" in reworked[-1].last_tool_result()
-
-    repo = cli("knowledge", "yuko").stdout.strip()
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/gemini").stdout.split()
-    assert len(landed) == 1
-    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
-    assert f"Impyard-Rework-Of: {first['run_id']}" in message
-    note = git("-C", repo, "show", f"main:{path}").stdout
-    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
+    contract = ("do not finish until impyard-check prints ok",)
+    assert_rework_told(turns, rework, count=3, contract=contract)
+    assert_rework_landed_once(cli, "gemini", rework)

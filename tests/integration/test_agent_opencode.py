@@ -8,10 +8,7 @@ lands once, the key never enters the box, and OpenCode asks nothing but its mode
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -22,9 +19,19 @@ from impyard.devtools.model_server import (
     Reply,
     note_script,
 )
+from tests.helpers.agent_runs import (
+    follow_live,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
+    start_run,
+)
+from tests.helpers.agent_runs import (
+    run_json as agent_run_json,
+)
 from tests.helpers.agents import (
     SECRET,
     SECRET_ENV,
+    assert_secret_kept_out,
     chatty_script,
     docs_agent_policy,
     secret_probe_script,
@@ -32,7 +39,7 @@ from tests.helpers.agents import (
     titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import GIT_ENV, git
+from tests.helpers.git import git
 from tests.helpers.images import OPENCODE_IMAGE
 from tests.helpers.policy import edit_org
 
@@ -49,9 +56,7 @@ def set_up_owner(
 
 
 def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, Any]]:
-    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=240)
-    assert result.stdout.strip().startswith("{"), result.stderr
-    return result.code, json.loads(result.stdout)
+    return agent_run_json(cli, *args, timeout=240)
 
 
 def journal(cli: Cli, run_id: str) -> list[dict[str, Any]]:
@@ -62,28 +67,13 @@ def journal(cli: Cli, run_id: str) -> list[dict[str, Any]]:
 def test_opencode_lands_a_note_with_its_steps_live_and_asks_only_its_model(cli: Cli) -> None:
     with ModelServer(note_script(topic="opencode")) as model:
         set_up_owner(cli, model.url)
-        env = {**os.environ, **GIT_ENV, **SECRET_ENV}
-        env.pop("IMPYARD_HOME", None)
-        argv = [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko"]
-        proc = subprocess.Popen(
-            [*argv, "--prompt", "Write one note about the box you run in."],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        assert proc.stdout is not None
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(b"[opencode] tool bash: "):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=240)[1]
+        proc = start_run(cli, "--prompt", "Write one note about the box you run in.")
+        live = follow_live(proc, b"[opencode] tool bash: ", timeout=240)
         turns = model.completions()
-    out = b"".join(seen).decode(errors="replace")
-    assert proc.returncode == 0, out + err.decode(errors="replace")
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
     # The tool-call line reached the owner while the run was still in its box.
-    assert tool_line_while_running, out
+    assert live.line_while_running, out
 
     # Three model calls (read the namespace, write the note, answer) and no title request:
     # each carried the tools and the key the gateway added, never the box's placeholder.
@@ -138,38 +128,19 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = ModelServer(outage_script)
     hanging = ModelServer(lambda conversation: Reply.stall())
     with failing, hanging, ModelServer(chatty_script()) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli,
+            set_up_owner,
+            servers,
+            header="Authorization",
+            value="Bearer {secret}",
+            hang_seconds=40,
         )
-        imps = ("failing", "hanging", "thrifty")
-        set_up_owner(cli, failing.url, extra=routes, imps=imps)
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        # Long enough for OpenCode to start and ask on a loaded machine (parallel tests,
-        # gVisor): a box killed before it asked would show nothing about a hanging model.
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 40\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        assert cli("deploy").code == 0
-        for imp in imps:
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         assert len(failing.completions()) == 2 and hanging.completions()
         assert len(chatty.completions()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
+    runs, shown = runs_by_imp(cli)
     assert {imp: (s["checkpoint"], s["reason"]) for imp, s in shown.items()} == {
         "failing": ("quarantined", "exited with status 1"),
         "hanging": ("quarantined", "timed out and killed"),
@@ -240,15 +211,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert "IMPYARD_MODEL=scripted-model" in seen
     assert SECRET not in seen
     run_id = str(run["run_id"])
-    for output in (
-        cli("runs", "logs", run_id).stdout,
-        cli("runs", "show", run_id, "--json").stdout,
-        cli("journal", "--json").stdout,
-    ):
-        assert SECRET not in output
-    for path in cli.home.rglob("*"):
-        if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
-            assert SECRET.encode() not in path.read_bytes(), path
+    assert_secret_kept_out(cli, run_id, SECRET)
 
 
 @pytest.mark.usefixtures("opencode_image")

@@ -179,6 +179,23 @@ def test_a_short_log_is_kept_whole(tmp_path: Path) -> None:
     assert "[impyard:" not in log
 
 
+def _await_output(container_id: str, text: bytes, seconds: float = 30) -> None:
+    """Until the box has printed ``text`` (the docker SDK as an observer)."""
+    import time
+
+    import docker
+
+    client = docker.from_env(timeout=10)
+    try:
+        container = client.containers.get(container_id)
+        deadline = time.monotonic() + seconds
+        while text not in container.logs():
+            assert time.monotonic() < deadline, f"the box never printed {text!r}"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 @pytest.mark.docker
 def test_reattach_to_a_running_box(tmp_path: Path) -> None:
     spec = _spec("echo waiting; sleep 60")
@@ -188,6 +205,9 @@ def test_reattach_to_a_running_box(tmp_path: Path) -> None:
         assert [b.container_id for b in found] == [started.container_id]
         assert found[0].status == "running" and found[0].imp == "tester"
         assert found[0].image_id == started.image_id
+        # Killed only once it said so: a box killed before its first line (a slow start
+        # under gVisor on a loaded machine) would leave nothing for the log to show.
+        _await_output(started.container_id, b"waiting")
         assert kill_box(started.container_id)
         # A new host process only knows the id: wait_box picks the box up.
         exit_ = wait_box(started.container_id, 30, tmp_path / "box.log")

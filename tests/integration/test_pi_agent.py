@@ -24,6 +24,19 @@ from impyard.devtools.model_server import (
     note_script,
     write_note,
 )
+from tests.helpers.agent_runs import (
+    FIXED_MARKER,
+    REWORK_SLUG,
+    TITLED_MARKER,
+    assert_all_quarantined,
+    assert_rework_landed_once,
+    assert_rework_told,
+    rework_of_rejected,
+    run_json,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
+    serve_one_reworked_task,
+)
 from tests.helpers.agents import SECRET, SECRET_ENV, assert_secret_kept_out, secret_probe_script
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
@@ -59,12 +72,6 @@ def set_up_owner(
     for imp in imps:
         created = cli("imp", "create", imp, "--agent", "pi", "--image", PI_IMAGE)
         assert created.code == 0, created.stderr
-
-
-def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, object]]:
-    result = cli("run", *args, "--json", env=SECRET_ENV, timeout=180)
-    assert result.stdout.strip().startswith("{"), result.stderr
-    return result.code, json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -293,41 +300,15 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     failing = ModelServer(lambda conversation: Reply.error(500, "scripted provider outage"))
     hanging = ModelServer(lambda conversation: Reply.stall())
     with failing, hanging, ModelServer(chatty_script()) as chatty:
-        routes = "".join(
-            f'\n[[gateway.route]]\nname = "{name}"\nupstream = "{server.url}"\n'
-            'header = "Authorization"\nvalue = "Bearer {secret}"\n'
-            'secret_env = "IMPYARD_SECRET_LLM"\nmethods = ["POST"]\nallow_private = true\n'
-            for name, server in (("llm-hang", hanging), ("llm-chatty", chatty))
+        servers = (failing, hanging, chatty)
+        serve_failing_hanging_chatty(
+            cli, set_up_owner, servers, header="Authorization", value="Bearer {secret}"
         )
-        set_up_owner(cli, failing.url, extra=routes, imps=("failing", "hanging", "thrifty"))
-        overlays = cli.home / "policy" / "imps"
-        overlays.mkdir(exist_ok=True)
-        # Long enough for Pi to start and ask on a loaded machine (parallel tests, gVisor):
-        # a box killed before it asked would show nothing about a hanging model.
-        (overlays / "hanging.toml").write_text(
-            '[box]\ntimeout_seconds = 25\n\n[box.env]\nIMPYARD_MODEL_ROUTE = "llm-hang"\n'
-        )
-        (overlays / "thrifty.toml").write_text(
-            '[box.env]\nIMPYARD_MODEL_ROUTE = "llm-chatty"\n\n'
-            "[gateway.budget]\nrequests_per_run = 2\n"
-        )
-        deployed = cli("deploy")
-        assert deployed.code == 0, deployed.stdout
-        for imp in ("failing", "hanging", "thrifty"):
-            assert cli("task", "add", imp, "--prompt", "Do some research.").code == 0
-        served = cli("serve", "--once", "--concurrency", "3", env=SECRET_ENV, timeout=240)
-        assert served.code == 0, served.stdout + served.stderr
         assert failing.completions() and hanging.completions()
         assert len(chatty.completions()) == 2  # the third request never left the gateway
 
-    runs = {r["imp"]: r for r in json.loads(cli("runs", "list", "--json").stdout)}
-    shown = {
-        imp: json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-        for imp, run in runs.items()
-    }
-    assert {imp: s["checkpoint"] for imp, s in shown.items()} == dict.fromkeys(
-        ("failing", "hanging", "thrifty"), "quarantined"
-    )
+    runs, shown = runs_by_imp(cli)
+    assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     assert "500 scripted provider outage" in cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert shown["hanging"]["timed_out"] is True
@@ -341,7 +322,6 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 CHECKED_SLUG = "checked-note"
 BAD_MARKER = "draft-without-an-id-7d1e"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
 
 
 def check_and_fix_script() -> Script:
@@ -431,10 +411,6 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
     assert checks == [("GET", "impyard.control", "allowed", 200)] * 2, events
 
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-
-
 def titled_then_rework_script() -> Script:
     """First run: write a note with a ``title:`` key records may not have, and finish
     without checking (the run is rejected). A rework run (its prompt says so, and names
@@ -476,39 +452,11 @@ def test_a_rejected_pi_note_is_reworked_by_pi_and_lands_once(cli: Cli) -> None:
         set_up_owner(cli, model.url, imps=())
         # The image under test (IMPYARD_TEST_PI_IMAGE): its adapter holds the contract.
         assert cli("imp", "create", "yuko", "--agent", "pi", "--image", PI_IMAGE).code == 0
-        edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
-        assert cli("deploy").code == 0
-        assert cli("task", "add", "yuko", "--prompt", "Write one note.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
-        assert served.code == 0, served.stdout + served.stderr
+        serve_one_reworked_task(cli)
         turns = [Conversation(t.body["messages"]) for t in model.completions()]
 
-    first, second = json.loads(cli("task", "list", "--json").stdout)
-    assert first["checkpoint"] == "rejected", first
-    assert second["rework_of"] == first["run_id"], second
-    assert second["checkpoint"] == "integrated", second
-    namespace = json.loads(cli("runs", "show", second["run_id"], "--json").stdout)["namespace"]
-    path = f"records/pi/{REWORK_SLUG}--{namespace}_1.md"
-
+    rework = rework_of_rejected(cli, "pi")
     # What Pi was told in the rework run: what a rework is, and the violation by its new name.
-    reworked = [c for c in turns if "# Rework of run" in c.user()]
-    assert len(reworked) == 3, [c.user()[:80] for c in turns]
-    told = reworked[0].user()
-    assert f"# Rework of run {first['run_id']}" in told
-    assert "> Write one note." in told
-    assert f"- {path}: frontmatter: " in told and "unknown key 'title'" in told
-    contract = " ".join(reworked[0].system().split())
-    assert "A rework task" in contract
-    assert "do not finish until impyard-check prints ok" in contract
-    assert "impyard-check: ok" in reworked[-1].last_tool_result()
-
-    repo = cli("knowledge", "yuko").stdout.strip()
-    landed = git("-C", repo, "log", "--format=%H", "main", "--", "records/pi").stdout.split()
-    assert len(landed) == 1
-    message = git("-C", repo, "log", "-1", "--format=%B", landed[0]).stdout
-    assert f"Impyard-Rework-Of: {first['run_id']}" in message
-    assert git("-C", repo, "ls-tree", "-r", "--name-only", "main", "records/pi").stdout.split() == [
-        path
-    ]
-    note = git("-C", repo, "show", f"main:{path}").stdout
-    assert FIXED_MARKER in note and "title:" not in note and TITLED_MARKER not in note
+    contract = ("A rework task", "do not finish until impyard-check prints ok")
+    assert_rework_told(turns, rework, count=3, told_also=("> Write one note.",), contract=contract)
+    assert_rework_landed_once(cli, "pi", rework, sole=True)

@@ -6,16 +6,16 @@ itself, asked from a plain box."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from impyard.devtools.model_server import Conversation, ModelServer, Reply, Script
+from tests.helpers.agent_runs import (
+    follow_live,
+    start_run,
+)
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import GIT_ENV
 from tests.helpers.policy import edit_org
 from tests.integration.test_pi_agent import SECRET_ENV, set_up_owner
 
@@ -45,36 +45,18 @@ def hostile_script() -> Script:
     return script
 
 
-def start_run(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **GIT_ENV, **SECRET_ENV}
-    env.pop("IMPYARD_HOME", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-
-
 @pytest.mark.usefixtures("pi_image")
 def test_pi_steps_show_live_and_escaped_and_the_step_count_is_recorded(cli: Cli) -> None:
     with ModelServer(hostile_script()) as model:
         set_up_owner(cli, model.url)
         proc = start_run(cli, "--prompt", "Print something and tell me what it said.")
-        assert proc.stdout is not None
         # The owner's terminal: `impyard run` streams the box's output as it comes.
-        seen: list[bytes] = []
-        tool_line_while_running = None
-        for line in proc.stdout:
-            seen.append(line)
-            if tool_line_while_running is None and line.startswith(b"[pi] tool bash: "):
-                tool_line_while_running = proc.poll() is None
-        err = proc.communicate(timeout=180)[1]
+        live = follow_live(proc, b"[pi] tool bash: ", timeout=180)
         assert len(model.completions()) == 2
-    out = b"".join(seen)
+    out, err = live.out, live.err
     assert proc.returncode == 0, (out + err).decode(errors="replace")
     # The tool-call line reached the owner while the run was still in its box.
-    assert tool_line_while_running, out.decode(errors="replace")
+    assert live.line_while_running, out.decode(errors="replace")
 
     run_id = json.loads(cli("runs", "list", "--json").stdout)[0]["run_id"]
     on_disk = (cli.home / "runs" / run_id / "box.log").read_bytes()

@@ -8,23 +8,13 @@ model or a tool, and Claude Code's exit status kept."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.helpers.agent_render import needs_node, render_stand_in, step_lines
 
-BOX = Path(__file__).resolve().parents[2] / "box"
-RENDER = BOX / "agent-render"
-PARSER = BOX / "claude-code" / "events.js"
-NODE = shutil.which("node")
-
-if NODE is None and os.environ.get("CI") == "true":
-    pytest.fail("node is missing (the agent image build installs it)", pytrace=False)
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = needs_node()
 
 ESC_TITLE, ESC_CLEAR = "\x1b]0;pwned\x07", "\x1b[2J"
 SHOWN_TITLE, SHOWN_CLEAR = r"\x1b]0;pwned\x07", r"\x1b[2J"
@@ -143,21 +133,11 @@ def failed_request(message: str) -> list[dict[str, Any]]:
 
 def render(tmp_path: Path, events: list[Any], then: str = "") -> subprocess.CompletedProcess[bytes]:
     """agent-render running a stand-in Claude Code that prints ``events``, then ``then``."""
-    assert NODE is not None
-    lines = tmp_path / "events.jsonl"
-    lines.write_text("".join(json.dumps(e) + "\n" for e in events))
-    base = {k: v for k, v in os.environ.items() if k not in ("HTTP_PROXY", "http_proxy")}
-    command = [NODE, str(RENDER), "--name", "claude-code", "--parser", str(PARSER), "--"]
-    return subprocess.run(
-        [*command, "/bin/sh", "-c", f'cat "$0"; {then}', str(lines)],
-        capture_output=True,
-        env=base,
-        timeout=30,
-    )
+    return render_stand_in(tmp_path, "claude-code", events, f'cat "$0"; {then}')
 
 
 def steps(out: bytes) -> list[str]:
-    return [line for line in out.decode().splitlines() if line.startswith("[claude-code] ")]
+    return step_lines(out, "claude-code")
 
 
 NOTE = "/opt/impyard/knowledge/records/claude/a--n_0123456789ab_1.md"

@@ -6,25 +6,14 @@ status is the box's."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.helpers.agent_render import needs_node, render_stand_in, step_lines
 
-BOX = Path(__file__).resolve().parents[2] / "box"
-RENDER = BOX / "agent-render"
-PARSER = BOX / "codex" / "events.js"
-NODE = shutil.which("node")
+pytestmark = needs_node()
 
-if NODE is None and os.environ.get("CI") == "true":
-    pytest.fail("node is missing (the agent image build installs it)", pytrace=False)
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
-
-RENDER_COMMAND = [str(NODE), str(RENDER), "--name", "codex", "--parser", str(PARSER), "--"]
 ESC_TITLE, SHOWN_TITLE = "\x1b]0;pwned\x07", r"\x1b]0;pwned\x07"
 
 
@@ -88,19 +77,11 @@ CUT_OFF = [
 
 def render(tmp_path: Path, events: list[Any], then: str = "") -> subprocess.CompletedProcess[bytes]:
     """agent-render running a stand-in Codex that prints ``events`` on stdout."""
-    stream = tmp_path / "events.jsonl"
-    stream.write_text("".join(json.dumps(e) + "\n" for e in events))
-    base = {k: v for k, v in os.environ.items() if k not in ("HTTP_PROXY", "http_proxy")}
-    return subprocess.run(
-        [*RENDER_COMMAND, "/bin/sh", "-c", f'cat "$0"; {then}', str(stream)],
-        capture_output=True,
-        env=base,
-        timeout=30,
-    )
+    return render_stand_in(tmp_path, "codex", events, f'cat "$0"; {then}')
 
 
 def steps(out: bytes) -> list[str]:
-    return [line for line in out.decode().splitlines() if line.startswith("[codex] ")]
+    return step_lines(out, "codex")
 
 
 def test_each_reply_call_and_result_is_one_line_then_the_answer(tmp_path: Path) -> None:

@@ -7,23 +7,13 @@ status is kept."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.helpers.agent_render import needs_node, render_stand_in, step_lines
 
-BOX = Path(__file__).resolve().parents[2] / "box"
-RENDER = BOX / "agent-render"
-PARSER = BOX / "gemini" / "events.js"
-NODE = shutil.which("node")
-
-if NODE is None and os.environ.get("CI") == "true":
-    pytest.fail("node is missing (the agent image build installs it)", pytrace=False)
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = needs_node()
 
 ESC_CLEAR, SHOWN_CLEAR = "\x1b[2J", r"\x1b[2J"
 
@@ -90,21 +80,11 @@ def render(
     tmp_path: Path, events: list[Any], status: int = 0
 ) -> subprocess.CompletedProcess[bytes]:
     """agent-render running a stand-in CLI that prints ``events`` and exits ``status``."""
-    stream = tmp_path / "events.jsonl"
-    stream.write_text("".join(json.dumps(e) + "\n" for e in events))
-    assert NODE is not None
-    base = {k: v for k, v in os.environ.items() if k not in ("HTTP_PROXY", "http_proxy")}
-    stand_in = ["/bin/sh", "-c", f'cat "$0"; exit {status}', str(stream)]
-    return subprocess.run(
-        [NODE, str(RENDER), "--name", "gemini", "--parser", str(PARSER), "--", *stand_in],
-        capture_output=True,
-        env=base,
-        timeout=30,
-    )
+    return render_stand_in(tmp_path, "gemini", events, f'cat "$0"; exit {status}')
 
 
 def steps(out: bytes) -> list[str]:
-    return [line for line in out.decode().splitlines() if line.startswith("[gemini] ")]
+    return step_lines(out, "gemini")
 
 
 def test_turns_calls_and_results_are_one_line_each_and_the_last_text_is_the_answer(

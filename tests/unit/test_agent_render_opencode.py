@@ -7,24 +7,14 @@ calls it made, the answer once, OpenCode's exit status kept."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.helpers.agent_render import needs_node, render_stand_in
 
-BOX = Path(__file__).resolve().parents[2] / "box"
-RENDER = BOX / "agent-render"
-PARSER = BOX / "opencode" / "events.js"
-NODE = shutil.which("node")
-
-if NODE is None and os.environ.get("CI") == "true":
-    pytest.fail("node is missing (the agent image build installs it)", pytrace=False)
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = needs_node()
 
 SESSION = "ses_dbdfaf554ffelgyczCkR4ljuIi"
 
@@ -89,17 +79,7 @@ FAILED = {
 
 def render(tmp_path: Path, events: list[Any], then: str = "") -> subprocess.CompletedProcess[bytes]:
     """agent-render running a stand-in OpenCode that prints ``events`` then runs ``then``."""
-    assert NODE is not None
-    path = tmp_path / "events.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    base = {k: v for k, v in os.environ.items() if k not in ("HTTP_PROXY", "http_proxy")}
-    command = [NODE, str(RENDER), "--name", "opencode", "--parser", str(PARSER), "--"]
-    return subprocess.run(
-        [*command, "/bin/sh", "-c", f'cat "$0"; {then}', str(path)],
-        capture_output=True,
-        env=base,
-        timeout=30,
-    )
+    return render_stand_in(tmp_path, "opencode", events, f'cat "$0"; {then}')
 
 
 def steps(out: bytes) -> list[str]:

@@ -24,21 +24,17 @@ from typing import Any
 
 import pytest
 
-BOX = Path(__file__).resolve().parents[2] / "box"
-RENDER = BOX / "agent-render"
-PARSER = BOX / "pi" / "events.js"
+from tests.helpers.agent_render import (
+    BOX,
+    NODE,
+    needs_node,
+    render_command,
+    render_stand_in,
+    step_lines,
+)
+
 EXTENSION = BOX / "pi" / "steps.js"
-NODE = shutil.which("node")
-
-if NODE is None and os.environ.get("CI") == "true":
-    pytest.fail("node is missing (the agent image build installs it)", pytrace=False)
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
-
-
-def render_command() -> list[str]:
-    """agent-render running a command as Pi, with Pi's event parser."""
-    assert NODE is not None
-    return [NODE, str(RENDER), "--name", "pi", "--parser", str(PARSER), "--"]
+pytestmark = needs_node()
 
 
 ESC_TITLE, ESC_CLEAR = "\x1b]0;pwned\x07", "\x1b[2J"
@@ -118,22 +114,14 @@ def render(
 ) -> subprocess.CompletedProcess[bytes]:
     """agent-render running ``pi``: events to the descriptor named in IMPYARD_PI_EVENTS_FD,
     then the answer on stdout, then ``pi.then``."""
-    events, answer = tmp_path / "events.jsonl", tmp_path / "answer.txt"
-    events.write_text("".join(json.dumps(e) + "\n" for e in pi.events))
+    answer = tmp_path / "answer.txt"
     answer.write_text(pi.answer)
     script = f'cat "$0" >&"$IMPYARD_PI_EVENTS_FD"; cat "$1"; {pi.then}'
-    assert NODE is not None
-    base = {k: v for k, v in os.environ.items() if k not in ("HTTP_PROXY", "http_proxy")}
-    return subprocess.run(
-        [*render_command(), "/bin/sh", "-c", script, str(events), str(answer)],
-        capture_output=True,
-        env={**base, **(env or {})},
-        timeout=30,
-    )
+    return render_stand_in(tmp_path, "pi", pi.events, script, str(answer), env=env)
 
 
 def steps(out: bytes) -> list[str]:
-    return [line for line in out.decode().splitlines() if line.startswith("[pi] ")]
+    return step_lines(out, "pi")
 
 
 def test_each_step_is_one_bounded_line_and_nothing_raw_reaches_the_output(
@@ -272,7 +260,7 @@ def test_sigterm_is_passed_on_to_pi_and_its_status_kept(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     pi = f"trap 'echo got-term >&2; exit 5' TERM; touch {ready}; while :; do sleep 0.05; done"
     proc = subprocess.Popen(
-        [*render_command(), "/bin/sh", "-c", pi], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*render_command("pi"), "/bin/sh", "-c", pi], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 20
     while not ready.exists() and time.monotonic() < deadline:

@@ -93,6 +93,17 @@ def messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return shaped
 
 
+def _block(
+    index: int, content: dict[str, Any], deltas: Iterator[dict[str, Any]]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """One content block's events: its start, one event per delta, its stop."""
+    start = {"type": "content_block_start", "index": index, "content_block": content}
+    yield "content_block_start", start
+    for delta in deltas:
+        yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+    yield "content_block_stop", {"type": "content_block_stop", "index": index}
+
+
 def events(reply: Reply, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """The (event name, data) pairs of one streamed reply."""
     message: dict[str, Any] = {
@@ -108,21 +119,8 @@ def events(reply: Reply, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "message_start", {"type": "message_start", "message": message}
     index = 0
     if reply.text:
-        yield (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": index,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
-        for piece in pieces(reply.text, 7):
-            delta = {"type": "text_delta", "text": piece}
-            yield (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": delta},
-            )
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        texts = ({"type": "text_delta", "text": piece} for piece in pieces(reply.text, 7))
+        yield from _block(index, {"type": "text", "text": ""}, texts)
         index += 1
     for call in reply.tool_calls:
         block = {
@@ -131,18 +129,10 @@ def events(reply: Reply, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
             "name": call.name,
             "input": {},
         }
-        yield (
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": block},
-        )
         # Split mid-token, as the API does: the agent must join the pieces before parsing.
-        for piece in pieces(json.dumps(call.arguments), 9):
-            delta = {"type": "input_json_delta", "partial_json": piece}
-            yield (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": delta},
-            )
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        arguments = pieces(json.dumps(call.arguments), 9)
+        parts = ({"type": "input_json_delta", "partial_json": piece} for piece in arguments)
+        yield from _block(index, block, parts)
         index += 1
     stop = "tool_use" if reply.tool_calls else "end_turn"
     yield (

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from impyard.devtools.model_server.script import Conversation, Reply, Tool
-from impyard.devtools.model_server.wire import pieces, sse
+from impyard.devtools.model_server.wire import openai_models, pieces, sse
 
 
 def offered_tools(body: dict[str, Any]) -> tuple[Tool, ...]:
@@ -92,9 +92,7 @@ class OpenAIChat:
     def other(
         self, method: str, path: str, body: dict[str, Any], model: str
     ) -> tuple[int, Any] | None:
-        if method == "GET" and path.split("?", 1)[0].rstrip("/").endswith("/models"):
-            return 200, {"object": "list", "data": [{"id": model, "object": "model"}]}
-        return None
+        return openai_models(method, path, model)
 
 
 API = OpenAIChat()

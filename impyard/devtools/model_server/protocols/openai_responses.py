@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from impyard.devtools.model_server.script import Conversation, Reply, Tool
-from impyard.devtools.model_server.wire import pieces, sse
+from impyard.devtools.model_server.wire import openai_models, pieces, sse
 
 #: What the usage of every scripted reply says.
 USAGE = {
@@ -171,9 +171,7 @@ class OpenAIResponses:
     def other(
         self, method: str, path: str, body: dict[str, Any], model: str
     ) -> tuple[int, Any] | None:
-        if method == "GET" and path.split("?", 1)[0].rstrip("/").endswith("/models"):
-            return 200, {"object": "list", "data": [{"id": model, "object": "model"}]}
-        return None
+        return openai_models(method, path, model)
 
 
 API = OpenAIResponses()
