@@ -68,6 +68,17 @@ def locked(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def lock_held(fd: int) -> bool:
+    """Whether another open file description holds a lock on ``fd``'s file (its owner is
+    alive: a dead process's locks go with it). Takes nothing: a free lock is let go at once."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
 def append_line_durably(path: Path, line: str) -> None:
     """Append one line under an exclusive lock and fsync, so concurrent writers never interleave."""
     append_line(path, line, sync=True)

@@ -22,6 +22,7 @@ from impyard.box import engine
 from impyard.box.engine import EngineObjectNotFoundError, call
 from impyard.box.launch import remove_box
 from impyard.box.spec import LABEL_HELPER, LABEL_LOCK, LABEL_ROOT, LABEL_RUN, box_labels, root_label
+from impyard.fsutil import lock_held
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,9 @@ def is_held(lock: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        return lock_held(fd)
     finally:
         os.close(fd)
-    return False
 
 
 def left_helpers(root: Path) -> list[LeftHelper]:

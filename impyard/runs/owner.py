@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 
+from impyard.fsutil import lock_held
 from impyard.home import Home
 
 
@@ -49,12 +50,9 @@ class RunOwnership:
         except FileNotFoundError:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            return lock_held(fd)
         finally:
             os.close(fd)
-        return False
 
     def release(self) -> None:
         if self._fd is not None:

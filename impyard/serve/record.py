@@ -31,6 +31,7 @@ from typing import Any
 
 from impyard import __version__
 from impyard.errors import ImpyardError
+from impyard.fsutil import lock_held
 from impyard.home import Home
 from impyard.names import utc_now
 
@@ -142,7 +143,7 @@ def _read(path: Path, pid: int) -> ServeRecord | None:
     except OSError:
         return None  # removed since the listing: that serve just stopped
     try:
-        alive = _is_locked(fd)
+        alive = lock_held(fd)
         raw = os.read(fd, 65536)
     except OSError:
         return None
@@ -164,16 +165,6 @@ def _read(path: Path, pid: int) -> ServeRecord | None:
         version=version if isinstance(version, str) else None,
         alive=alive,
     )
-
-
-def _is_locked(fd: int) -> bool:
-    """Whether a live process holds the record's lock; a free lock is released at once."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    return False
 
 
 def _remove_stale(directory: Path) -> None:

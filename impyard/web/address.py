@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any
 
+from impyard.fsutil import lock_held
 from impyard.home import Home
 from impyard.web.listen import Listen
 
@@ -61,7 +62,7 @@ def running_console_url(home: Home) -> str | None:
     except OSError:
         return None
     try:
-        if not _is_locked(fd):
+        if not lock_held(fd):
             return None
         raw = os.read(fd, MAX_RECORD_BYTES)
     except OSError:
@@ -76,12 +77,3 @@ def running_console_url(home: Home) -> str | None:
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         return None
     return url
-
-
-def _is_locked(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    return False
