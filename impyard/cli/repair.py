@@ -266,9 +266,10 @@ def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
 
 
 def _print_details(shown: dict[str, Any]) -> None:
+    from impyard.cli._table import print_fields
     from impyard.textsafe import visible
 
-    rows: list[tuple[str, Any]] = [
+    rows: list[tuple[str, str]] = [
         ("run", shown["run_id"]),
         ("imp", shown["imp"]),
         ("ref", f"{shown['ref']} ({shown['commit']})"),
@@ -277,13 +278,11 @@ def _print_details(shown: dict[str, Any]) -> None:
         ("created", shown["created_at"]),
         ("checkpoint", shown["checkpoint"] or "-"),
         ("mode", shown["mode"] or "-"),
-        ("reason", visible(shown["reason"] or "-")),
+        ("reason", shown["reason"] or "-"),
     ]
     if "checkout_kept" in shown:
         rows.append(("checkout", "kept" if shown["checkout_kept"] else "gone"))
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        echo(f"{label:<{width}}  {value}")
+    print_fields(rows)
     if shown["violations"]:
         echo(f"violations ({shown['violations_total']}):")
         for v in shown["violations"]:

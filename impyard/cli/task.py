@@ -126,9 +126,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Show one task: its state, its run, and why it failed."""
+        from impyard.cli._table import print_fields
         from impyard.queue import tasks
         from impyard.queue.db import opened
-        from impyard.textsafe import escape_text
 
         with opened(initialized_home(ctx).db) as conn:
             task = tasks.get(conn, task_id)
@@ -149,13 +149,11 @@ def register(app: typer.Typer) -> None:
             ("reason", task.error or "-"),
             ("rework of", task.rework_of or "-"),
         ]
-        width = max(len(label) for label, _ in rows)
-        for label, value in rows:
-            # A reason can quote what a box chose (a path): shown, never obeyed.
-            echo(f"{label:<{width}}  {escape_text(value).replace(chr(10), ' ')}")
+        # A reason can quote what a box chose (a path): shown, never obeyed.
+        print_fields(rows)
         echo("prompt:")
         for line in task.prompt.splitlines():
-            echo(f"  {escape_text(line)}")
+            echo(f"  {line}")
 
     @task_app.command("retry")
     def retry_command(
