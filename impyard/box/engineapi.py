@@ -140,10 +140,13 @@ class EngineAPI:
             stream.close()
 
     def attach(self, container_id: str) -> RawStream:
-        """The box's output from its first byte (attach before ``start``)."""
+        """The box's output from its first byte (attach before ``start``).
+
+        No ``logs`` replay: the engine joins the stream before it answers, so nothing is
+        missed, and a replay read after the box's first write would hand it over twice."""
         return self.transport.hijack(
             f"/containers/{_q(container_id)}/attach",
-            query={"stdout": True, "stderr": True, "stream": True, "logs": True},
+            query={"stdout": True, "stderr": True, "stream": True},
         )
 
     def get_archive(self, container_id: str, path: str, limit: int) -> bytes | None:

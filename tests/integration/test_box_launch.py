@@ -18,7 +18,7 @@ from impyard.box.launch import (
     start_box,
     wait_box,
 )
-from impyard.box.logs import HEAD_BYTES, LOG_CAP_BYTES, MARKER, TAIL_BYTES
+from impyard.box.logs import HEAD_BYTES, LOG_CAP_BYTES, MARKER, TAIL_BYTES, LogFollower
 from impyard.box.spec import LABEL_RUN, BoxExit, BoxMount, BoxSpec, box_labels
 from impyard.box.volumes import (
     create_overlay_volume,
@@ -218,6 +218,32 @@ def test_reattach_to_a_running_box(tmp_path: Path) -> None:
     assert _left_behind(spec.run_id) == []
     remove_box(started.container_id)  # idempotent
     assert not kill_box(started.container_id)
+
+
+@pytest.mark.docker
+def test_following_a_box_never_replays_what_the_engine_already_logged(tmp_path: Path) -> None:
+    """The follower attaches before the box starts; output the box writes before the
+    engine has set the attach up must not reach the log twice (once replayed from the
+    engine's log file, once from the stream). Attaching to a box that already printed
+    shows the replay directly: the follower must carry only what came after."""
+    import docker
+
+    spec = _spec("echo early; until [ -e /tmp/go ]; do sleep 0.05; done; echo late")
+    started = start_box(spec)
+    log_path = tmp_path / "box.log"
+    try:
+        _await_output(started.container_id, b"early")
+        follower = LogFollower.attach(started.container_id, log_path)
+        client = docker.from_env(timeout=10)
+        try:
+            client.containers.get(started.container_id).exec_run(["touch", "/tmp/go"])
+        finally:
+            client.close()
+        exit_ = wait_box(started.container_id, 30, log_path, follower)
+    finally:
+        remove_box(started.container_id)
+    assert exit_.clean
+    assert log_path.read_text() == "late\n"
 
 
 @pytest.mark.docker
