@@ -219,6 +219,12 @@ class Home:
         return self.root / "web-console.json"
 
     @property
+    def cluster_dir(self) -> Path:
+        """The cluster's state on the control plane: its token (0600), the nodes as last
+        seen (``nodes.json``), the drained nodes (``drained.json``)."""
+        return self.root / "cluster"
+
+    @property
     def exports_dir(self) -> Path:
         """Where the console exports a preserved change (``exports/<run-id>``)."""
         return self.root / "exports"

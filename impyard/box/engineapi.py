@@ -57,6 +57,11 @@ class EngineAPI:
         answer: dict[str, Any] = self.transport.request("GET", f"/images/{_q(image)}/json")
         return answer
 
+    def image_ids(self) -> list[str]:
+        """The ids of every image the engine holds."""
+        answer: list[dict[str, Any]] = self.transport.request("GET", "/images/json")
+        return [str(row["Id"]) for row in answer]
+
     # -- containers ----------------------------------------------------------------------
 
     def create_container(

@@ -17,6 +17,7 @@ from impyard.cli import (
     archive,
     backup,
     check,
+    cluster,
     conventions,
     gc,
     imp,
@@ -101,6 +102,7 @@ for group in (
     service,
     backup,
     web,
+    cluster,
 ):
     group.register(app)
 

@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         from datetime import UTC, datetime
 
         from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
+        from impyard.cluster.plane.serving import start_cluster
         from impyard.journal import Journal
         from impyard.runs.context import RunContext
         from impyard.serve.record import recorded, sole_serve
@@ -79,9 +80,9 @@ def register(app: typer.Typer) -> None:
                 lines.put(event_line(event), status)
 
             workers = concurrency or settings.concurrency
-            server = Server(
-                RunContext(settings=settings, journal=Journal(home.journal)), workers, once, report
-            )
+            run_ctx = RunContext(settings=settings, journal=Journal(home.journal))
+            cluster = start_cluster(home, run_ctx)
+            server = Server(run_ctx, workers, once, report)
 
             try:
                 # `impyard status` finds a live serve by this record's lock, a dead one's stale.
@@ -96,6 +97,8 @@ def register(app: typer.Typer) -> None:
                 lines.close()
                 if console is not None:
                     console.stop()
+                if cluster is not None:
+                    cluster.close()
         failed = final.counts["failed"]
         if once and failed:
             # A drained queue is not a clean one: a script must see a task that never ran.

@@ -42,6 +42,13 @@ def _own_netns_path() -> str:
     return f"/proc/self/task/{threading.get_native_id()}/ns/net"
 
 
+def host_proc() -> str:
+    """Where the host's /proc is: a node agent runs in a container of its own, with the
+    host's /proc mounted beside its own (``IMPYARD_HOST_PROC``), and a box's pid is the
+    host's."""
+    return os.environ.get("IMPYARD_HOST_PROC", "/proc")
+
+
 def run_in_netns(pid: int, fn: Callable[[], _T], *, timeout: float = 10.0) -> _T:
     """Run ``fn`` on a fresh thread inside the network namespace of ``pid``; return its result."""
     result: list[_T] = []
@@ -55,7 +62,7 @@ def run_in_netns(pid: int, fn: Callable[[], _T], *, timeout: float = 10.0) -> _T
             return
         try:
             try:
-                target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                target = os.open(f"{host_proc()}/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             except OSError as exc:
                 failure.append(exc)
                 return

@@ -269,21 +269,35 @@ class Gateway:
                 log.warning("gateway %s: accept failed: %s", self.run_id, exc)
                 self._stop.wait(0.1)  # e.g. EMFILE: back off instead of spinning
                 continue
-            # Answers go out in several small writes (head, body, TLS records): with Nagle
-            # on, each later one waits ~40 ms for the client's delayed ACK.
-            with contextlib.suppress(OSError):
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            thread = threading.Thread(
-                target=self._serve_connection, args=(conn,), name="gateway-conn", daemon=True
-            )
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                    self._slots.release()
-                    break
-                self._active.add(conn)
-                self._workers.add(thread)
-            thread.start()
+            if not self._start_worker(conn):
+                break
+
+    def adopt(self, conn: socket.socket, wait: float = 30.0) -> bool:
+        """Serve a connection made elsewhere: a box on a cluster node, relayed by its node
+        agent. False (``conn`` closed) when the gateway is closed or no worker came free."""
+        if self._closed or not self._slots.acquire(timeout=wait):
+            conn.close()
+            return False
+        return self._start_worker(conn)
+
+    def _start_worker(self, conn: socket.socket) -> bool:
+        """Serve ``conn`` on a worker holding a slot; False once the gateway closed."""
+        # Answers go out in several small writes (head, body, TLS records): with Nagle
+        # on, each later one waits ~40 ms for the client's delayed ACK.
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        thread = threading.Thread(
+            target=self._serve_connection, args=(conn,), name="gateway-conn", daemon=True
+        )
+        with self._lock:
+            if self._closed:
+                conn.close()
+                self._slots.release()
+                return False
+            self._active.add(conn)
+            self._workers.add(thread)
+        thread.start()
+        return True
 
     def _serve_connection(self, conn: socket.socket) -> None:
         try:

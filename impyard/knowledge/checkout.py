@@ -132,6 +132,13 @@ def prepare_checkout(
     return checkout
 
 
+def forget_identities(checkout: Checkout) -> None:
+    """Keep the recorded paths (a deletion still shows) but let no identity match: the
+    tree was replaced by one that came back from a cluster node, so every file is read."""
+    identities = read_identities(checkout.index_path)
+    _write_identities(checkout.index_path, {path: Identity(0, -1, -1, -1) for path in identities})
+
+
 def release_checkout(checkout: Checkout, record: Path) -> None:
     """Remove the run's checkout pieces and its ``record``; the run dir (and its manifest)
     stays.

@@ -26,6 +26,7 @@ from impyard.policy.base import (
     Overlay,
     _Strict,
 )
+from impyard.policy.cluster import ClusterPolicy
 from impyard.policy.gateway import (
     GatewayAllow,
     GatewayArchive,
@@ -264,6 +265,7 @@ class Policy(_Strict):
     review: ReviewPolicy = Field(default_factory=ReviewPolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
     backup: BackupPolicy = Field(default_factory=BackupPolicy)
+    cluster: ClusterPolicy = Field(default_factory=ClusterPolicy)
 
 
 # What a run receives; the same shape as the org policy.

@@ -67,7 +67,7 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
         # Fail fast, before anything is written: a refused lease leaves no run behind.
         with opened(home.db) as conn:
             leases.acquire(conn, manifest.imp, manifest.run_id, ctx.settings.lease_ttl_seconds)
-    run = Run(ctx, manifest, policy)
+    run: Run = (ctx.make_run or Run)(ctx, manifest, policy)
     home.run_dir(manifest.run_id).mkdir(parents=True)
     # Owned before the manifest exists: recovery never sees this run without an owner.
     owner = RunOwnership.claim(home, manifest.run_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from impyard.home import Home
 from impyard.journal import Journal
@@ -29,6 +30,11 @@ class RunContext:
     #: Runs whose box the host killed (serve's shutdown): whatever their box's exit status,
     #: such a run is quarantined, never integrated half-done.
     killed_runs: set[str] = field(default_factory=set)
+    #: Makes the run of an admitted manifest (default: the pipeline's ``Run``, whose box
+    #: runs on this host's engine; serve on a cluster makes runs whose box runs on a node).
+    make_run: Callable[..., Any] | None = None
+    #: Stops a run's box on the cluster node it runs on (serve on a cluster), by run id.
+    kill_remote: Callable[[str], bool] | None = None
 
     @property
     def home(self) -> Home:

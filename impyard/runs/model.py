@@ -149,6 +149,8 @@ class Manifest(BaseModel):
     #: The engine runtime the box runs under (runc or runsc), fixed when the run is admitted;
     #: None in a manifest from before runtimes were recorded (those ran under runc).
     runtime: Runtime | None = None
+    #: The cluster node the box ran on; None for a box on this host's engine.
+    node: str | None = None
     oom_killed: bool = False
     #: On an OOM kill, the most the box's /tmp held (tmpfs pages count against its memory).
     oom_tmp_bytes: int | None = None

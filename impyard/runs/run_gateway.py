@@ -25,6 +25,8 @@ class RunGateway:
         self.run = run
         self.journal = journal
         self.gateway: Gateway | None = None
+        #: What the box's control API does (a run on a cluster node answers differently).
+        self.control_type: type[BoxControl] = BoxControl
 
     def prepare(self) -> None:
         """Make the directory the box's init waits on for the ready signal."""
@@ -45,7 +47,7 @@ class RunGateway:
             imp=run.manifest.imp,
             run_id=run.manifest.run_id,
             journal=self.journal,
-            control=BoxControl(run),
+            control=self.control_type(run),
             upstream_ca_file=run.policy.box.extra_ca_file,
         )
 

@@ -143,7 +143,7 @@ class Server:
         self.emit(serve_events.box_started(manifest, reattached=self._recovering))
         if self._kill_now.is_set() and manifest.container_id:
             self.ctx.killed_runs.add(manifest.run_id)
-            self._kill(manifest.container_id)
+            self._kill(manifest.container_id, manifest)
 
     def _box_exited(self, manifest: Manifest) -> None:
         if manifest.task_id is not None:
@@ -333,12 +333,15 @@ class Server:
                     continue
                 self.ctx.killed_runs.add(run_id)  # before the kill: its exit must not integrate
                 self.emit(serve_events.killing(box))
-                self._kill(box.container_id)
+                self._kill(box.container_id, box)
 
-    def _kill(self, container_id: str) -> None:
+    def _kill(self, container_id: str, manifest: Manifest | None = None) -> None:
         from impyard.box.launch import kill_box
 
         try:
+            if manifest is not None and manifest.node and self.ctx.kill_remote is not None:
+                self.ctx.kill_remote(manifest.run_id)  # its node stops it
+                return
             kill_box(container_id)
         except ImpyardError as exc:
             log.warning("could not kill %s: %s", container_id, exc)

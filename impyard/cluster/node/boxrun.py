@@ -1,0 +1,198 @@
+"""One leased run on a node: its files fetched, its box started on this node's engine with
+the order's values (``BoxSpec`` keeps every hardening option fixed), its gateway relayed,
+its output sent as it comes, and at exit its tree and how it ended sent back. The box is
+removed and its files deleted whatever happened."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+from impyard.box.launch import box_pid, kill_box, remove_box, start_box, wait_box
+from impyard.box.livelog import LogReader
+from impyard.box.spec import BoxExit, BoxMount, BoxSpec, box_labels
+from impyard.cluster.node.client import ClusterCallError, ClusterClient
+from impyard.cluster.node.relay import Relay
+from impyard.cluster.protocol import MAX_TREE_BYTES, Assignment, ExitReport, Started
+from impyard.cluster.treetar import TreeTooLarge, pack, unpack
+from impyard.contract import parse_user
+from impyard.fsutil import remove_tree
+from impyard.gateway.boxside import write_ready
+
+log = logging.getLogger(__name__)
+
+#: The most a node fetches for one run's checkout or origin archive.
+_MAX_FETCH = 1 << 30
+_OUTPUT_EVERY_SECONDS = 0.25
+
+
+class NodeRun:
+    def __init__(self, client: ClusterClient, assignment: Assignment, work: Path) -> None:
+        self.client = client
+        self.assignment = assignment
+        self.run_id = assignment.run_id
+        self.token = assignment.token
+        self.work = work
+        self.dir = work / "runs" / assignment.run_id
+        self.container_id: str | None = None
+        self._sent = 0
+        self._killed = False
+        self._done = threading.Event()
+
+    def kill(self) -> None:
+        """The control plane took the lease back: stop the box (its result is refused)."""
+        self._killed = True
+        if self.container_id is not None:
+            kill_box(self.container_id)
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:
+            log.exception("run %s failed on this node", self.run_id)
+            self._report_failure(f"{type(exc).__name__}: {exc}")
+        finally:
+            if self.container_id is not None:
+                with contextlib.suppress(Exception):
+                    remove_box(self.container_id)
+            if self.dir.exists():
+                remove_tree(self.dir)
+
+    def _run(self) -> None:
+        spec = self._prepare()
+        log_path = self.dir / "box.log"
+        started = start_box(spec, log_path, self.assignment.box.image_id)
+        self.container_id = started.container_id
+        self.client.call(
+            "POST",
+            f"/runs/{self.run_id}/started",
+            Started(token=self.token, container_id=started.container_id),
+        )
+        relay = Relay(self.client, self.run_id, self.token)
+        sender = threading.Thread(target=self._send_output, args=(log_path,), daemon=True)
+        sender.start()
+        try:
+            port = self.assignment.box.gateway_port
+            if port is not None:
+                relay.attach(box_pid(started.container_id), port)
+                write_ready(self.dir / "signal")
+            if self._killed:
+                kill_box(started.container_id)
+            box_exit = wait_box(
+                started.container_id,
+                spec.timeout_seconds,
+                log_path,
+                started.follower,
+                remove=False,
+            )
+        finally:
+            relay.close()
+            self._done.set()
+            sender.join(30)
+        self._report(box_exit)
+
+    def _prepare(self) -> BoxSpec:
+        order = self.assignment.box
+        uid, gid = parse_user(order.user)
+        self.dir.mkdir(parents=True)
+        mounts: list[BoxMount] = []
+        for mount in order.mounts:
+            source = self.dir / mount.kind
+            if mount.kind in ("checkout", "origin"):
+                archive = self.dir / f"{mount.kind}.tar"
+                self.client.fetch(self.run_id, self.token, mount.kind, archive, _MAX_FETCH)
+                source.mkdir()
+                unpack(archive, source, _MAX_FETCH)
+                archive.unlink()
+                if mount.kind == "checkout":
+                    _own(source, uid, gid)
+            elif mount.kind in ("task", "ca"):
+                self.client.fetch(self.run_id, self.token, mount.kind, source, _MAX_FETCH)
+            else:
+                source.mkdir()
+            mounts.append(
+                BoxMount(source=str(source), target=mount.target, read_only=mount.read_only)
+            )
+        return BoxSpec(
+            name=order.name,
+            image=order.image,
+            command=order.command,
+            entrypoint=order.entrypoint,
+            user=order.user,
+            env=order.env,
+            mounts=mounts,
+            memory_bytes=order.memory_bytes,
+            cpus=order.cpus,
+            pids_limit=order.pids_limit,
+            runtime=order.runtime,
+            timeout_seconds=order.timeout_seconds,
+            labels=box_labels(self.run_id, self.assignment.imp, root=self.work),
+        )
+
+    def _send_output(self, log_path: Path) -> None:
+        reader = LogReader(log_path)
+        while True:
+            finished = self._done.wait(_OUTPUT_EVERY_SECONDS)
+            data = b"".join(reader.read())
+            if data:
+                try:
+                    self.client.call(
+                        "POST",
+                        f"/runs/{self.run_id}/output",
+                        data,
+                        query={"token": self.token, "offset": self._sent},
+                    )
+                    self._sent += len(data)
+                except ClusterCallError as exc:
+                    log.warning("run %s: output not sent: %s", self.run_id, exc)
+            if finished and (reader.ended or not data):
+                return
+
+    def _report(self, box_exit: BoxExit) -> None:
+        tree: Path | None = None
+        tree_error: str | None = None
+        checkout = self.dir / "checkout"
+        if checkout.is_dir():
+            tree = self.dir / "tree.tar"
+            try:
+                with open(tree, "wb") as out:
+                    pack(checkout, out, MAX_TREE_BYTES)
+            except (TreeTooLarge, OSError) as exc:
+                tree, tree_error = None, str(exc)
+        report = ExitReport(
+            token=self.token,
+            exit_code=box_exit.exit_code,
+            oom_killed=box_exit.oom_killed,
+            timed_out=box_exit.timed_out,
+            error=box_exit.error,
+            container_id=box_exit.container_id,
+            image_id=box_exit.image_id,
+            started_at=box_exit.started_at,
+            finished_at=box_exit.finished_at,
+            tree_error=tree_error,
+        )
+        self.client.result(self.run_id, report, tree)
+
+    def _report_failure(self, why: str) -> None:
+        report = ExitReport(
+            token=self.token,
+            exit_code=-1,
+            oom_killed=False,
+            timed_out=False,
+            error=f"on the node: {why}"[:5000],
+            container_id=self.container_id or "",
+            image_id=self.assignment.box.image_id,
+        )
+        with contextlib.suppress(ClusterCallError):
+            self.client.result(self.run_id, report, None)
+
+
+def _own(root: Path, uid: int, gid: int) -> None:
+    """The checkout belongs to the box's user, as a local checkout does (never a link's target)."""
+    os.lchown(root, uid, gid)
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(top, name), uid, gid)

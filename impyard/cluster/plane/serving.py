@@ -1,0 +1,50 @@
+"""The cluster inside ``impyard serve``: with ``[cluster] enabled`` every run serve admits
+is placed on a node; the cluster API listens for the nodes until serve stops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from impyard.cluster.plane.api import ClusterServer, start_server
+from impyard.cluster.plane.hub import Hub
+from impyard.cluster.plane.remote_run import RemoteRun
+from impyard.errors import ConfigError
+from impyard.home import Home
+from impyard.policy.compile import deployed_org_policy
+from impyard.policy.models import EffectivePolicy
+from impyard.runs.context import RunContext
+from impyard.runs.model import Manifest
+
+
+@dataclass
+class ClusterPlane:
+    hub: Hub
+    server: ClusterServer
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.hub.close()
+
+
+def start_cluster(home: Home, ctx: RunContext) -> ClusterPlane | None:
+    """Start the cluster API and route ``ctx``'s runs to nodes, when the policy says so."""
+    policy = deployed_org_policy(home).cluster
+    if not policy.enabled:
+        return None
+    hub = Hub(home, policy)
+    try:
+        server = start_server(hub, policy.listen, hub.adopt)
+    except OSError as exc:
+        hub.close()
+        raise ConfigError(f"[cluster] listen {policy.listen}: cannot listen: {exc}") from exc
+
+    def make_run(run_ctx: RunContext, manifest: Manifest, run_policy: EffectivePolicy) -> Any:
+        return RemoteRun(run_ctx, manifest, run_policy, hub)
+
+    ctx.make_run = make_run
+    ctx.kill_remote = hub.kill
+    # A node gets the checkout as plain files: a copy, never an overlay of this host's layers.
+    ctx.settings = ctx.settings.model_copy(update={"checkout": "copy"})
+    return ClusterPlane(hub=hub, server=server)

@@ -1,0 +1,139 @@
+"""A run's final tree crossing the cluster: packed by the node agent, unpacked by the
+control plane. The node is trusted no more than a box: an archive whose shape no box's
+tree could have (a name that leaves the tree, an entry under a symlink, a device, a hard
+link, a name twice) is refused whole with every reason; what a box could have made (a
+symlink, a ``.git``) is unpacked as it is and refused by the same gate as a local box's
+tree. Nothing here follows a symlink or reads a fifo."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from impyard.errors import ImpyardError
+
+_CHUNK = 1 << 20
+
+
+class TreeTooLarge(ImpyardError):
+    """The tree is over the bound it may have."""
+
+
+class TreeRefused(ImpyardError):
+    """An archive no box's tree could produce; ``reasons`` lists every problem."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+        super().__init__(f"the returned tree is refused: {'; '.join(reasons)}")
+
+
+def pack(root: Path, out: BinaryIO, limit: int) -> int:
+    """Write ``root``'s tree to ``out`` as a tar; the bytes of file content packed."""
+    total = 0
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for rel, st in _walk(root):
+            info = tarfile.TarInfo(rel)
+            info.mtime = 0
+            if stat.S_ISDIR(st.st_mode):
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif stat.S_ISLNK(st.st_mode):
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(root / rel)
+                tar.addfile(info)
+            elif stat.S_ISREG(st.st_mode):
+                total += st.st_size
+                if total > limit:
+                    raise TreeTooLarge(f"the tree is over {limit:,} bytes")
+                fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                with os.fdopen(fd, "rb") as handle:
+                    info.size = os.fstat(handle.fileno()).st_size
+                    info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+                    tar.addfile(info, handle)
+            else:  # a fifo, socket or device: its kind travels, never its content
+                info.type = tarfile.FIFOTYPE if stat.S_ISFIFO(st.st_mode) else tarfile.CHRTYPE
+                tar.addfile(info)
+    return total
+
+
+def _walk(root: Path, prefix: str = "") -> list[tuple[str, os.stat_result]]:
+    found: list[tuple[str, os.stat_result]] = []
+    with os.scandir(root / prefix if prefix else root) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            rel = f"{prefix}{entry.name}"
+            st = entry.stat(follow_symlinks=False)
+            found.append((rel, st))
+            if stat.S_ISDIR(st.st_mode):
+                found += _walk(root, rel + "/")
+    return found
+
+
+def unpack(archive: Path, dest: Path, limit: int) -> None:
+    """Unpack ``archive`` into the empty directory ``dest``, or refuse it with every reason
+    (nothing is written then)."""
+    with tarfile.open(archive, mode="r:") as tar:
+        members = tar.getmembers()
+        _judge(members, limit)
+        for member in members:
+            target = dest / member.name
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if member.issym():
+                os.symlink(member.linkname, target)
+                continue
+            source = tar.extractfile(member)
+            assert source is not None, "a regular member has content"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            fd = os.open(target, flags, 0o755 if member.mode & 0o111 else 0o644)
+            with os.fdopen(fd, "wb") as out:
+                while chunk := source.read(_CHUNK):
+                    out.write(chunk)
+
+
+def _judge(members: list[tarfile.TarInfo], limit: int) -> None:
+    reasons: list[str] = []
+    seen: set[str] = set()
+    links: set[str] = set()
+    total = 0
+    for member in members:
+        name = member.name
+        shown = name[:200]
+        parts = PurePosixPath(name).parts
+        if (
+            not name
+            or "\0" in name
+            or name.startswith("/")
+            or any(part in ("..", ".") for part in parts)
+            or name != str(PurePosixPath(name))
+        ):
+            reasons.append(f"{shown}: the name leaves the tree or is not plain")
+            continue
+        if name in seen:
+            reasons.append(f"{shown}: appears twice")
+        seen.add(name)
+        if any("/".join(parts[:i]) in links for i in range(1, len(parts))):
+            reasons.append(f"{shown}: lies under a symlink")
+        if member.issym():
+            links.add(name)
+        elif member.isreg():
+            total += member.size
+        elif not member.isdir():
+            reasons.append(f"{shown}: a {_kind(member)} cannot be part of a tree")
+    if total > limit:
+        reasons.append(f"the tree holds {total:,} bytes, over {limit:,}")
+    if reasons:
+        raise TreeRefused(reasons)
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.islnk():
+        return "hard link"
+    if member.isfifo():
+        return "fifo"
+    if member.isdev():
+        return "device"
+    return "special file"
