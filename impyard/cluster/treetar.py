@@ -94,6 +94,12 @@ def unpack(archive: Path, dest: Path, limit: int) -> None:
                     out.write(chunk)
 
 
+def judge(archive: Path, limit: int) -> None:
+    """Refuse ``archive`` (``TreeRefused``, every reason) unless a box's tree could be it."""
+    with tarfile.open(archive, mode="r:") as tar:
+        _judge(tar.getmembers(), limit)
+
+
 def _judge(members: list[tarfile.TarInfo], limit: int) -> None:
     reasons: list[str] = []
     seen: set[str] = set()

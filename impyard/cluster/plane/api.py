@@ -31,6 +31,7 @@ from impyard.cluster.protocol import (
     Refusal,
     Started,
 )
+from impyard.cluster.treetar import TreeRefused, judge
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +155,28 @@ class _Handler(BaseHTTPRequestHandler):
             fd = os.open(tree, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as out:
                 _copy_exactly(self.rfile, out, length)
+        refusal: TreeRefused | None = None
+        if tree is not None:
+            try:
+                judge(tree, MAX_TREE_BYTES)
+            except TreeRefused as exc:
+                # Refused whole, before the run sees it; the run ends quarantined, saying why.
+                refusal = exc
+                tree.unlink()
+                tree = None
+                report = report.model_copy(update={"tree_error": str(exc)[:5000]})
         try:
             hub.result(run_id, report, tree)
         except StaleLease:
             if tree is not None:
                 tree.unlink(missing_ok=True)
             raise
+        if refusal is not None:
+            self._answer(
+                HTTPStatus.UNPROCESSABLE_ENTITY,
+                Refusal(error="the returned tree is refused", reasons=refusal.reasons[:100]),
+            )
+            return
         self._answer(HTTPStatus.OK, {})
 
     def _relay(self, run_id: str, token: str) -> None:
