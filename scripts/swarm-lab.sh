@@ -65,6 +65,11 @@ check_lab_dir() {
     /*/*) ;;
     *) die "IMPYARD_LAB_DIR must be an absolute path below a top-level directory, not '$LAB'" ;;
     esac
+    # Each node's engine and containerd listen on unix sockets under it, and a socket's
+    # path has at most 107 bytes.
+    local longest="$LAB/${PREFIX}$MAX_NODES/exec/containerd/containerd.sock.ttrpc"
+    [ ${#longest} -le 107 ] ||
+        die "IMPYARD_LAB_DIR is too long for the engines' sockets (${#longest} > 107 bytes): $LAB"
 }
 
 # Time each step and print one line per step.
