@@ -136,10 +136,13 @@ lab_running() {
 # Every process of the lab: in a node's network namespace, named by a lab path on its
 # command line (containerd, shims, runc/runsc state roots), or in a node's cgroup
 # (boxes with --network none have their own namespace and argv, but not their cgroup).
+# With "containers", only the processes in the nodes' container cgroups.
 lab_processes() {
-    local ns pid
+    local only=${1:-} ns pid
     {
-        for ns in $(lab_netns); do ip netns pids "$ns" 2>/dev/null || true; done
+        if [ "$only" != containers ]; then
+            for ns in $(lab_netns); do ip netns pids "$ns" 2>/dev/null || true; done
+        fi
         local cmdline cgroup
         for pid in /proc/[0-9]*; do
             pid=${pid#/proc/}
@@ -147,7 +150,7 @@ lab_processes() {
             cmdline=$(2>/dev/null tr '\0' ' ' <"/proc/$pid/cmdline") || continue
             cgroup=""
             read -r -d '' cgroup 2>/dev/null <"/proc/$pid/cgroup" || [ -n "$cgroup" ] || continue
-            if [[ $cmdline == *"$LAB/"* || $cmdline == *"$DATA/"* ]] ||
+            if [[ $only != containers && ($cmdline == *"$LAB/"* || $cmdline == *"$DATA/"*) ]] ||
                 [[ $cgroup =~ :/$PREFIX[0-9]+(/|$'\n'|$) ]]; then
                 echo "$pid"
             fi
@@ -166,8 +169,13 @@ lab_mounts() {
 cmd_down() {
     need_root down
     check_lab_dir
-    local k pid pids=() deadline
+    local k pid pids=() deadline boxes
     step_begin
+    # The containers go first: a stopping dockerd gives each one its stop timeout (10 s)
+    # to end, for state this removes anyway.
+    boxes=$(lab_processes containers | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    if [ -n "${boxes// /}" ]; then kill -KILL $boxes 2>/dev/null || true; fi
     for k in $(lab_nodes); do
         pid=$(live_pid "$(node_dir "$k")/docker.pid")
         if [ -n "$pid" ]; then pids+=("$pid"); fi
@@ -183,7 +191,7 @@ cmd_down() {
         done
         kill -KILL "${pids[@]}" 2>/dev/null || true
     fi
-    step_end "engines stopped (${#pids[@]})"
+    step_end "containers killed, ${#pids[@]} engine(s) stopped"
 
     step_begin
     local round left=""
