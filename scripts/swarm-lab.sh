@@ -24,20 +24,43 @@ readonly MARKER=.impyard-lab
 readonly WAIT=${IMPYARD_LAB_WAIT:-60}
 readonly MAX_NODES=244 # 10.213.0.11 .. 10.213.0.254
 
-# lab_deploy DIR: what the lab puts in place for Impyard once the swarm is up.
-# For now only the data root: DIR becomes an Impyard data root unless it already is one
-# (its org policy and knowledge directory, as `impyard init` leaves them). Deploying the
-# node agent (`impyard node`, a global service on the host network) belongs here too.
+# lab_deploy DIR: what the lab puts in place for Impyard once the swarm is up. DIR becomes
+# an Impyard data root unless it already is one; its org policy gets a [cluster] section
+# (unless it has one) that places serve's runs on the lab: the cluster API on the bridge's
+# address, node 1's engine as the swarm manager, each node's engine socket and work
+# directory by the node's name; then the policy is deployed and, when the node agent's
+# image is there, the agent is deployed as a global service (`impyard cluster deploy`).
 lab_deploy() {
     local home=$1
-    if [ -f "$home/policy/org.toml" ] && [ -d "$home/knowledge" ]; then
-        echo "lab: $home is already an Impyard data root"
-        return
-    fi
     local cli=${IMPYARD_CLI:-impyard}
     command -v "$cli" >/dev/null 2>&1 ||
-        die "cannot initialize $home: '$cli' is not on PATH (set IMPYARD_CLI to the impyard command)"
-    "$cli" --home "$home" init
+        die "cannot set up $home: '$cli' is not on PATH (set IMPYARD_CLI to the impyard command)"
+    if [ -f "$home/policy/org.toml" ] && [ -d "$home/knowledge" ]; then
+        echo "lab: $home is already an Impyard data root"
+    else
+        "$cli" --home "$home" init >/dev/null
+    fi
+    mkdir -p "$DATA/work"
+    if ! grep -q '^\[cluster\]' "$home/policy/org.toml"; then
+        cat >>"$home/policy/org.toml" <<EOF
+
+[cluster]
+# Written by scripts/swarm-lab.sh: serve places every run on the lab's nodes.
+enabled = true
+listen = "$SUBNET.1:${IMPYARD_LAB_PORT:-7480}"
+lease_seconds = ${IMPYARD_LAB_LEASE_SECONDS:-10}
+manager = "unix://$(node_sock 1)"
+node_engine_socket = "$LAB/{{.Node.Hostname}}/docker.sock"
+node_work_dir = "$DATA/work"
+EOF
+    fi
+    "$cli" --home "$home" deploy >/dev/null
+    if docker image inspect impyard-node:latest >/dev/null 2>&1; then
+        "$cli" --home "$home" cluster deploy
+    else
+        echo "lab: impyard-node:latest is not built: the node agent is not deployed" \
+            "(bash scripts/build-node-image.sh, then impyard cluster deploy)"
+    fi
 }
 
 # Usage text on stderr, after the problem when there is one; exit 2.

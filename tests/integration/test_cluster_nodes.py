@@ -100,7 +100,7 @@ def test_a_node_that_returns_after_its_lease_expired_is_refused(cli: Cli) -> Non
         nodes.kill("node-a", signal.SIGCONT)
         wait_for(
             "the node to hear its result refused",
-            lambda: "not its current lease" in nodes.log("node-a"),
+            lambda: "refused or lost it" in nodes.log("node-a"),
             seconds=60,
         )
         serve.send_signal(signal.SIGTERM)
@@ -108,7 +108,9 @@ def test_a_node_that_returns_after_its_lease_expired_is_refused(cli: Cli) -> Non
     shown = _show(cli, run_id)
     assert shown["checkpoint"] == "quarantined"
     assert "lease expired" in (shown["reason"] or ""), shown["reason"]
-    assert "fell silent" in nodes.log("node-a") or "lease is lost" in nodes.log("node-a")
+    assert "not its current lease (the lease is lost (node node-a fell silent" in nodes.log(
+        "node-a"
+    )
     assert records(cli, "ada") == []
 
 
@@ -199,3 +201,56 @@ def test_a_hostile_node_tree_is_refused_whole(
     assert shown["checkpoint"] == "quarantined" and said in shown["reason"], shown["reason"]
     assert records(cli, "ada") == []
     assert not (cli.home.parent / "escape.md").exists()
+
+
+def test_a_restarted_node_agent_loses_its_runs_and_never_lands_them_twice(cli: Cli) -> None:
+    make_yard(cli, "ada", command="sleep 6; exec /opt/impyard/bin/imp")
+    url = enable_cluster(cli, lease_seconds=10)
+    add_task(cli, "ada", "interrupted by its agent")
+    with host_nodes(cli, "node-a", url=url) as nodes:
+        serve = serve_process(cli, "--once")
+        wait_for("the box to start", lambda: "running" in {r["state"] for r in _runs(cli)})
+        nodes.kill("node-a")  # as Swarm would see a crashed task, and start a new one
+        nodes.start("node-a")
+        out, err = serve.communicate(timeout=120)
+        nodes.ready("node-a")
+    assert serve.returncode in (0, 3), out + err
+    (run,) = _runs(cli)
+    shown = _show(cli, run["run_id"])
+    assert shown["checkpoint"] == "quarantined"
+    assert "node agent on node-a restarted" in shown["reason"], shown["reason"]
+    assert records(cli, "ada") == []  # never landed, let alone twice
+    from impyard.box.launch import find_boxes
+
+    assert find_boxes({"impyard.run": run["run_id"]}) == []  # the new agent removed it
+
+
+def test_a_drained_node_finishes_its_runs_and_gets_no_new_one(cli: Cli) -> None:
+    make_yard(cli, "ada", command="sleep 3; exec /opt/impyard/bin/imp")
+    url = enable_cluster(cli)
+    with host_nodes(cli, "node-a", "node-b", url=url) as nodes:
+        serve = serve_process(cli)
+        nodes.ready("node-a", "node-b")
+        add_task(cli, "ada", "first, on either node")
+        wait_for("the first box", lambda: "running" in {r["state"] for r in _runs(cli)})
+        (first,) = _runs(cli)
+        busy = _show(cli, first["run_id"])["node"]
+        other = "node-b" if busy == "node-a" else "node-a"
+        drained = cli("cluster", "drain", busy, "--json")
+        assert drained.code == 0 and json.loads(drained.stdout)["state"] == "drained"
+        wait_for(
+            "the drain", lambda: {n["name"]: n["state"] for n in nodes.status()}[busy] == "drained"
+        )
+        for i in range(3):
+            add_task(cli, "ada", f"after the drain {i}")
+        wait_for(
+            "every run to end",
+            lambda: len(_runs(cli)) == 4 and all(r["state"] == "finished" for r in _runs(cli)),
+            seconds=120,
+        )
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=60)
+    nodes_of = {r["run_id"]: _show(cli, r["run_id"])["node"] for r in _runs(cli)}
+    assert nodes_of.pop(first["run_id"]) == busy
+    assert set(nodes_of.values()) == {other}
+    assert {r["checkpoint"] for r in _runs(cli)} == {"integrated"}

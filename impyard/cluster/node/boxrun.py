@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 from impyard.box.launch import box_pid, kill_box, remove_box, start_box, wait_box
@@ -27,6 +28,14 @@ log = logging.getLogger(__name__)
 #: The most a node fetches for one run's checkout or origin archive.
 _MAX_FETCH = 1 << 30
 _OUTPUT_EVERY_SECONDS = 0.25
+#: The most output one call carries, and the most kept while the control plane is away.
+_OUTPUT_CHUNK = 512 * 1024
+_OUTPUT_KEPT = 8 * 1024 * 1024
+#: How long output may still take to go once the box exited.
+_OUTPUT_DRAIN_SECONDS = 20.0
+#: How long a node keeps trying to return a result while the control plane is away (it
+#: may be restarting: its recovery takes the run back); a refusal ends it at once.
+_RESULT_RETRY_SECONDS = 300.0
 
 
 class NodeRun:
@@ -51,6 +60,10 @@ class NodeRun:
     def run(self) -> None:
         try:
             self._run()
+        except ClusterCallError as exc:
+            # Refused (the lease is over, the tree was refused) or unreachable for longer
+            # than a restart takes: the control plane records the run without this node.
+            log.warning("run %s: the control plane refused or lost it: %s", self.run_id, exc)
         except Exception as exc:
             log.exception("run %s failed on this node", self.run_id)
             self._report_failure(f"{type(exc).__name__}: {exc}")
@@ -134,21 +147,33 @@ class NodeRun:
 
     def _send_output(self, log_path: Path) -> None:
         reader = LogReader(log_path)
+        pending = b""
+        give_up = float("inf")
         while True:
             finished = self._done.wait(_OUTPUT_EVERY_SECONDS)
-            data = b"".join(reader.read())
-            if data:
+            if finished and give_up == float("inf"):
+                give_up = time.monotonic() + _OUTPUT_DRAIN_SECONDS
+            pending += b"".join(reader.read())
+            if pending:
+                chunk = pending[:_OUTPUT_CHUNK]
                 try:
                     self.client.call(
                         "POST",
                         f"/runs/{self.run_id}/output",
-                        data,
+                        chunk,
                         query={"token": self.token, "offset": self._sent},
                     )
-                    self._sent += len(data)
+                    self._sent += len(chunk)
+                    pending = pending[len(chunk) :]
                 except ClusterCallError as exc:
+                    # Kept for the next try (the control plane may be restarting); a lease
+                    # that is gone is told at the result.
                     log.warning("run %s: output not sent: %s", self.run_id, exc)
-            if finished and (reader.ended or not data):
+                    if exc.status is not None or len(pending) > _OUTPUT_KEPT:
+                        pending = b""
+            if finished and reader.ended and not pending:
+                return
+            if time.monotonic() > give_up:
                 return
 
     def _report(self, box_exit: BoxExit) -> None:
@@ -174,7 +199,20 @@ class NodeRun:
             finished_at=box_exit.finished_at,
             tree_error=tree_error,
         )
-        self.client.result(self.run_id, report, tree)
+        self._return(report, tree)
+
+    def _return(self, report: ExitReport, tree: Path | None) -> None:
+        """Send the result; while the control plane cannot be reached, try again."""
+        give_up = time.monotonic() + _RESULT_RETRY_SECONDS
+        while True:
+            try:
+                self.client.result(self.run_id, report, tree)
+                return
+            except ClusterCallError as exc:
+                if exc.status is not None or time.monotonic() > give_up:
+                    raise
+                log.warning("run %s: result not sent yet: %s", self.run_id, exc)
+                time.sleep(1.0)
 
     def _report_failure(self, why: str) -> None:
         report = ExitReport(

@@ -121,7 +121,7 @@ class Hub:
         with self.cond:
             lease = self._held(run_id, token)
             if offset > lease.written:
-                return lease.written  # a gap: the node resends from here
+                lease.written = offset  # what the node could not send in time is gone
             fresh = data[lease.written - offset :]
             if fresh:
                 lease.log.write(fresh)
