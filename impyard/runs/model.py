@@ -151,6 +151,9 @@ class Manifest(BaseModel):
     runtime: Runtime | None = None
     #: The cluster node the box ran on; None for a box on this host's engine.
     node: str | None = None
+    #: The fencing token of the run's lease on that node: after a restart of serve, only
+    #: a result under this token is taken back (a node's message under any other is not).
+    node_lease: str | None = None
     oom_killed: bool = False
     #: On an OOM kill, the most the box's /tmp held (tmpfs pages count against its memory).
     oom_tmp_bytes: int | None = None

@@ -55,13 +55,19 @@ def _deadline(manifest: Manifest, policy_timeout: float) -> float | None:
 def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
     """Finish one interrupted run by what really happened to its box."""
     policy, _warnings = policy_for_run(ctx.home, manifest.imp, strict=False)
-    run = Run(ctx, manifest, policy)
+    run: Run = (ctx.make_run or Run)(ctx, manifest, policy)
     found = manifest.state
     run.event("run.recovering", state=found)
     settle_pending(run)  # a mid-run checkpoint the host died in
     if found in ("checkpointing", "quarantining"):
         (run.checkpoint if found == "checkpointing" else run.quarantine)()
         return Resolution(manifest.run_id, manifest.imp, found, "finished", manifest.checkpoint)
+    resume = getattr(run, "resume", None)  # a run whose box is on a cluster node
+    if manifest.node is not None and resume is not None and found in ("starting", "running"):
+        policy_timeout = float(policy.box.timeout_seconds)
+        deadline = _deadline(manifest, policy_timeout)
+        run.end(resume(policy_timeout if deadline is None else deadline - time.time()))
+        return Resolution(manifest.run_id, manifest.imp, found, "reattached", manifest.checkpoint)
     boxes = []
     if found not in ("created", "preparing"):
         boxes = find_boxes({"impyard.run": manifest.run_id})
@@ -112,6 +118,12 @@ def recover_all(
     resolutions = []
     for manifest in manifests.list_all(ctx.home):
         if manifest.is_terminal:
+            continue
+        if manifest.node is not None and ctx.make_run is None:
+            # Its box runs on a cluster node: only serve on that cluster can take it back.
+            log.info(
+                "run %s runs on cluster node %s; not recovering it", manifest.run_id, manifest.node
+            )
             continue
         owner = RunOwnership.claim(ctx.home, manifest.run_id)
         if owner is None:

@@ -254,3 +254,24 @@ def test_a_drained_node_finishes_its_runs_and_gets_no_new_one(cli: Cli) -> None:
     assert nodes_of.pop(first["run_id"]) == busy
     assert set(nodes_of.values()) == {other}
     assert {r["checkpoint"] for r in _runs(cli)} == {"integrated"}
+
+
+def test_serve_restarted_mid_run_takes_the_remote_run_back(cli: Cli) -> None:
+    make_yard(cli, "ada", command="sleep 6; exec /opt/impyard/bin/imp")
+    url = enable_cluster(cli)
+    add_task(cli, "ada", "outlives its control plane")
+    with host_nodes(cli, "node-a", url=url) as nodes:
+        first = serve_process(cli)
+        wait_for("the box to start", lambda: "running" in {r["state"] for r in _runs(cli)})
+        first.kill()  # the control plane dies; the node and its box go on
+        first.communicate(timeout=30)
+        second = serve_process(cli, "--once")
+        out, err = second.communicate(timeout=120)
+        log = nodes.log("node-a")
+    assert second.returncode == 0, out + err
+    (run,) = _runs(cli)
+    shown = _show(cli, run["run_id"])
+    assert shown["checkpoint"] == "integrated", shown["reason"]
+    assert shown["node"] == "node-a"
+    assert len(records(cli, "ada")) == 1, "landed once"
+    assert "refused or lost" not in log, log

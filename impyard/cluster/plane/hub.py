@@ -34,6 +34,8 @@ from impyard.home import Home
 from impyard.policy.cluster import ClusterPolicy
 
 _REAP_EVERY_SECONDS = 0.5
+#: The first line of a run's output as serve keeps it after it restarted mid-run.
+RESTART_MARKER = b"[impyard: serve restarted while this box ran; its earlier output is not kept]\n"
 
 
 class StaleLease(ImpyardError):
@@ -54,6 +56,7 @@ class Hub:
         #: The gateway of each remote run, for the box connections its node relays.
         self.gateways: dict[str, Gateway] = {}
         self.cond = threading.Condition()
+        self._born = time.monotonic()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="cluster-reaper", daemon=True)
         self._reaper.start()
@@ -73,12 +76,16 @@ class Hub:
             for lease in self.leases.values():
                 if lease.node != node.name or not lease.live or lease.state == "placed":
                     continue
+                if lease.agent is None and lease.run_id in held:
+                    lease.agent = agent  # a lease taken back after serve restarted
                 if lease.agent != agent:
                     self._lose(lease, f"the node agent on {node.name} restarted")
                 elif lease.run_id in held and lease.holds(held[lease.run_id]):
                     lease.renew(self.policy.lease_seconds)
             for run_id, token in held.items():
                 known = self.leases.get(run_id)
+                if known is None and time.monotonic() - self._born < self.policy.lease_seconds:
+                    continue  # serve just restarted: its recovery may take the run back
                 if known is None or not known.holds(token) or known.kill:
                     stop.append(run_id)
             node.runs = {x.run_id for x in self.leases.values() if x.node == node.name and x.live}
@@ -184,6 +191,30 @@ class Hub:
                     lease.log.close()
                     raise NoNode(self._why_none(order))
                 self.cond.wait(0.5)
+
+    def resume(
+        self, run_id: str, imp: str, node: str, token: str, container_id: str | None, log: Path
+    ) -> Lease:
+        """Take back the lease of a run placed before serve restarted: its node, still
+        running the box, is heard under the same token within the lease length, or the run
+        is lost."""
+        writer = HeadTailWriter(log)
+        writer.write(RESTART_MARKER)
+        lease = Lease(
+            run_id=run_id,
+            imp=imp,
+            order=None,
+            files={},
+            log=writer,
+            node=node,
+            token=token,
+            state="started" if container_id else "taken",
+            container_id=container_id,
+        )
+        lease.renew(self.policy.lease_seconds)
+        with self.cond:
+            self.leases[run_id] = lease
+        return lease
 
     def _choose(self, order: BoxOrder) -> tuple[Node | None, bool]:
         drained = self.registry.drained()

@@ -21,7 +21,7 @@ LeaseState = Literal["placed", "taken", "started", "done", "lost"]
 class Lease:
     run_id: str
     imp: str
-    order: BoxOrder
+    order: BoxOrder | None
     files: dict[FileKind, Path]
     log: HeadTailWriter
     node: str | None = None
@@ -39,6 +39,7 @@ class Lease:
     changed: threading.Condition = field(default_factory=threading.Condition)
 
     def assignment(self) -> Assignment:
+        assert self.order is not None, "a lease taken back after a restart is never placed"
         return Assignment(run_id=self.run_id, imp=self.imp, token=self.token, box=self.order)
 
     @property

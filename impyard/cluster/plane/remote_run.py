@@ -81,7 +81,7 @@ class RemoteRun(Run):
             log_path = self.home.box_log(self.manifest.run_id)
             lease = self.hub.place(self.manifest.run_id, self.manifest.imp, order, files, log_path)
             self.lease = lease
-            self.manifest.node = lease.node
+            self.manifest.node, self.manifest.node_lease = lease.node, lease.token
             self.save()
             self.event("box.placed", node=lease.node)
             self.hub.wait(lease, "started", float("inf"))
@@ -121,6 +121,30 @@ class RemoteRun(Run):
         if bundle.exists():
             files["ca"] = bundle
         return files
+
+    def resume(self, timeout_seconds: float) -> BoxExit:
+        """After serve restarted: hear the run's node again under its lease, and end the
+        run with what it returns (or as lost)."""
+        m = self.manifest
+        assert m.node is not None
+        self.gateway.open()
+        if self.gateway.gateway is not None:
+            self.hub.gateways[m.run_id] = self.gateway.gateway
+        self.lease = self.hub.resume(
+            m.run_id,
+            m.imp,
+            m.node,
+            m.node_lease or "",
+            m.container_id,
+            self.home.box_log(m.run_id),
+        )
+        self.event("box.resumed", node=m.node)
+        if m.container_id and self.ctx.on_box_started is not None:
+            self.ctx.on_box_started(m)
+        try:
+            return self.wait_box(max(timeout_seconds, 0.0))
+        finally:
+            self.gateway.close()
 
     def wait_box(self, timeout_seconds: float) -> BoxExit:
         lease = self.lease

@@ -15,6 +15,7 @@ from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.context import RunContext
 from impyard.runs.model import Manifest
+from impyard.runs.pipeline import Run
 
 
 @dataclass
@@ -41,7 +42,11 @@ def start_cluster(home: Home, ctx: RunContext) -> ClusterPlane | None:
         raise ConfigError(f"[cluster] listen {policy.listen}: cannot listen: {exc}") from exc
 
     def make_run(run_ctx: RunContext, manifest: Manifest, run_policy: EffectivePolicy) -> Any:
-        return RemoteRun(run_ctx, manifest, run_policy, hub)
+        # New runs go to the cluster; recovery finds runs of both kinds (a box that ran
+        # here before the cluster was turned on ends here).
+        if manifest.node is not None or manifest.state == "created":
+            return RemoteRun(run_ctx, manifest, run_policy, hub)
+        return Run(run_ctx, manifest, run_policy)
 
     ctx.make_run = make_run
     ctx.kill_remote = hub.kill
