@@ -147,6 +147,7 @@ def register(app: typer.Typer) -> None:
             ("container", m.container_id or "-"),
             ("image", m.image or "-"),
             ("runtime", m.runtime or "runc"),
+            ("node", m.node or "this host"),
             ("started", m.started_at or "-"),
             ("ended", m.ended_at or "-"),
             ("timings (ms)", ", ".join(f"{k}={v}" for k, v in m.timings_ms.items()) or "-"),

@@ -156,6 +156,19 @@ def _policy(s: Status) -> list[str]:
     return [_line("policy", f"NOT DEPLOYED  {'; '.join(p.changes)}{refused}")]
 
 
+def _cluster(s: Status) -> list[str]:
+    if not s.cluster.enabled:
+        return []
+    if not s.cluster.nodes:
+        return [_line("cluster", "enabled, no node has reported")]
+    ready = sum(n.state == "ready" for n in s.cluster.nodes)
+    lines = [_line("cluster", f"{ready} of {len(s.cluster.nodes)} node(s) ready")]
+    for n in s.cluster.nodes:
+        runtimes = ",".join(n.runtimes)
+        lines.append(_more(f"{n.name}  {n.state}  {n.boxes}/{n.capacity} boxes  {runtimes}"))
+    return lines
+
+
 def _now(s: Status) -> datetime:
     return datetime.fromisoformat(s.generated_at)
 
@@ -166,6 +179,7 @@ def render(s: Status) -> list[str]:
         _engine,
         _images,
         _serve,
+        _cluster,
         _queue,
         _runs,
         _leases,

@@ -14,6 +14,7 @@ from impyard.policy.compile import deployed_org_policy
 from impyard.preflight import policy_findings
 from impyard.settings import Settings
 from impyard.status.backup import backup_section
+from impyard.status.cluster import cluster_section
 from impyard.status.disk import MIN_FREE_RATIO, Statvfs, disk_section
 from impyard.status.engine import DockerProbe, EngineProbe, engine_status, image_statuses
 from impyard.status.images import named_images
@@ -104,6 +105,7 @@ def judged_status(
         backup=backup_section(home, len(deployed_org_policy(home).backup.remotes), knowledge),
         disk=disk,
         policy=policy_section(home),
+        cluster=cluster_section(home),
     )
     judge(status)
     return status
@@ -114,6 +116,14 @@ def judge(status: Status) -> None:
     problems, warnings = status.problems, status.warnings
     if not status.engine.reachable:
         problems.append(Problem(code="engine-down", message=status.engine.error or "unreachable"))
+    if status.cluster.enabled and not any(n.state == "ready" for n in status.cluster.nodes):
+        warnings.append(
+            Problem(
+                code="cluster-no-node",
+                message="[cluster] is enabled and no node is ready: runs wait, then fail "
+                "(`impyard cluster status`)",
+            )
+        )
     for image in status.images:
         if image.state == "missing":
             problems.append(

@@ -142,6 +142,21 @@ class PolicySection(BaseModel):
     invalid: list[str] = Field(default_factory=list)
 
 
+class ClusterNode(BaseModel):
+    name: str
+    state: str  # ready | drained | down
+    runtimes: list[str]
+    capacity: int
+    boxes: int
+    version: str
+    last_heartbeat: str | None
+
+
+class ClusterSection(BaseModel):
+    enabled: bool
+    nodes: list[ClusterNode] = Field(default_factory=list)
+
+
 class Status(BaseModel):
     home: str
     generated_at: str
@@ -155,6 +170,7 @@ class Status(BaseModel):
     backup: BackupSection
     disk: DiskSection
     policy: PolicySection
+    cluster: ClusterSection = Field(default_factory=lambda: ClusterSection(enabled=False))
     problems: list[Problem] = Field(default_factory=list)
     warnings: list[Problem] = Field(default_factory=list)
 

@@ -39,6 +39,7 @@ from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.policy.compile import deployed_org_policy
 from impyard.status.backup import backup_section
+from impyard.status.cluster import cluster_section
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.units import age_seconds
 from impyard.status.work import queue_and_leases
@@ -72,6 +73,7 @@ class ConsoleCollector(Collector):
         yield from _queue(self.console)
         yield from _disk(home)
         yield from _backup(home, sorted(imps))
+        yield from _cluster(home)
         self.journal.update()
         yield from _gateway(self.journal.gateway)
         yield from _lane(self.journal.lane)
@@ -135,6 +137,27 @@ def _disk(home: Home) -> Iterator[Metric]:
         "impyard_data_root_free_bytes",
         "Bytes free for the data root (as run admission counts them).",
         value=fs.f_bavail * fs.f_frsize,
+    )
+
+
+def _cluster(home: Home) -> Iterator[Metric]:
+    section = cluster_section(home)
+    if not section.enabled:
+        return
+    nodes = GaugeMetricFamily("impyard_cluster_nodes", "Cluster nodes, by state.", labels=["state"])
+    for state in ("ready", "drained", "down"):
+        nodes.add_metric([state], sum(n.state == state for n in section.nodes))
+    yield nodes
+    # Totals only: a node's name is a machine's, and no label names a host.
+    yield GaugeMetricFamily(
+        "impyard_cluster_boxes",
+        "Boxes running on the cluster's nodes.",
+        value=sum(n.boxes for n in section.nodes),
+    )
+    yield GaugeMetricFamily(
+        "impyard_cluster_capacity",
+        "Runs the cluster's ready nodes take at once.",
+        value=sum(n.capacity for n in section.nodes if n.state == "ready"),
     )
 
 

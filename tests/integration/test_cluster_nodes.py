@@ -45,7 +45,10 @@ def test_tasks_spread_over_the_nodes_and_land_once(cli: Cli) -> None:
         serve = serve_process(cli, "--once", "--concurrency", "4")
         out, err = serve.communicate(timeout=300)
         status = {n["name"]: n for n in nodes.status()}
+        overall = json.loads(cli("status", "--json").stdout)
     assert serve.returncode == 0, out + err
+    assert overall["cluster"]["enabled"] is True
+    assert sorted(n["name"] for n in overall["cluster"]["nodes"]) == ["node-a", "node-b"]
     assert status["node-a"]["state"] == status["node-b"]["state"] == "ready"
     assert {"runc"} <= set(status["node-a"]["runtimes"])
     assert status["node-a"]["capacity"] == 2
