@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 _HEARTBEAT_SECONDS = 1.0
 _LEASE_WAIT_SECONDS = 5.0
+#: After a failed call to the control plane (it may be starting), the next try.
+_RETRY_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class NodeAgent:
                 )
             except ClusterCallError as exc:
                 log.warning("lease: %s", exc)
-                self.stop.wait(1.0)
+                self.stop.wait(_RETRY_SECONDS)
                 continue
             if answer is not None:
                 self._start(Assignment.model_validate(answer))
@@ -135,13 +137,16 @@ class NodeAgent:
         )
 
     def _heartbeats(self) -> None:
-        while not self.stop.wait(_HEARTBEAT_SECONDS):
+        wait = 0.0  # the first at once: placement needs the node known
+        while not self.stop.wait(wait):
+            wait = _HEARTBEAT_SECONDS
             try:
                 answer = HeartbeatAnswer.model_validate(
                     self.client.call("POST", "/heartbeat", self.report()) or {}
                 )
             except (ClusterCallError, EngineError, ValueError) as exc:
                 log.warning("heartbeat: %s", exc)
+                wait = _RETRY_SECONDS  # serve may be starting: be known as soon as it is
                 continue
             for run_id in answer.stop:
                 with self.lock:
