@@ -20,6 +20,7 @@ BENCHES = (
     "launch_bench",
     "run_bench",
     "serve_bench",
+    "cluster_bench",
     "agent_bench",
     "control_bench",
     "backup_bench",
@@ -40,6 +41,8 @@ SMOKE: dict[str, tuple[list[str], dict[str, str]]] = {
     "launch_bench": (["2"], {}),
     "run_bench": ([], {"IMPYARD_BENCH_SIZES": "0", "IMPYARD_BENCH_REPS": "1"}),
     "serve_bench": ([], {"IMPYARD_BENCH_RECORDS": "100", "IMPYARD_BENCH_TASKS": "4"}),
+    # The lab swarm sides run in the docker tests; the smoke keeps the agent on this engine.
+    "cluster_bench": ([], {"IMPYARD_BENCH_TASKS": "4", "IMPYARD_BENCH_LAB": "0"}),
     # One pair per built agent, under runc, no warm-up.
     "agent_bench": (
         [],

@@ -174,11 +174,11 @@ def main() -> None:
         rows,
     )
     base_one, base_totals = singles["local"]
-    rows = []
+    per_run: list[tuple[str, ...]] = []
     for name, (side, totals) in singles.items():
         run_ratio = median(totals) / median(base_totals) if totals and base_totals else float("nan")
         lat_ratio = median(side.latencies_ms) / median(base_one.latencies_ms)
-        rows.append(
+        per_run.append(
             (
                 name,
                 f"{median(totals):.0f}",
@@ -190,7 +190,7 @@ def main() -> None:
     print_table(
         "per run at concurrency 1 (target: remote ≤ 1.3x local)",
         ["side", "run total ms p50", "vs local", "task latency ms p50", "vs local"],
-        rows,
+        per_run,
     )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if problems:
