@@ -35,6 +35,9 @@ class RunContext:
     make_run: Callable[..., Any] | None = None
     #: Stops a run's box on the cluster node it runs on (serve on a cluster), by run id.
     kill_remote: Callable[[str], bool] | None = None
+    #: Whether serve queues a finished run's task again: a run lost with its cluster node
+    #: (not the task's fault), the first time its task lost one.
+    requeue_lost: Callable[[Manifest], bool] | None = None
 
     @property
     def home(self) -> Home:

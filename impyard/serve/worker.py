@@ -5,10 +5,8 @@ integrated (or quarantined) outside it, so the next task prepares and starts its
 while the last one lands. At most N runs are past their box at once, so endings that
 fall behind hold claiming back instead of piling up.
 
-It sits above the runs it drives, the periodic gc and backups; ``impyard.queue`` is
-only the store it reads.
-
-It admits every task with ``impyard.runs.admission.execute``, like ``impyard run``.
+It sits above the runs it drives, the periodic gc and backups (``impyard.queue`` is only
+the store it reads), and admits every task with ``admission.execute``, as ``run`` does.
 Only the main thread writes the queue, through one connection: each turn of its loop
 records how the runs that ended meanwhile went and claims tasks for the free slots, in
 one transaction, so run threads never queue for the database's write lock. A run's
@@ -376,6 +374,8 @@ class Server:
         self._forget(m.run_id, task.id)
         self.status.counts[m.checkpoint] += 1
         self.emit(serve_events.run_finished(m))
+        if self.ctx.requeue_lost is not None and self.ctx.requeue_lost(m):
+            return self._requeue(task, f"run {m.run_id} was lost with its node: queued again")
         return tasks.Ending(task.id, checkpoint=m.checkpoint, run_id=m.run_id)
 
     def _requeue(self, task: tasks.Task, why: str) -> tasks.Ending:

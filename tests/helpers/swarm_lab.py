@@ -7,6 +7,7 @@ on the way out, whatever happened. The lab needs root; only one lab runs on a ma
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "swarm-lab.sh"
 DEFAULT_LAB_DIR = Path("/run/impyard-lab")
 DATA_DIR = Path("/var/lib/impyard-lab")
+#: Held (flock) while a test's lab is up.
+LOCK_FILE = Path("/run/impyard-lab.lock")
 
 
 def lab_dir() -> Path:
@@ -86,6 +89,9 @@ class SwarmLab:
 def swarm_lab(n: int, home: Path, images: Sequence[str] = ()) -> Iterator[SwarmLab]:
     """An ``n``-node lab whose data root is ``home``; taken down on the way out."""
     extra = [arg for image in images for arg in ("--image", image)]
+    # One lab per machine: tests on parallel workers take turns.
+    lock = open(LOCK_FILE, "a")  # noqa: SIM115 - held until the lab is down
+    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         up = run_script("up", str(n), "--home", str(home), *extra, timeout=180)
         if up.returncode != 0:
@@ -93,6 +99,9 @@ def swarm_lab(n: int, home: Path, images: Sequence[str] = ()) -> Iterator[SwarmL
         names = tuple(f"impyard-lab-{k}" for k in range(1, n + 1))
         yield SwarmLab(names, lab_dir(), up.stdout)
     finally:
-        down = run_script("down", timeout=120)
-        if down.returncode != 0 and sys.exc_info()[0] is None:
-            raise AssertionError(f"swarm-lab down exited {down.returncode}:\n{down.stderr}")
+        try:
+            down = run_script("down", timeout=120)
+            if down.returncode != 0 and sys.exc_info()[0] is None:
+                raise AssertionError(f"swarm-lab down exited {down.returncode}:\n{down.stderr}")
+        finally:
+            lock.close()

@@ -87,7 +87,7 @@ def test_a_box_on_a_node_reaches_its_gateway_here_through_the_relay(cli: Cli) ->
     )
 
 
-SLEEPER = "sleep 8; echo woke"
+SLEEPER = "sleep 8; exec /opt/impyard/bin/imp"
 
 
 def test_a_node_that_returns_after_its_lease_expired_is_refused(cli: Cli) -> None:
@@ -106,15 +106,19 @@ def test_a_node_that_returns_after_its_lease_expired_is_refused(cli: Cli) -> Non
             lambda: "refused or lost it" in nodes.log("node-a"),
             seconds=60,
         )
+        wait_for(
+            "the task to run again", lambda: tasks_json(cli)[0]["state"] == "done", seconds=120
+        )
         serve.send_signal(signal.SIGTERM)
         serve.communicate(timeout=120)
     shown = _show(cli, run_id)
     assert shown["checkpoint"] == "quarantined"
     assert "lease expired" in (shown["reason"] or ""), shown["reason"]
+    assert tasks_json(cli)[0]["checkpoint"] == "integrated"  # its second run
     assert "not its current lease (the lease is lost (node node-a fell silent" in nodes.log(
         "node-a"
     )
-    assert records(cli, "ada") == []
+    assert len(records(cli, "ada")) == 1  # the late result never landed; the rerun did
 
 
 def _hostile_tar(entries: list[tuple[str, str, bytes]]) -> bytes:
@@ -217,15 +221,18 @@ def test_a_restarted_node_agent_loses_its_runs_and_never_lands_them_twice(cli: C
         nodes.start("node-a")
         out, err = serve.communicate(timeout=120)
         nodes.ready("node-a")
-    assert serve.returncode in (0, 3), out + err
-    (run,) = _runs(cli)
-    shown = _show(cli, run["run_id"])
+    assert serve.returncode == 0, out + err
+    lost, again = sorted(_runs(cli), key=lambda r: r["run_id"])
+    shown = _show(cli, lost["run_id"])
     assert shown["checkpoint"] == "quarantined"
     assert "node agent on node-a restarted" in shown["reason"], shown["reason"]
-    assert records(cli, "ada") == []  # never landed, let alone twice
+    # A run lost with its node is not the task's fault: the task ran again, once.
+    assert _show(cli, again["run_id"])["checkpoint"] == "integrated"
+    assert [t["state"] for t in tasks_json(cli)] == ["done"]
+    assert len(records(cli, "ada")) == 1  # landed once, never twice
     from impyard.box.launch import find_boxes
 
-    assert find_boxes({"impyard.run": run["run_id"]}) == []  # the new agent removed it
+    assert find_boxes({"impyard.run": lost["run_id"]}) == []  # the new agent removed it
 
 
 def test_a_drained_node_finishes_its_runs_and_gets_no_new_one(cli: Cli) -> None:

@@ -20,6 +20,7 @@ from impyard.cluster.node.relay import Relay
 from impyard.cluster.protocol import MAX_TREE_BYTES, Assignment, ExitReport, Started
 from impyard.cluster.treetar import TreeTooLarge, pack, unpack
 from impyard.contract import parse_user
+from impyard.errors import EngineError
 from impyard.fsutil import remove_tree
 from impyard.gateway.boxside import write_ready
 
@@ -94,13 +95,27 @@ class NodeRun:
                 write_ready(self.dir / "signal")
             if self._killed:
                 kill_box(started.container_id)
-            box_exit = wait_box(
-                started.container_id,
-                spec.timeout_seconds,
-                log_path,
-                started.follower,
-                remove=False,
-            )
+            try:
+                box_exit = wait_box(
+                    started.container_id,
+                    spec.timeout_seconds,
+                    log_path,
+                    started.follower,
+                    remove=False,
+                )
+            except EngineError as exc:
+                # The node's engine failed under the box: the run is lost, and what its
+                # checkout holds goes back to be kept in quarantine.
+                box_exit = BoxExit(
+                    exit_code=-1,
+                    oom_killed=False,
+                    timed_out=False,
+                    error=f"lost: the engine of this node failed mid-run: {exc}",
+                    container_id=started.container_id,
+                    image_id=started.image_id,
+                    started_at=None,
+                    finished_at=None,
+                )
         finally:
             relay.close()
             self._done.set()

@@ -160,7 +160,7 @@ class RemoteRun(Run):
         kept = lease.kept_log
         error: str | None
         if report is None:
-            error = f"lost: {lease.lost}"
+            error = f"lost: {lease.lost}"  # serving.LOST: a lost run's task is queued again
         else:
             error = report.error or report.tree_error or self._take_tree(lease.tree)
         return BoxExit(

@@ -50,6 +50,26 @@ def start_cluster(home: Home, ctx: RunContext) -> ClusterPlane | None:
 
     ctx.make_run = make_run
     ctx.kill_remote = hub.kill
+    ctx.requeue_lost = lambda manifest: requeue_lost(home, manifest)
     # A node gets the checkout as plain files: a copy, never an overlay of this host's layers.
     ctx.settings = ctx.settings.model_copy(update={"checkout": "copy"})
     return ClusterPlane(hub=hub, server=server)
+
+
+#: How a run lost with its node ends (``RemoteRun``'s box error, in the manifest's reason).
+LOST = "lost: "
+
+
+def requeue_lost(home: Home, manifest: Manifest) -> bool:
+    """A run lost with its node queues its task again, once: a second loss of the same
+    task stays quarantined for the owner to look at."""
+    if manifest.node is None or manifest.task_id is None or LOST not in (manifest.reason or ""):
+        return False
+    from impyard.runs import manifest as manifests
+
+    losses = [
+        m
+        for m in manifests.list_all(home)
+        if m.task_id == manifest.task_id and m.node is not None and LOST in (m.reason or "")
+    ]
+    return len(losses) == 1

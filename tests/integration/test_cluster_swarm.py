@@ -1,0 +1,145 @@
+"""serve's runs on a two-node lab swarm: the node agent deployed by `impyard cluster
+deploy` as a Swarm global service, boxes on each node's own engine with a local box's
+hardening, reaching only their gateway; a node's engine killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.cli import Cli
+from tests.helpers.cluster import wait_for
+from tests.helpers.swarm_lab import lab_problem, swarm_lab
+from tests.integration.test_serve import (
+    add_task,
+    assert_linear_and_clean,
+    records,
+    repo,
+    serve_process,
+)
+
+pytestmark = pytest.mark.docker
+
+#: What a box on a node tries before it writes its note: the control plane's API and the
+#: other node's engine port directly (no proxy), then its own gateway.
+PROBE = (
+    "for target in 10.213.0.1:7480 10.213.0.11:2377 10.213.0.12:2377; do "
+    'if http_proxy= HTTP_PROXY= wget -q -T 2 -O /dev/null "http://$target/" 2>/dev/null; '
+    'then echo "reached $target"; else echo "blocked $target"; fi; done; '
+    'echo "routes: $(tail -n +2 /proc/net/route | wc -l)"; '
+    'impyard-check >/dev/null 2>&1; echo "gateway answered $?"; '
+    "sleep 2; exec /opt/impyard/bin/imp"
+)
+
+#: What a box must look like on any engine, read from `docker inspect`.
+HARDENING = (
+    ("HostConfig", "CapDrop"),
+    ("HostConfig", "CapAdd"),
+    ("HostConfig", "Privileged"),
+    ("HostConfig", "ReadonlyRootfs"),
+    ("HostConfig", "SecurityOpt"),
+    ("HostConfig", "NetworkMode"),
+    ("HostConfig", "Tmpfs"),
+    ("HostConfig", "Memory"),
+    ("HostConfig", "NanoCpus"),
+    ("HostConfig", "PidsLimit"),
+    ("HostConfig", "Runtime"),
+    ("Config", "User"),
+    ("Config", "NetworkDisabled"),
+)
+
+
+def _hardening(inspect: dict[str, Any]) -> dict[str, Any]:
+    return {f"{a}.{b}": inspect.get(a, {}).get(b) for a, b in HARDENING}
+
+
+def _runs(cli: Cli) -> list[dict[str, Any]]:
+    return json.loads(cli("runs", "list", "--json").stdout)  # type: ignore[no-any-return]
+
+
+def _show(cli: Cli, run_id: str) -> dict[str, Any]:
+    return json.loads(cli("runs", "show", run_id, "--json").stdout)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def lab_home(tmp_path: Path) -> Path:
+    problem = lab_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return tmp_path / "home"
+
+
+def _local_box_hardening(cli: Cli) -> dict[str, Any]:
+    """A box of the same imp on this host's engine, as `impyard run` starts it."""
+    started = cli("run", "ada", "--prompt", "local", "--detach", "--command", "sleep 20")
+    assert started.code == 0, started.stderr
+    run_id = started.stdout.strip().split()[-1]
+    container = wait_for("the local box", lambda: _show(cli, run_id).get("container_id"))
+    inspect = json.loads(
+        subprocess.run(["docker", "inspect", container], capture_output=True, text=True).stdout
+    )[0]
+    subprocess.run(["docker", "kill", container], capture_output=True)
+    wait_for("the local run to end", lambda: _show(cli, run_id)["state"] == "finished")
+    return _hardening(inspect)
+
+
+def test_runs_on_a_two_node_swarm(lab_home: Path) -> None:
+    cli = Cli(home=lab_home, in_process=False)
+    with swarm_lab(2, lab_home) as lab:
+        assert "created service impyard-node" in lab.up_output, lab.up_output
+        for imp in ("ada", "bo", "cy"):
+            assert cli("imp", "create", imp, "--command", PROBE).code == 0
+        local = _local_box_hardening(cli)
+        serve = serve_process(cli)
+        try:
+            wait_for(
+                "both nodes ready",
+                lambda: (
+                    sorted(
+                        n["name"]
+                        for n in json.loads(cli("cluster", "status", "--json").stdout)["nodes"]
+                        if n["state"] == "ready"
+                    )
+                    == list(lab.names)
+                ),
+                seconds=120,
+            )
+            for i in range(12):
+                add_task(cli, ("ada", "bo", "cy")[i % 3], f"swarm note {i}")
+            seen: dict[str, dict[str, Any]] = {}
+
+            def inspect_running() -> bool:
+                for node in lab.names:
+                    ids = lab.docker(node, "ps", "-q", "--filter", "label=impyard.run").stdout
+                    for cid in ids.split():
+                        found = lab.docker(node, "inspect", cid, check=False).stdout
+                        if found.strip():
+                            seen.setdefault(node, json.loads(found)[0])
+                done = [r for r in _runs(cli) if r["state"] == "finished" and r["run_id"]]
+                return len(done) >= 13
+
+            wait_for("every run to end", inspect_running, seconds=300)
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            serve.communicate(timeout=120)
+        remote = [r for r in _runs(cli) if _show(cli, r["run_id"])["node"]]
+        assert len(remote) == 12
+        assert {r["checkpoint"] for r in remote} == {"integrated"}
+        on = Counter(_show(cli, r["run_id"])["node"] for r in remote)
+        assert set(on) == set(lab.names), on
+        for imp in ("ada", "bo", "cy"):
+            assert len(records(cli, imp)) == 4
+            assert_linear_and_clean(repo(cli, imp))
+        assert seen, "no box was seen running on a node"
+        for node, inspect in seen.items():
+            assert _hardening(inspect) == local, node
+        log = cli("runs", "logs", remote[0]["run_id"]).stdout
+        assert "blocked 10.213.0.1:7480" in log and "reached" not in log, log
+        assert "blocked 10.213.0.12:2377" in log and "routes: 0" in log, log
+        assert "gateway answered 2" in log, log  # its gateway (refusing a mid-run check)
