@@ -227,7 +227,9 @@ def test_a_restarted_node_agent_loses_its_runs_and_never_lands_them_twice(cli: C
     assert shown["checkpoint"] == "quarantined"
     assert "node agent on node-a restarted" in shown["reason"], shown["reason"]
     # A run lost with its node is not the task's fault: the task ran again, once.
-    assert _show(cli, again["run_id"])["checkpoint"] == "integrated"
+    assert _show(cli, again["run_id"])["checkpoint"] == "integrated", _show(cli, again["run_id"])[
+        "reason"
+    ]
     assert [t["state"] for t in tasks_json(cli)] == ["done"]
     assert len(records(cli, "ada")) == 1  # landed once, never twice
     from impyard.box.launch import find_boxes

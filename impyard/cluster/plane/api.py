@@ -118,8 +118,13 @@ class _Handler(BaseHTTPRequestHandler):
             assignment = hub.take(str(asked.get("node", "")), agent, wait)
             if assignment is None:
                 self._answer(HTTPStatus.NO_CONTENT, None)
-            else:
+                return
+            try:
                 self._answer(HTTPStatus.OK, assignment)
+                self.wfile.flush()
+            except OSError:  # the node went away: nothing more to say to it
+                hub.untake(assignment.run_id, assignment.token)
+                self.close_connection = True
             return
         match = _RUN_PATH.match(path)
         if match is None:

@@ -62,8 +62,12 @@ class Hub:
         self._reaper.start()
 
     def close(self) -> None:
+        """Stop; a lease still live is lost with serve (its run ends with serve's stop)."""
         self._stop.set()
         self._reaper.join(5)
+        with self.cond:
+            for lease in self.leases.values():
+                self._lose(lease, "serve stopped")
         self.registry.save(force=True)
 
     # -- what nodes say ------------------------------------------------------------------
@@ -98,6 +102,12 @@ class Hub:
         deadline = time.monotonic() + wait
         with self.cond:
             while True:
+                with self.registry.lock:
+                    known = self.registry.nodes.get(node_name)
+                if known is None or known.agent != agent:
+                    # Only the node's current agent takes runs: a poll left by an agent that
+                    # died (and was replaced) would take a run nobody runs.
+                    return None
                 for lease in self.leases.values():
                     if lease.state == "placed" and lease.node == node_name:
                         lease.state, lease.agent = "taken", agent
@@ -107,6 +117,14 @@ class Hub:
                 if left <= 0 or self._stop.is_set():
                     return None
                 self.cond.wait(min(left, 1.0))
+
+    def untake(self, run_id: str, token: str) -> None:
+        """The node never got the run it took (its connection broke): place it again."""
+        with self.cond:
+            lease = self.leases.get(run_id)
+            if lease is not None and lease.state == "taken" and lease.holds(token):
+                lease.state, lease.agent = "placed", None
+                self.cond.notify_all()
 
     def file(self, run_id: str, token: str, kind: FileKind) -> Path:
         with self.cond:
