@@ -33,6 +33,10 @@ box-opencode:
 box-gemini:
     bash scripts/build-agent-box.sh gemini
 
+# Build the node agent's image impyard-node:latest (Debian bookworm + this tree's wheel; kept when unchanged)
+node-image:
+    bash scripts/build-node-image.sh
+
 # Lint and type-check the package
 lint:
     {{venv}}/ruff check impyard tests bench

@@ -10,3 +10,4 @@ CLAUDE_CODE_IMAGE = os.environ.get("IMPYARD_TEST_CLAUDE_CODE_IMAGE", "impyard-cl
 CODEX_IMAGE = os.environ.get("IMPYARD_TEST_CODEX_IMAGE", "impyard-codex:latest")
 OPENCODE_IMAGE = os.environ.get("IMPYARD_TEST_OPENCODE_IMAGE", "impyard-opencode:latest")
 GEMINI_IMAGE = os.environ.get("IMPYARD_TEST_GEMINI_IMAGE", "impyard-gemini:latest")
+NODE_IMAGE = os.environ.get("IMPYARD_TEST_NODE_IMAGE", "impyard-node:latest")
