@@ -44,3 +44,6 @@ bash scripts/build-box.sh impyard-box:latest
 for part in scripts/agents/*.sh; do
     bash scripts/build-agent-box.sh "$(basename "$part" .sh)"
 done
+# The node agent's image (`impyard cluster deploy` runs it on every swarm node), kept while
+# this tree's code and pins are unchanged.
+bash scripts/build-node-image.sh
