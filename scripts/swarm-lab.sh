@@ -49,7 +49,7 @@ lab_deploy() {
 enabled = true
 listen = "$SUBNET.1:${IMPYARD_LAB_PORT:-7480}"
 lease_seconds = ${IMPYARD_LAB_LEASE_SECONDS:-10}
-manager = "unix://$(node_sock 1)"
+manager = "$(node_sock 1)"
 node_engine_socket = "$LAB/{{.Node.Hostname}}/docker.sock"
 node_work_dir = "$DATA/work"
 EOF
