@@ -118,9 +118,9 @@ def test_runs_on_a_two_node_swarm(lab_home: Path) -> None:
                 for node in lab.names:
                     ids = lab.docker(node, "ps", "-q", "--filter", "label=impyard.run").stdout
                     for cid in ids.split():
-                        found = lab.docker(node, "inspect", cid, check=False).stdout
-                        if found.strip():
-                            seen.setdefault(node, json.loads(found)[0])
+                        found = lab.docker(node, "inspect", cid, check=False)
+                        if found.returncode == 0:  # else it ended between ps and inspect
+                            seen.setdefault(node, json.loads(found.stdout)[0])
                 done = [r for r in _runs(cli) if r["state"] == "finished" and r["run_id"]]
                 return len(done) >= 13
 
