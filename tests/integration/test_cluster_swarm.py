@@ -5,6 +5,7 @@ hardening, reaching only their gateway; a node's engine killed mid-run."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections import Counter
@@ -89,7 +90,7 @@ def _local_box_hardening(cli: Cli) -> dict[str, Any]:
     return _hardening(inspect)
 
 
-def test_runs_on_a_two_node_swarm(lab_home: Path) -> None:
+def test_runs_on_a_two_node_swarm_and_a_dead_engine_loses_only_its_run(lab_home: Path) -> None:
     cli = Cli(home=lab_home, in_process=False)
     with swarm_lab(2, lab_home) as lab:
         assert "created service impyard-node" in lab.up_output, lab.up_output
@@ -143,3 +144,42 @@ def test_runs_on_a_two_node_swarm(lab_home: Path) -> None:
         assert "blocked 10.213.0.1:7480" in log and "reached" not in log, log
         assert "blocked 10.213.0.12:2377" in log and "routes: 0" in log, log
         assert "gateway answered 2" in log, log  # its gateway (refusing a mid-run check)
+
+        # A node's engine dies under a run: that run is recorded lost (nothing of it lands),
+        # its task runs again, once, on the node that is left, and the dead node shows down.
+        assert (
+            cli("imp", "create", "dee", "--command", "sleep 30; exec /opt/impyard/bin/imp").code
+            == 0
+        )
+        serve = serve_process(cli)
+        try:
+            add_task(cli, "dee", "outlived by its node's engine")
+            first = wait_for(
+                "dee's box to start",
+                lambda: next(
+                    (r for r in _runs(cli) if r["imp"] == "dee" and r["state"] == "running"), None
+                ),
+                seconds=120,
+            )
+            dead = _show(cli, first["run_id"])["node"]
+            os.kill(lab.pids()[dead], signal.SIGKILL)
+            wait_for(
+                "dee's task to land",
+                lambda: any(
+                    r["imp"] == "dee" and r["checkpoint"] == "integrated" for r in _runs(cli)
+                ),
+                seconds=180,
+            )
+            states = {
+                n["name"]: n["state"]
+                for n in json.loads(cli("cluster", "status", "--json").stdout)["nodes"]
+            }
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            serve.communicate(timeout=120)
+        lost = _show(cli, first["run_id"])
+        assert lost["checkpoint"] == "quarantined" and "lost" in lost["reason"], lost["reason"]
+        (again,) = [r for r in _runs(cli) if r["imp"] == "dee" and r["run_id"] != first["run_id"]]
+        assert _show(cli, again["run_id"])["node"] != dead
+        assert len(records(cli, "dee")) == 1
+        assert states[dead] == "down", states
