@@ -138,24 +138,11 @@ def _hostile_tar(entries: list[tuple[str, str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-@pytest.mark.parametrize(
-    ("entries", "said"),
-    [
-        ([("../escape.md", "file", b"x")], "leaves the tree"),
-        (
-            [
-                ("records", "dir", b""),
-                ("records/link", "symlink", b"/etc"),
-                ("records/link/passwd", "file", b"x"),
-            ],
-            "under a symlink",
-        ),
-    ],
-    ids=["dotdot", "through-symlink"],
-)
-def test_a_hostile_node_tree_is_refused_whole(
-    cli: Cli, tmp_path: Path, entries: list[tuple[str, str, bytes]], said: str
-) -> None:
+def _hostile_node_returns(
+    cli: Cli, tmp_path: Path, entries: list[tuple[str, str, bytes]]
+) -> tuple[str, Exception | None]:
+    """A node that takes a run and returns ``entries`` as its tree (written here, not by a
+    box): the run's id and how the control plane answered."""
     from impyard.box import engine
     from impyard.box.runtime import engine_runtimes
     from impyard.cluster.node.client import ClusterCallError, ClusterClient
@@ -200,14 +187,64 @@ def test_a_hostile_node_tree_is_refused_whole(
         container_id="0" * 64,
         image_id=assignment.box.image_id,
     )
-    with pytest.raises(ClusterCallError) as refused:
+    answer: Exception | None = None
+    try:
         client.result(assignment.run_id, exit_report, tree)
-    assert refused.value.status == 422 and said in str(refused.value)
+    except ClusterCallError as exc:
+        answer = exc
     serve.communicate(timeout=120)
-    shown = _show(cli, assignment.run_id)
+    return assignment.run_id, answer
+
+
+@pytest.mark.parametrize(
+    ("entries", "said"),
+    [
+        ([("../escape.md", "file", b"x")], "leaves the tree"),
+        (
+            [
+                ("records", "dir", b""),
+                ("records/link", "symlink", b"/etc"),
+                ("records/link/passwd", "file", b"x"),
+            ],
+            "under a symlink",
+        ),
+    ],
+    ids=["dotdot", "through-symlink"],
+)
+def test_a_hostile_node_tree_is_refused_whole(
+    cli: Cli, tmp_path: Path, entries: list[tuple[str, str, bytes]], said: str
+) -> None:
+    from impyard.cluster.node.client import ClusterCallError
+
+    run_id, answer = _hostile_node_returns(cli, tmp_path, entries)
+    assert isinstance(answer, ClusterCallError), answer
+    assert answer.status == 422 and said in str(answer)
+    shown = _show(cli, run_id)
     assert shown["checkpoint"] == "quarantined" and said in shown["reason"], shown["reason"]
     assert records(cli, "ada") == []
     assert not (cli.home.parent / "escape.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("entries", "rule"),
+    [
+        ([(".git", "dir", b""), (".git/config", "file", b"[core]\n")], ".git"),
+        ([("records", "dir", b""), ("records/passwd.md", "symlink", b"/etc/passwd")], "symlink"),
+    ],
+    ids=["dotgit", "symlink"],
+)
+def test_what_a_box_could_leave_meets_the_same_gate_as_a_local_box(
+    cli: Cli, tmp_path: Path, entries: list[tuple[str, str, bytes]], rule: str
+) -> None:
+    run_id, answer = _hostile_node_returns(cli, tmp_path, entries)
+    assert answer is None  # a tree a box could leave: taken, then judged
+    shown = _show(cli, run_id)
+    assert shown["checkpoint"] not in ("integrated", "empty"), shown
+    errors = " ".join(
+        f"{e['path']}: {e['rule']}: {e['message']}" for e in shown["validation_errors"]
+    )
+    assert rule in errors or rule in (shown["reason"] or ""), shown
+    assert records(cli, "ada") == []
 
 
 def test_a_restarted_node_agent_loses_its_runs_and_never_lands_them_twice(cli: Cli) -> None:
