@@ -30,43 +30,82 @@ class TreeRefused(ImpyardError):
         super().__init__(f"the returned tree is refused: {'; '.join(reasons)}")
 
 
-def pack(root: Path, out: BinaryIO, limit: int) -> int:
-    """Write ``root``'s tree to ``out`` as a tar; the bytes of file content packed."""
+def pack(root: Path, out: BinaryIO, limit: int, *, live_repo: bool = False) -> int:
+    """Write ``root``'s tree to ``out`` as a tar; the bytes of file content packed.
+
+    ``live_repo``: ``root`` is a bare repository the lane may publish to meanwhile (the
+    published origin). Its refs go first and then its objects, which are only ever added:
+    every object a packed ref names is packed too. A file that vanished between listing
+    and reading (a temporary pack renamed) is skipped.
+    """
     total = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for rel, st in _walk(root):
+        for rel, st in _walk(root, first=_REFS_FIRST if live_repo else (), live=live_repo):
             info = tarfile.TarInfo(rel)
             info.mtime = 0
-            if stat.S_ISDIR(st.st_mode):
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            elif stat.S_ISLNK(st.st_mode):
-                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(root / rel)
-                tar.addfile(info)
-            elif stat.S_ISREG(st.st_mode):
-                total += st.st_size
-                if total > limit:
-                    raise TreeTooLarge(f"the tree is over {limit:,} bytes")
-                fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                with os.fdopen(fd, "rb") as handle:
-                    info.size = os.fstat(handle.fileno()).st_size
-                    info.mode = 0o755 if st.st_mode & 0o111 else 0o644
-                    tar.addfile(info, handle)
-            else:  # a fifo, socket or device: its kind travels, never its content
-                info.type = tarfile.FIFOTYPE if stat.S_ISFIFO(st.st_mode) else tarfile.CHRTYPE
-                tar.addfile(info)
+            try:
+                total += _add(tar, info, root / rel, st, limit - total)
+            except FileNotFoundError:
+                if not live_repo:
+                    raise
+            except TreeTooLarge:
+                raise TreeTooLarge(f"the tree is over {limit:,} bytes") from None
     return total
 
 
-def _walk(root: Path, prefix: str = "") -> list[tuple[str, os.stat_result]]:
+#: A bare repository's names that go before its objects (``live_repo``).
+_REFS_FIRST = ("HEAD", "packed-refs", "refs")
+
+
+def _add(
+    tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path, st: os.stat_result, room: int
+) -> int:
+    """Add one entry; the bytes of content it took."""
+    if stat.S_ISDIR(st.st_mode):
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    elif stat.S_ISLNK(st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+        tar.addfile(info)
+    elif stat.S_ISREG(st.st_mode):
+        if st.st_size > room:
+            raise TreeTooLarge("the tree is over its bound")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            info.size = os.fstat(handle.fileno()).st_size
+            info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+            tar.addfile(info, handle)
+        return info.size
+    else:  # a fifo, socket or device: its kind travels, never its content
+        info.type = tarfile.FIFOTYPE if stat.S_ISFIFO(st.st_mode) else tarfile.CHRTYPE
+        tar.addfile(info)
+    return 0
+
+
+def _walk(
+    root: Path, prefix: str = "", first: tuple[str, ...] = (), *, live: bool = False
+) -> list[tuple[str, os.stat_result]]:
+    """Every entry under ``root`` (never through a symlink), names in ``first`` first;
+    ``live``: an entry that vanished while it was listed is left out."""
     found: list[tuple[str, os.stat_result]] = []
-    with os.scandir(root / prefix if prefix else root) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            rel = f"{prefix}{entry.name}"
+    try:
+        with os.scandir(root / prefix if prefix else root) as listing:
+            entries = sorted(listing, key=lambda e: (e.name not in first, e.name))
+    except FileNotFoundError:
+        if not live:
+            raise
+        return found
+    for entry in entries:
+        rel = f"{prefix}{entry.name}"
+        try:
             st = entry.stat(follow_symlinks=False)
-            found.append((rel, st))
-            if stat.S_ISDIR(st.st_mode):
-                found += _walk(root, rel + "/")
+        except FileNotFoundError:
+            if not live:
+                raise
+            continue
+        found.append((rel, st))
+        if stat.S_ISDIR(st.st_mode):
+            found += _walk(root, rel + "/", live=live)
     return found
 
 

@@ -115,7 +115,7 @@ class RemoteRun(Run):
                 continue
             archive = run_dir / f"{kind}.tar"
             with open(archive, "wb") as out:
-                pack(Path(source), out, _MAX_PACKED)
+                pack(Path(source), out, _MAX_PACKED, live_repo=kind == "origin")
             files[kind] = archive  # type: ignore[index]
         bundle = self.home.run_ca_bundle(self.manifest.run_id)
         if bundle.exists():
