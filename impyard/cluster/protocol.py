@@ -80,8 +80,8 @@ class BoxOrder(_Message):
 
 
 class Assignment(_Message):
-    run_id: str
-    imp: str
+    run_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,80}$")
+    imp: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")  # names a directory on the node
     token: str
     box: BoxOrder
 

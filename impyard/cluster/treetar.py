@@ -30,17 +30,28 @@ class TreeRefused(ImpyardError):
         super().__init__(f"the returned tree is refused: {'; '.join(reasons)}")
 
 
-def pack(root: Path, out: BinaryIO, limit: int, *, live_repo: bool = False) -> int:
+def pack(
+    root: Path,
+    out: BinaryIO,
+    limit: int,
+    *,
+    live_repo: bool = False,
+    have: dict[str, int] | None = None,
+) -> int:
     """Write ``root``'s tree to ``out`` as a tar; the bytes of file content packed.
 
     ``live_repo``: ``root`` is a bare repository the lane may publish to meanwhile (the
     published origin). Its refs go first and then its objects, which are only ever added:
     every object a packed ref names is packed too. A file that vanished between listing
-    and reading (a temporary pack renamed) is skipped.
+    and reading (a temporary pack renamed) is skipped. ``have``: files the receiver holds
+    (path → size); one of them is left out unless its size changed or it is a ref (objects
+    and packs never change under their name; refs do).
     """
     total = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for rel, st in _walk(root, first=_REFS_FIRST if live_repo else (), live=live_repo):
+            if have is not None and _held(rel, st, have):
+                continue
             info = tarfile.TarInfo(rel)
             info.mtime = 0
             try:
@@ -55,6 +66,21 @@ def pack(root: Path, out: BinaryIO, limit: int, *, live_repo: bool = False) -> i
 
 #: A bare repository's names that go before its objects (``live_repo``).
 _REFS_FIRST = ("HEAD", "packed-refs", "refs")
+#: Names in a bare repository that change in place (always sent, whatever ``have`` says).
+_MUTABLE = ("HEAD", "packed-refs", "config", "refs/", "objects/info/", "info/")
+
+
+def _held(rel: str, st: os.stat_result, have: dict[str, int]) -> bool:
+    if not stat.S_ISREG(st.st_mode) or rel.startswith(_MUTABLE) or rel in _MUTABLE:
+        return False
+    return have.get(rel) == st.st_size
+
+
+def holdings(root: Path) -> dict[str, int]:
+    """The regular files under ``root`` with their sizes (what ``pack``'s ``have`` takes)."""
+    if not root.is_dir():
+        return {}
+    return {rel: st.st_size for rel, st in _walk(root, live=True) if stat.S_ISREG(st.st_mode)}
 
 
 def _add(

@@ -119,3 +119,29 @@ def test_a_live_repository_packs_its_refs_before_its_objects(tmp_path: Path) -> 
     # An object the lane adds meanwhile may be missed; one a packed ref names never is.
     assert names.index("refs/heads/main") < names.index("objects/ab/cdef")
     assert names[:2] == ["HEAD", "refs"]
+
+
+def test_an_origin_update_leaves_out_what_the_node_holds_but_never_a_ref(tmp_path: Path) -> None:
+    from impyard.cluster.treetar import holdings
+
+    repo = tmp_path / "origin.git"
+    for part in ("objects/ab", "refs/heads"):
+        (repo / part).mkdir(parents=True)
+    (repo / "HEAD").write_text("ref: refs/heads/main\n")
+    (repo / "refs/heads/main").write_text("ab" * 20 + "\n")
+    (repo / "objects/ab/old").write_bytes(b"old")
+    node_copy = tmp_path / "copy"
+    node_copy.mkdir()
+    unpack(_packed(repo, tmp_path / "first.tar", None), node_copy, 1 << 20)
+    (repo / "objects/ab/new").write_bytes(b"new")
+    (repo / "refs/heads/main").write_text("cd" * 20 + "\n")  # same size, new value
+    update = _packed(repo, tmp_path / "second.tar", holdings(node_copy))
+    with tarfile.open(update) as tar:
+        files = sorted(m.name for m in tar.getmembers() if m.isreg())
+    assert files == ["HEAD", "objects/ab/new", "refs/heads/main"]
+
+
+def _packed(repo: Path, archive: Path, have: dict[str, int] | None) -> Path:
+    with open(archive, "wb") as out:
+        pack(repo, out, 1 << 20, live_repo=True, have=have)
+    return archive

@@ -22,6 +22,7 @@ from impyard.box.runtime import engine_runtimes
 from impyard.box.spec import LABEL_ROOT, root_label
 from impyard.cluster.node.boxrun import NodeRun
 from impyard.cluster.node.client import ClusterCallError, ClusterClient
+from impyard.cluster.node.origins import Origins
 from impyard.cluster.protocol import TOKEN_FILE, Assignment, HeartbeatAnswer, HeldRun, NodeReport
 from impyard.errors import ConfigError, EngineError
 from impyard.fsutil import remove_tree
@@ -73,6 +74,7 @@ class NodeAgent:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.runtimes: list[str] = []
+        self.origins = Origins(config.work / "origins")
 
     def serve(self) -> None:
         self.config.work.mkdir(parents=True, exist_ok=True)
@@ -111,7 +113,7 @@ class NodeAgent:
         return [box.container_id for box in found]
 
     def _start(self, assignment: Assignment) -> None:
-        run = NodeRun(self.client, assignment, self.config.work)
+        run = NodeRun(self.client, assignment, self.config.work, self.origins)
         with self.lock:
             self.runs[assignment.run_id] = (run, assignment.token)
 

@@ -16,6 +16,7 @@ from impyard.box.launch import box_pid, kill_box, remove_box, start_box, wait_bo
 from impyard.box.livelog import LogReader
 from impyard.box.spec import BoxExit, BoxMount, BoxSpec, box_labels
 from impyard.cluster.node.client import ClusterCallError, ClusterClient
+from impyard.cluster.node.origins import Origins
 from impyard.cluster.node.relay import Relay
 from impyard.cluster.protocol import MAX_TREE_BYTES, Assignment, ExitReport, Started
 from impyard.cluster.treetar import TreeTooLarge, pack, unpack
@@ -26,7 +27,7 @@ from impyard.gateway.boxside import write_ready
 
 log = logging.getLogger(__name__)
 
-#: The most a node fetches for one run's checkout or origin archive.
+#: The most a node fetches for one run's checkout.
 _MAX_FETCH = 1 << 30
 _OUTPUT_EVERY_SECONDS = 0.25
 #: The most output one call carries, and the most kept while the control plane is away.
@@ -40,8 +41,11 @@ _RESULT_RETRY_SECONDS = 300.0
 
 
 class NodeRun:
-    def __init__(self, client: ClusterClient, assignment: Assignment, work: Path) -> None:
+    def __init__(
+        self, client: ClusterClient, assignment: Assignment, work: Path, origins: Origins
+    ) -> None:
         self.client = client
+        self.origins = origins
         self.assignment = assignment
         self.run_id = assignment.run_id
         self.token = assignment.token
@@ -129,14 +133,17 @@ class NodeRun:
         mounts: list[BoxMount] = []
         for mount in order.mounts:
             source = self.dir / mount.kind
-            if mount.kind in ("checkout", "origin"):
+            if mount.kind == "origin":
+                source = self.origins.update(
+                    self.client, self.run_id, self.token, self.assignment.imp
+                )
+            elif mount.kind == "checkout":
                 archive = self.dir / f"{mount.kind}.tar"
                 self.client.fetch(self.run_id, self.token, mount.kind, archive, _MAX_FETCH)
                 source.mkdir()
                 unpack(archive, source, _MAX_FETCH)
                 archive.unlink()
-                if mount.kind == "checkout":
-                    _own(source, uid, gid)
+                _own(source, uid, gid)
             elif mount.kind in ("task", "ca"):
                 self.client.fetch(self.run_id, self.token, mount.kind, source, _MAX_FETCH)
             else:

@@ -79,10 +79,21 @@ class ClusterClient:
 
     def fetch(self, run_id: str, token: str, kind: FileKind, dest: Path, limit: int) -> None:
         """A run's file into ``dest`` (at most ``limit`` bytes)."""
-        target = f"{API}/runs/{run_id}/files/{kind}?{urlencode({'token': token})}"
+        self._download("GET", f"/runs/{run_id}/files/{kind}", token, b"", dest, limit)
+
+    def fetch_posted(self, path: str, token: str, body: bytes, dest: Path, limit: int) -> None:
+        """What a POST of ``body`` to ``path`` answers, into ``dest``."""
+        self._download("POST", path, token, body, dest, limit)
+
+    def _download(
+        self, method: str, path: str, token: str, body: bytes, dest: Path, limit: int
+    ) -> None:
+        kind = path.rsplit("/", 1)[-1]
+        run_id = path.split("/")[2]
+        target = f"{API}{path}?{urlencode({'token': token})}"
         conn = http.client.HTTPConnection(self.host, self.port, timeout=_TIMEOUT)
         try:
-            conn.request("GET", target, headers=self._headers())
+            conn.request(method, target, body=body, headers=self._headers())
             answer = conn.getresponse()
             if answer.status != 200:
                 raise ClusterCallError(

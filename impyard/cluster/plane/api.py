@@ -31,11 +31,13 @@ from impyard.cluster.protocol import (
     Refusal,
     Started,
 )
-from impyard.cluster.treetar import TreeRefused, judge
+from impyard.cluster.treetar import TreeRefused, judge, pack
 
 log = logging.getLogger(__name__)
 
 _MAX_MESSAGE = 1 << 20
+#: The most a node's list of the origin files it holds may take.
+_MAX_HAVE = 32 << 20
 _RUN_PATH = re.compile(rf"^{API}/runs/([A-Za-z0-9_-]{{1,80}})/([a-z]+)(?:/([a-z]+))?$")
 _LEASE_WAIT_MAX = 10.0
 
@@ -132,8 +134,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         run_id, what, kind = match.groups()
         token = query.get("token", "")
-        if method == "GET" and what == "files" and kind in ("checkout", "origin", "task", "ca"):
+        if method == "GET" and what == "files" and kind in ("checkout", "task", "ca"):
             self._send_file(hub.file(run_id, token, kind))  # type: ignore[arg-type]
+        elif method == "POST" and what == "origin":
+            self._send_origin(run_id, token)
         elif method == "POST" and what == "started":
             hub.started(run_id, Started.model_validate_json(self._body(_MAX_MESSAGE)))
             self._answer(HTTPStatus.OK, {})
@@ -201,6 +205,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.keep_open(conn)
         if not self.server.adopt(run_id, conn):
             conn.close()
+
+    def _send_origin(self, run_id: str, token: str) -> None:
+        """The run's published origin, less what the node's copy already holds."""
+        hub = self.server.hub
+        origin = hub.file(run_id, token, "origin")
+        asked = json.loads(self._body(_MAX_HAVE) or b"{}")
+        have = asked.get("have") if isinstance(asked, dict) else None
+        if not isinstance(have, dict):
+            raise ValueError('expected {"have": {path: size}}')
+        held = {str(k): int(v) for k, v in have.items()}
+        spool = hub.home.run_dir(run_id) / "origin.tar"
+        with open(spool, "wb") as out:
+            pack(origin, out, MAX_TREE_BYTES, live_repo=True, have=held)
+        try:
+            self._send_file(spool)
+        finally:
+            spool.unlink(missing_ok=True)
 
     def _length(self, limit: int) -> int:
         length = int(self.headers.get("Content-Length", "0"))

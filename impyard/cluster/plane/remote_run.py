@@ -33,7 +33,7 @@ from impyard.runs.control import BoxControl
 from impyard.runs.model import Manifest, RunRequest
 from impyard.runs.pipeline import Run
 
-#: The longest an origin or checkout may be when it is packed for a node.
+#: The longest a checkout may be when it is packed for a node.
 _MAX_PACKED = 1 << 30
 #: How long past the box's own timeout a node may take to return its result.
 _RESULT_GRACE_SECONDS = 60.0
@@ -106,17 +106,16 @@ class RemoteRun(Run):
 
     def _files(self, spec: BoxSpec) -> dict[FileKind, Path]:
         run_dir = self.home.run_dir(self.manifest.run_id)
-        files: dict[FileKind, Path] = {"task": self.home.run_task(self.manifest.run_id)}
-        for kind, source in (
-            ("checkout", self.manifest.checkout.root if self.manifest.checkout else None),
-            ("origin", self.home.origin(self.manifest.imp)),
-        ):
-            if source is None:
-                continue
-            archive = run_dir / f"{kind}.tar"
+        files: dict[FileKind, Path] = {
+            "task": self.home.run_task(self.manifest.run_id),
+            # Synced to the node's own copy when it asks, less what that copy holds.
+            "origin": self.home.origin(self.manifest.imp),
+        }
+        if self.manifest.checkout is not None:
+            archive = run_dir / "checkout.tar"
             with open(archive, "wb") as out:
-                pack(Path(source), out, _MAX_PACKED, live_repo=kind == "origin")
-            files[kind] = archive  # type: ignore[index]
+                pack(Path(self.manifest.checkout.root), out, _MAX_PACKED)
+            files["checkout"] = archive
         bundle = self.home.run_ca_bundle(self.manifest.run_id)
         if bundle.exists():
             files["ca"] = bundle
@@ -202,8 +201,7 @@ class RemoteRun(Run):
         # The node removes its box; what is left here is the run's own.
         self.hub.gateways.pop(self.manifest.run_id, None)
         run_dir = self.home.run_dir(self.manifest.run_id)
-        for name in ("checkout.tar", "origin.tar"):
-            (run_dir / name).unlink(missing_ok=True)
+        (run_dir / "checkout.tar").unlink(missing_ok=True)
         self.checkout.drop_volume()
 
 
