@@ -85,10 +85,10 @@ class RemoteRun(Run):
             self.save()
             self.event("box.placed", node=lease.node)
             self.hub.wait(lease, "started", float("inf"))
-        if lease.state != "started":
+        # A box that started and already returned has ended its lease: it still started.
+        if lease.container_id is None:
             why = lease.lost or (lease.exit.error if lease.exit else None) or lease.state
             raise RemoteLost(f"node {lease.node} did not start the box: {why}")
-        assert lease.container_id is not None
         self.manifest.running(lease.container_id, self.image_id, names.utc_now())
         self.save()
         self.event(
