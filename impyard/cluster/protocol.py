@@ -44,6 +44,9 @@ class NodeReport(_Message):
     capacity: int = Field(ge=0, le=256)
     images: list[str] = Field(default_factory=list, max_length=512)
     runs: list[HeldRun] = Field(default_factory=list, max_length=256)
+    #: Why the node's own engine does not answer (its boxes' containers may outlive it and
+    #: so may this agent): no run is placed on the node until it answers again.
+    engine_error: str | None = Field(default=None, max_length=500)
 
 
 class HeartbeatAnswer(_Message):

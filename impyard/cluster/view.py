@@ -25,6 +25,8 @@ def node_rows(home: Home) -> list[dict[str, Any]]:
         seen = _parse(row.get("last_heartbeat"))
         if seen is None or (now - seen).total_seconds() > policy.lease_seconds:
             row["state"], row["boxes"], row["runs"] = "down", 0, []
+        elif row.get("engine_error"):
+            row["state"] = "down"
         elif row.get("name") in drained:
             row["state"] = "drained"
         elif row.get("state") == "drained":

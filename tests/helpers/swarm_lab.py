@@ -89,19 +89,19 @@ class SwarmLab:
 def swarm_lab(n: int, home: Path, images: Sequence[str] = ()) -> Iterator[SwarmLab]:
     """An ``n``-node lab whose data root is ``home``; taken down on the way out."""
     extra = [arg for image in images for arg in ("--image", image)]
-    # One lab per machine: tests on parallel workers take turns.
-    lock = open(LOCK_FILE, "a")  # noqa: SIM115 - held until the lab is down
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        up = run_script("up", str(n), "--home", str(home), *extra, timeout=180)
-        if up.returncode != 0:
-            raise AssertionError(f"swarm-lab up exited {up.returncode}:\n{up.stdout}{up.stderr}")
-        names = tuple(f"impyard-lab-{k}" for k in range(1, n + 1))
-        yield SwarmLab(names, lab_dir(), up.stdout)
-    finally:
+    # One lab per machine: tests on parallel workers take turns. The file closes even when a
+    # test's timeout cuts the wait short.
+    with open(LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            up = run_script("up", str(n), "--home", str(home), *extra, timeout=180)
+            if up.returncode != 0:
+                raise AssertionError(
+                    f"swarm-lab up exited {up.returncode}:\n{up.stdout}{up.stderr}"
+                )
+            names = tuple(f"impyard-lab-{k}" for k in range(1, n + 1))
+            yield SwarmLab(names, lab_dir(), up.stdout)
+        finally:
             down = run_script("down", timeout=120)
             if down.returncode != 0 and sys.exc_info()[0] is None:
                 raise AssertionError(f"swarm-lab down exited {down.returncode}:\n{down.stderr}")
-        finally:
-            lock.close()

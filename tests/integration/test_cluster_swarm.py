@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.cluster import wait_for
-from tests.helpers.swarm_lab import lab_problem, swarm_lab
+from tests.helpers.swarm_lab import SwarmLab, lab_problem, swarm_lab
 from tests.integration.test_serve import (
     add_task,
     assert_linear_and_clean,
@@ -90,8 +90,9 @@ def _local_box_hardening(cli: Cli) -> dict[str, Any]:
     return _hardening(inspect)
 
 
-# A lab comes up, twelve boxes run, and a run outlives its engine: minutes, not seconds.
-@pytest.mark.timeout(480)
+# A lab comes up, twelve boxes run, and runs outlive their agent and their engine: minutes,
+# after any other test's lab is down (one lab per machine).
+@pytest.mark.timeout(900)
 def test_runs_on_a_two_node_swarm_and_a_dead_engine_loses_only_its_run(lab_home: Path) -> None:
     cli = Cli(home=lab_home, in_process=False)
     with swarm_lab(2, lab_home) as lab:
@@ -147,31 +148,32 @@ def test_runs_on_a_two_node_swarm_and_a_dead_engine_loses_only_its_run(lab_home:
         assert "blocked 10.213.0.12:2377" in log and "routes: 0" in log, log
         assert "gateway answered 2" in log, log  # its gateway (refusing a mid-run check)
 
-        # A node's engine dies under a run: that run is recorded lost (nothing of it lands),
-        # its task runs again, once, on the node that is left, and the dead node shows down.
+        # A node agent killed mid-run and started again by Swarm: its run is recorded lost
+        # (the new agent sweeps the old box) and the task lands once. Then a node's engine dies
+        # under a run: that run is recorded lost (nothing of it lands), its task runs again,
+        # once, on the node that is left, and the dead node shows down.
         assert (
             cli("imp", "create", "dee", "--command", "sleep 12; exec /opt/impyard/bin/imp").code
             == 0
         )
         serve = serve_process(cli)
         try:
-            add_task(cli, "dee", "outlived by its node's engine")
-            first = wait_for(
-                "dee's box to start",
-                lambda: next(
-                    (r for r in _runs(cli) if r["imp"] == "dee" and r["state"] == "running"), None
-                ),
-                seconds=120,
+            add_task(cli, "dee", "outlived by its node agent")
+            agent_lost = _running_dee(cli)
+            restarted = _show(cli, agent_lost["run_id"])["node"]
+            old_agent = _node_agent(lab, restarted)
+            assert old_agent is not None, f"no node agent runs on {restarted}"
+            lab.docker(restarted, "kill", "--signal", "KILL", old_agent)
+            _wait_dee_landed(cli, 1)
+            new_agent = wait_for(
+                "Swarm to start the agent again", lambda: _node_agent(lab, restarted)
             )
+
+            add_task(cli, "dee", "outlived by its node's engine")
+            first = _running_dee(cli, besides=frozenset({agent_lost["run_id"]}))
             dead = _show(cli, first["run_id"])["node"]
             os.kill(lab.pids()[dead], signal.SIGKILL)
-            wait_for(
-                "dee's task to land",
-                lambda: any(
-                    r["imp"] == "dee" and r["checkpoint"] == "integrated" for r in _runs(cli)
-                ),
-                seconds=180,
-            )
+            _wait_dee_landed(cli, 2)
             states = {
                 n["name"]: n["state"]
                 for n in json.loads(cli("cluster", "status", "--json").stdout)["nodes"]
@@ -179,9 +181,52 @@ def test_runs_on_a_two_node_swarm_and_a_dead_engine_loses_only_its_run(lab_home:
         finally:
             serve.send_signal(signal.SIGTERM)
             serve.communicate(timeout=120)
+        assert new_agent != old_agent
+        swept = _show(cli, agent_lost["run_id"])
+        assert swept["checkpoint"] == "quarantined" and "lost" in swept["reason"], swept["reason"]
         lost = _show(cli, first["run_id"])
         assert lost["checkpoint"] == "quarantined" and "lost" in lost["reason"], lost["reason"]
-        (again,) = [r for r in _runs(cli) if r["imp"] == "dee" and r["run_id"] != first["run_id"]]
-        assert _show(cli, again["run_id"])["node"] != dead
-        assert len(records(cli, "dee")) == 1
+        dee_runs = {r["run_id"]: _show(cli, r["run_id"]) for r in _runs(cli) if r["imp"] == "dee"}
+        landed = [r for r in dee_runs.values() if r["checkpoint"] == "integrated"]
+        assert len(dee_runs) == 4 and len(landed) == 2, dee_runs
+        assert dee_runs[max(dee_runs)]["node"] != dead  # the rerun after the engine died
+        assert len(records(cli, "dee")) == 2  # each task landed once, never twice
         assert states[dead] == "down", states
+
+
+def _running_dee(cli: Cli, besides: frozenset[str] = frozenset()) -> dict[str, Any]:
+    return wait_for(  # type: ignore[no-any-return]
+        "dee's box to start",
+        lambda: next(
+            (
+                r
+                for r in _runs(cli)
+                if r["imp"] == "dee" and r["state"] == "running" and r["run_id"] not in besides
+            ),
+            None,
+        ),
+        seconds=120,
+    )
+
+
+def _wait_dee_landed(cli: Cli, count: int) -> None:
+    wait_for(
+        f"dee's task {count} to land",
+        lambda: (
+            sum(r["imp"] == "dee" and r["checkpoint"] == "integrated" for r in _runs(cli)) >= count
+        ),
+        seconds=180,
+    )
+
+
+def _node_agent(lab: SwarmLab, node: str) -> str | None:
+    """The id of the node agent's running container on ``node``, if one runs."""
+    found = lab.docker(
+        node,
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        "label=com.docker.swarm.service.name=impyard-node",
+    ).stdout.split()
+    return found[0] if found else None

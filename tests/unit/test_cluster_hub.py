@@ -35,14 +35,17 @@ def _order() -> BoxOrder:
     )
 
 
-def _report(node: str, *held: HeldRun, capacity: int = 2) -> NodeReport:
+def _report(
+    node: str, *held: HeldRun, capacity: int = 2, engine_error: str | None = None
+) -> NodeReport:
     return NodeReport(
         node=node,
         version="t",
         runtimes=["runc"],
         capacity=capacity,
-        images=[IMAGE],
+        images=[] if engine_error else [IMAGE],
         runs=list(held),
+        engine_error=engine_error,
     )
 
 
@@ -73,6 +76,19 @@ def test_a_drained_node_gets_no_new_run(hub: Hub) -> None:
     hub.heartbeat(_report("b"), "agent-b")
     set_drained(hub.home, "a", True)
     assert {_place(hub, f"r{i}").node for i in range(2)} == {"b"}
+
+
+def test_a_node_whose_engine_does_not_answer_is_down_and_gets_no_run(hub: Hub) -> None:
+    hub.heartbeat(_report("a"), "agent-a")
+    hub.heartbeat(_report("b"), "agent-b")
+    hub.heartbeat(_report("a", engine_error="connection refused"), "agent-a")
+    rows = {r["name"]: r for r in hub.registry.rows()}
+    assert rows["a"]["state"] == "down" and rows["a"]["engine_error"] == "connection refused"
+    assert rows["b"]["state"] == "ready"
+    assert {_place(hub, f"r{i}").node for i in range(2)} == {"b"}
+    hub.heartbeat(_report("a"), "agent-a")  # its engine is back
+    assert {r["name"]: r["state"] for r in hub.registry.rows()}["a"] == "ready"
+    assert _place(hub, "r2").node == "a"
 
 
 def test_only_the_current_lease_speaks_for_a_run(hub: Hub) -> None:

@@ -113,7 +113,7 @@ class NodeAgent:
         return [box.container_id for box in found]
 
     def _start(self, assignment: Assignment) -> None:
-        run = NodeRun(self.client, assignment, self.config.work, self.origins)
+        run = NodeRun(self.client, assignment, self.config.work, self.origins, self.beat)
         with self.lock:
             self.runs[assignment.run_id] = (run, assignment.token)
 
@@ -129,29 +129,45 @@ class NodeAgent:
     def report(self) -> NodeReport:
         with self.lock:
             held = [HeldRun(run_id=r, token=t) for r, (_run, t) in self.runs.items()]
+        try:
+            images, engine_error = engine.call("images", engine.api().image_ids), None
+        except EngineError as exc:
+            # This agent (and its boxes) can outlive the engine that started them: it keeps
+            # reporting, so its runs' leases hold while the plane learns the engine is gone.
+            images, engine_error = [], str(exc)[:500]
         return NodeReport(
             node=self.config.name,
             version=__version__,
             runtimes=self.runtimes,
             capacity=self.config.capacity,
-            images=engine.api().image_ids(),
+            images=images,
             runs=held,
+            engine_error=engine_error,
         )
+
+    def beat(self) -> bool:
+        """One heartbeat now; False when the control plane could not be told."""
+        try:
+            answer = HeartbeatAnswer.model_validate(
+                self.client.call("POST", "/heartbeat", self.report()) or {}
+            )
+        except (ClusterCallError, ValueError) as exc:
+            log.warning("heartbeat: %s", exc)
+            return False
+        for run_id in answer.stop:
+            with self.lock:
+                held = self.runs.get(run_id)
+            if held is not None:
+                held[0].kill()
+        return True
 
     def _heartbeats(self) -> None:
         wait = 0.0  # the first at once: placement needs the node known
         while not self.stop.wait(wait):
-            wait = _HEARTBEAT_SECONDS
             try:
-                answer = HeartbeatAnswer.model_validate(
-                    self.client.call("POST", "/heartbeat", self.report()) or {}
-                )
-            except (ClusterCallError, EngineError, ValueError) as exc:
-                log.warning("heartbeat: %s", exc)
-                wait = _RETRY_SECONDS  # serve may be starting: be known as soon as it is
-                continue
-            for run_id in answer.stop:
-                with self.lock:
-                    held = self.runs.get(run_id)
-                if held is not None:
-                    held[0].kill()
+                beaten = self.beat()
+            except Exception:  # a bug here must not silence the node for good
+                log.exception("heartbeat failed")
+                beaten = False
+            # After a failed call serve may be starting: be known as soon as it is.
+            wait = _HEARTBEAT_SECONDS if beaten else _RETRY_SECONDS

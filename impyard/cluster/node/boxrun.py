@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from impyard.box.launch import box_pid, kill_box, remove_box, start_box, wait_box
@@ -42,9 +43,17 @@ _RESULT_RETRY_SECONDS = 300.0
 
 class NodeRun:
     def __init__(
-        self, client: ClusterClient, assignment: Assignment, work: Path, origins: Origins
+        self,
+        client: ClusterClient,
+        assignment: Assignment,
+        work: Path,
+        origins: Origins,
+        engine_failed: Callable[[], object],
     ) -> None:
         self.client = client
+        #: Called before a run the engine failed is reported, so the control plane knows the
+        #: node's engine is gone before it places the run's task again.
+        self.engine_failed = engine_failed
         self.origins = origins
         self.assignment = assignment
         self.run_id = assignment.run_id
@@ -71,6 +80,8 @@ class NodeRun:
             log.warning("run %s: the control plane refused or lost it: %s", self.run_id, exc)
         except Exception as exc:
             log.exception("run %s failed on this node", self.run_id)
+            if isinstance(exc, EngineError):
+                self._tell_engine_failed()
             self._report_failure(f"{type(exc).__name__}: {exc}")
         finally:
             if self.container_id is not None:
@@ -93,13 +104,13 @@ class NodeRun:
         sender = threading.Thread(target=self._send_output, args=(log_path,), daemon=True)
         sender.start()
         try:
-            port = self.assignment.box.gateway_port
-            if port is not None:
-                relay.attach(box_pid(started.container_id), port)
-                write_ready(self.dir / "signal")
-            if self._killed:
-                kill_box(started.container_id)
             try:
+                port = self.assignment.box.gateway_port
+                if port is not None:
+                    relay.attach(box_pid(started.container_id), port)
+                    write_ready(self.dir / "signal")
+                if self._killed:
+                    kill_box(started.container_id)
                 box_exit = wait_box(
                     started.container_id,
                     spec.timeout_seconds,
@@ -120,6 +131,7 @@ class NodeRun:
                     started_at=None,
                     finished_at=None,
                 )
+                self._tell_engine_failed()
         finally:
             relay.close()
             self._done.set()
@@ -235,6 +247,12 @@ class NodeRun:
                     raise
                 log.warning("run %s: result not sent yet: %s", self.run_id, exc)
                 time.sleep(1.0)
+
+    def _tell_engine_failed(self) -> None:
+        try:
+            self.engine_failed()
+        except Exception:  # the run's own report must still go
+            log.exception("run %s: telling the control plane the engine failed", self.run_id)
 
     def _report_failure(self, why: str) -> None:
         report = ExitReport(

@@ -1,6 +1,7 @@
 """The nodes as they report themselves. A node is ``ready`` while its heartbeats arrive
 within the lease length and the owner has not drained it, ``drained`` when the owner has
-(its runs finish; it gets no new one), ``down`` when it fell silent. ``nodes.json`` holds
+(its runs finish; it gets no new one), ``down`` when it fell silent or its engine does not
+answer. ``nodes.json`` holds
 the last view for ``impyard cluster status`` and ``impyard status`` in other processes;
 ``drained.json`` is the owner's, read on every placement so a drain applies at once."""
 
@@ -32,6 +33,7 @@ class Node:
     seen: float  # monotonic
     seen_at: str
     runs: set[str] = field(default_factory=set)
+    engine_error: str | None = None
 
     def row(self, state: NodeState) -> dict[str, Any]:
         return {
@@ -44,6 +46,7 @@ class Node:
             "images": sorted(self.images),
             "version": self.version,
             "last_heartbeat": self.seen_at,
+            "engine_error": self.engine_error,
         }
 
 
@@ -73,11 +76,12 @@ class Registry:
                 seen=now,
                 seen_at=names.utc_now(),
                 runs=runs,
+                engine_error=report.engine_error,
             )
             return self.nodes[report.node], previous
 
     def state(self, node: Node, drained: set[str], now: float | None = None) -> NodeState:
-        if (now or time.monotonic()) - node.seen > self.lease_seconds:
+        if node.engine_error or (now or time.monotonic()) - node.seen > self.lease_seconds:
             return "down"
         return "drained" if node.name in drained else "ready"
 
