@@ -1,9 +1,9 @@
 """The nodes as they report themselves. A node is ``ready`` while its heartbeats arrive
 within the lease length and the owner has not drained it, ``drained`` when the owner has
 (its runs finish; it gets no new one), ``down`` when it fell silent or its engine does not
-answer. ``nodes.json`` holds
-the last view for ``impyard cluster status`` and ``impyard status`` in other processes;
-``drained.json`` is the owner's, read on every placement so a drain applies at once."""
+answer. ``nodes.json`` holds the last view for ``impyard cluster status`` and ``impyard
+status`` in other processes; ``drained.json`` is the owner's, read on every placement so a
+drain applies at once."""
 
 from __future__ import annotations
 
