@@ -81,7 +81,9 @@ for tool in "$top"/box/*; do
 done
 for file in "$top/box/$agent"/*; do
     [ -f "$file" ] || continue
-    install -m 0644 "$file" "$staging/opt/impyard/$agent/$(basename "$file")"
+    mode=0644
+    [ -x "$file" ] && mode=0755
+    install -m "$mode" "$file" "$staging/opt/impyard/$agent/$(basename "$file")"
 done
 find "$staging" -exec chown -h 0:0 {} +
 chmod -R go-w "$staging"

@@ -164,6 +164,9 @@ AGENTS: dict[str, Agent] = {
         # read (OPENCODE_DISABLE_PROJECT_CONFIG), nor ~/.claude (OPENCODE_DISABLE_CLAUDE_CODE).
         image_env={
             "PATH": "/opt/impyard/bin:/opt/opencode/bin:/usr/local/bin:/usr/bin:/bin",
+            # OpenCode's shell tool runs $SHELL; this bash lets the output reach OpenCode
+            # before the exit does (box/opencode/bash says why).
+            "SHELL": "/opt/impyard/opencode/bash",
             "OPENCODE_DISABLE_MODELS_FETCH": "1",
             "OPENCODE_DISABLE_AUTOUPDATE": "1",
             "OPENCODE_DISABLE_SHARE": "1",
