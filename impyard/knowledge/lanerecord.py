@@ -22,6 +22,7 @@ from impyard.knowledge.history import lane_commits_since
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Split
 from impyard.knowledge.quarantine import deleted_trailers, preserved_commit
+from impyard.knowledge.refnames import candidate_ref
 from impyard.knowledge.repo import imp_signature, main_commit
 from impyard.knowledge.violations import digest
 
@@ -72,10 +73,6 @@ class LaneResult:
     commit: str | None = None
     violations: list[Violation] = field(default_factory=list)
     candidate_ref: str | None = None
-
-
-def candidate_ref(run_id: str) -> str:
-    return f"refs/candidates/{run_id}"
 
 
 @dataclass

@@ -24,6 +24,7 @@ import pygit2
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, Violation
 from impyard.knowledge.pathnames import is_storable_path
+from impyard.knowledge.refnames import quarantine_ref
 from impyard.knowledge.repo import host_signature
 from impyard.knowledge.trees import PathConflict, build_tree
 from impyard.knowledge.violations import digest
@@ -34,10 +35,6 @@ DELETED_TRAILER = "Impyard-Deleted"
 NOT_KEPT = "Not kept (not in this commit):"
 #: Headings older preserved commits used for the same list.
 _OLD_NOT_KEPT = ("Refused entries (not stored):", "Not stored (unsafe path or clash):")
-
-
-def quarantine_ref(run_id: str) -> str:
-    return f"refs/quarantine/{run_id}"
 
 
 def deleted_trailers(paths: Iterable[str]) -> list[str]:

@@ -21,8 +21,8 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, Violation
 from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.imps import list_imps, open_repo
-from impyard.knowledge.lane import candidate_ref
-from impyard.knowledge.quarantine import deleted_by_trailers, not_kept_lines, quarantine_ref
+from impyard.knowledge.quarantine import deleted_by_trailers, not_kept_lines
+from impyard.knowledge.refnames import candidate_ref, quarantine_ref
 from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.names import RUN_ID, check_run_id
 from impyard.runs import manifest as manifests

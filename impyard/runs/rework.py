@@ -24,8 +24,7 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import candidate_ref
-from impyard.knowledge.quarantine import quarantine_ref
+from impyard.knowledge.refnames import candidate_ref, quarantine_ref
 from impyard.knowledge.seed import SeedFile, SeedPlan, plan_seed, rename_into, seed_checkout
 from impyard.knowledge.treefs import parse_owner
 from impyard.queue import tasks
