@@ -34,7 +34,10 @@ BENCHES = (
 SMOKE: dict[str, tuple[list[str], dict[str, str]]] = {
     "checkout_bench": (["--sizes", "200", "--reps", "1"], {}),
     "lane_bench": (
-        ["--sizes", "500", "--repeat", "1", "--burst", "20", "--burst-records", "500"],
+        [
+            *("--sizes", "500", "--repeat", "1", "--burst", "20", "--burst-records", "500"),
+            *("--first-run", "500"),
+        ],
         {},
     ),
     "bigchange_bench": (["--records", "1,300", "--base", "100", "--repeat", "1"], {}),

@@ -3,6 +3,7 @@ then a burst of runs of one imp landing at once.
 
     python -m bench.lane_bench [--sizes 10000,100000] [--repeat 7]
                                [--burst 500] [--burst-records 100000]
+                               [--first-run 100000]
 
 For repositories of 10,000 and 100,000 records (~1 KB each, built directly with
 pygit2), prints the median time of
@@ -27,6 +28,10 @@ file, main is linear and ``git fsck --strict`` passes on the repository and orig
 Beside the rate: how often main moved, the packs the lane added to the repository
 and the origin, and how many MB the repository's objects grew by (all of it written
 and synced).
+
+The first run (``--first-run 0`` skips it; needs Docker and root) is ``first_run``'s:
+a fresh data root whose imp holds ``--first-run`` records and has never run, timed from
+``impyard run`` starting to its box running, then the imp's next run the same way.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from pathlib import Path
 import pygit2
 
 from bench.common import add_records, print_table, scratch_dir
+from bench.first_run import first_run
 from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.knowledge import lane
@@ -399,6 +405,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--burst", type=int, default=500, help="runs in the burst (0: none)")
     parser.add_argument("--burst-records", type=int, default=100_000)
+    parser.add_argument(
+        "--first-run", type=int, default=100_000, help="records of the cold imp (0: none)"
+    )
     args = parser.parse_args()
     root = Path(os.environ.get("IMPYARD_BENCH_DIR", Path.home() / ".cache/impyard-bench"))
     root.mkdir(parents=True, exist_ok=True)
@@ -417,6 +426,22 @@ def main() -> None:
         )
     if args.burst:
         bench_burst(args.burst_records, args.burst)
+    if args.first_run:
+        cold = first_run(args.first_run)
+        print_table(
+            f"first run of a cold imp of {args.first_run} records (set up in {cold.setup_s:.0f}s): "
+            "from `impyard run` starting to its box running",
+            ["run", "to box running s", "prepare ms", "whole run ms"],
+            [
+                [
+                    "first (cold)",
+                    f"{cold.first_s:.2f}",
+                    f"{cold.prepare_ms:.0f}",
+                    f"{cold.total_ms:.0f}",
+                ],
+                ["next", f"{cold.next_s:.2f}", "", ""],
+            ],
+        )
 
 
 if __name__ == "__main__":

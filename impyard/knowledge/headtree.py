@@ -44,10 +44,13 @@ _GITLINK = b"160000"
 @dataclass(frozen=True)
 class Directory:
     """One version of a directory: its entries as stored (mode, space, name, NUL, raw id),
-    in git's order. One bytes object an entry: a pass may hold every topic of an imp."""
+    in git's order. One bytes object an entry: a pass may hold every topic of an imp.
+    ``keys`` are the entries' places in that order (``_key``), side by side, so a lookup
+    bisects plain bytes instead of calling a key function at every step."""
 
     oid: bytes
     entries: list[bytes]
+    keys: list[bytes]
 
     @classmethod
     def parse(cls, oid: bytes, body: bytes) -> Directory:
@@ -57,7 +60,7 @@ class Directory:
             nul = body.index(b"\0", pos)
             entries.append(body[pos : nul + 21])
             pos = nul + 21
-        return cls(oid, entries)
+        return cls(oid, entries, [_key(entry) for entry in entries])
 
 
 def _key(entry: bytes) -> bytes:
@@ -67,11 +70,12 @@ def _key(entry: bytes) -> bytes:
     return name + b"/" if entry[:space] == TREE_MODE_BYTES else name
 
 
-def _find(entries: list[bytes], name: bytes) -> int | None:
-    """Where the entry called ``name`` is, as a file or as a directory."""
+def _find(keys: list[bytes], name: bytes) -> int | None:
+    """Where the entry called ``name`` is, as a file or as a directory (``keys``: a
+    directory's ``Directory.keys``)."""
     for key in (name, name + b"/"):
-        at = bisect_left(entries, key, key=_key)
-        if at < len(entries) and _key(entries[at]) == key:
+        at = bisect_left(keys, key)
+        if at < len(keys) and keys[at] == key:
             return at
     return None
 
@@ -80,7 +84,7 @@ def _mode_and_id(entry: bytes) -> tuple[bytes, bytes]:
     return entry[: entry.index(b" ")], entry[-20:]
 
 
-_EMPTY = Directory(b"", [])
+_EMPTY = Directory(b"", [], [])
 
 
 @dataclass
@@ -123,10 +127,20 @@ def _changed_order(path: str) -> list[tuple[str, bool]]:
 class HeadTree:
     """The tree at the head of a chain, parsed where the chain has touched it."""
 
-    def __init__(self, root: bytes, read: ReadTree) -> None:
+    def __init__(
+        self, root: bytes, read: ReadTree, known: Mapping[str, Directory] | None = None
+    ) -> None:
+        """``known``: directories parsed before (an earlier chain's ``parsed``), by path;
+        one is used only where the head holds the same tree id, so a stale one is never
+        read, only parsed again."""
         self.root = root
         self._read = read
-        self._directories: dict[str, Directory] = {}
+        self._directories: dict[str, Directory] = dict(known or {})
+
+    @property
+    def parsed(self) -> Mapping[str, Directory]:
+        """Every directory parsed so far, by path, at the version last seen there."""
+        return self._directories
 
     def edit(
         self,
@@ -143,7 +157,7 @@ class HeadTree:
             if root != self.root:
                 edit.objects.append((root, b""))
                 edit.trees.append(("", root, self.root))
-                edit._versions[""] = Directory(root, [])
+                edit._versions[""] = Directory(root, [], [])
         edit.root = root
         return edit
 
@@ -158,7 +172,8 @@ class HeadTree:
 
     def directory_id(self, path: str) -> bytes | None:
         """The raw id of directory ``path`` at the head, for one this head's edits changed
-        (None for any other, and for one they removed)."""
+        (None for one they removed; for one they did not change, the id it had when last
+        parsed, or None)."""
         known = self._directories.get(path)
         return known.oid if known is not None else None
 
@@ -173,21 +188,23 @@ class HeadTree:
     ) -> bytes | None:
         prefix = f"{path}/" if path else ""
         old = self._directory(path, oid) if oid is not None else _EMPTY
-        entries = list(old.entries)
+        entries, keys = list(old.entries), list(old.keys)
 
         def get(name: bytes) -> tuple[bytes, bytes] | None:
-            at = _find(entries, name)
+            at = _find(keys, name)
             return _mode_and_id(entries[at]) if at is not None else None
 
         def remove(name: bytes) -> None:
-            at = _find(entries, name)
+            at = _find(keys, name)
             if at is not None:
-                del entries[at]
+                del entries[at], keys[at]
 
         def put(name: bytes, mode: bytes, raw: bytes) -> None:
             remove(name)
-            entry = b"%s %s\0%s" % (mode, name, raw)
-            entries.insert(bisect_left(entries, _key(entry), key=_key), entry)
+            key = name + b"/" if mode == TREE_MODE_BYTES else name
+            at = bisect_left(keys, key)
+            entries.insert(at, b"%s %s\0%s" % (mode, name, raw))
+            keys.insert(at, key)
 
         touched: dict[bytes, str] = {}  # entry name -> its path
         files_touched: set[str] = set()  # the paths of files written or deleted
@@ -220,7 +237,7 @@ class HeadTree:
             touched[key] = prefix + name
             files_touched.add(prefix + name)
         for key, entry_path in touched.items():
-            at = _find(old.entries, key)
+            at = _find(old.keys, key)
             was, now = _mode_and_id(old.entries[at]) if at is not None else None, get(key)
             if (was is None) != (now is None):
                 edit.names.append((path, entry_path[len(prefix) :], now is not None))
@@ -242,7 +259,7 @@ class HeadTree:
         new_oid = _hash(body)
         edit.objects.append((new_oid, body))
         edit.trees.append((path, new_oid, oid))
-        edit._versions[path] = Directory(new_oid, entries)
+        edit._versions[path] = Directory(new_oid, entries, keys)
         return new_oid
 
 

@@ -40,8 +40,7 @@ re-exports them. The validation before a change's turn is ``lanecheck``'s.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -54,10 +53,11 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Receipts
 from impyard.knowledge.clashes import carry_name_forms
-from impyard.knowledge.headtree import HeadTree
+from impyard.knowledge.headtree import Directory, HeadTree
 from impyard.knowledge.history import Added, checkpoint_number, lane_commit, remember_added
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed
+from impyard.knowledge.lanecarry import carry, take_carried
 from impyard.knowledge.lanecheck import Prepared, prepare
 from impyard.knowledge.lanepass import take_recorded_turn
 from impyard.knowledge.lanequeue import Ticket
@@ -174,10 +174,9 @@ def _land(home: Home, imp: str, batch: list[_Ticket]) -> None:
     chain that fails to publish ends the pass (its changes, and those not reached, get
     the error: main did not move for them, or moved and re-integrating finds it)."""
     repo = open_repo(home, imp)
-    with _carried_lock:
-        since = _carried.pop(repo.path, {})
+    since, parsed = take_carried(repo.path)
     with staged(repo.path) as (stage, memory):
-        chain = _Chain(home, repo, stage, memory, since)
+        chain = _Chain(home, repo, stage, memory, since, parsed)
         for ticket in batch:
             try:
                 chain.add(ticket)
@@ -185,22 +184,13 @@ def _land(home: Home, imp: str, batch: list[_Ticket]) -> None:
                 ticket.fail(exc)
             if chain.full:
                 chain = chain.publish(home.origin(imp))
-        chain.publish(home.origin(imp))
+        chain = chain.publish(home.origin(imp))
     bases = {ticket.item.trailers.base for ticket in batch}
-    with _carried_lock:
-        _carried[repo.path] = {base: known for base, known in since.items() if base in bases}
-        while len(_carried) > _CARRIED_IMPS:
-            _carried.popitem(last=False)
-
-
-#: What each imp's last pass knew had landed since each base its changes had (by
-#: repository), so that the next pass need not read it again: a pass's first change of a
-#: base read every commit since it, and the third pass of a burst read hundreds, beyond
-#: what the history cache holds (a commit read and a tree diff each: seconds). Only the
-#: bases of the last pass are kept; a pass uses one only if it ends where main starts.
-_carried: OrderedDict[str, dict[str, LandedSince]] = OrderedDict()
-_carried_lock = threading.Lock()
-_CARRIED_IMPS = 16
+    carry(
+        repo.path,
+        {base: known for base, known in since.items() if base in bases},
+        chain.trees.parsed,
+    )
 
 
 class _Chain:
@@ -213,6 +203,7 @@ class _Chain:
         stage: pygit2.Repository,
         memory: MemoryObjects,
         since: dict[str, LandedSince],
+        parsed: Mapping[str, Directory] | None = None,
     ) -> None:
         self.home, self.repo, self.stage, self.memory = home, repo, stage, memory
         #: Per base of the pass's changes: what landed since it (shared by its chains).
@@ -221,7 +212,7 @@ class _Chain:
         self.head = self.start
         self._tree: pygit2.Tree | None = cast(pygit2.Commit, stage[self.start]).tree
         #: The head's tree as the chain edits it (``headtree``).
-        self.trees = HeadTree(self._tree.id.raw, self._read_tree)
+        self.trees = HeadTree(self._tree.id.raw, self._read_tree, parsed)
         self._total: int | None = None
         #: Changes the chain commits, with their outcome and commit, in order.
         self.landed: list[tuple[_Ticket, Outcome, str]] = []
@@ -363,7 +354,7 @@ class _Chain:
             last = self.trees.directory_id(directory)
             if first is not None and last is not None:
                 carry_name_forms(first, last, came)
-        return _Chain(self.home, self.repo, self.stage, self.memory, self.since)
+        return _Chain(self.home, self.repo, self.stage, self.memory, self.since, self.trees.parsed)
 
 
 def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -> None:

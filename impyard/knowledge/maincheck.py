@@ -10,7 +10,8 @@ exists, so such an imp is refused in one line that names the problem and points 
 What was found is kept in ``knowledge/<imp>/checked-trees.bin``: the last base found
 clean, so a run from the same main reads 96 bytes and loads no git library, and the trees
 found clean with their totals, so a check after a landing reads only the trees the
-landing made. A cache: torn or missing, it is rebuilt by one full check.
+landing made. A cache: torn or missing, it is rebuilt by one full check. A check that
+walked main also leaves its size in the repository's size cache (``sizes``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def _check(
 ) -> None:
     from impyard.knowledge.gitobj import commit_at
     from impyard.knowledge.imps import open_repo
+    from impyard.knowledge.sizes import record_tree_bytes
     from impyard.knowledge.treegate import CHECKOUT_RULES, GateLimits, Problems, TreeWalk
 
     repo = open_repo(home, imp)
@@ -101,6 +103,10 @@ def _check(
     remembered.update((oid, known[oid]) for oid in walk.reused)
     remembered.update(walk.clean)
     _write(path, base, totals.files, totals.bytes, remembered)
+    # A clean tree's bytes are the repository size the lane checks a run's change against
+    # (its blobs, no symlink or submodule): kept, so the run's checkpoint does not walk
+    # every record again (seconds at 100,000 records on a base nothing had sized).
+    record_tree_bytes(repo, base, totals.bytes)
 
 
 def _refuse(imp: str, base: str, first: str, more: int) -> NoReturn:

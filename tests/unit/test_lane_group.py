@@ -461,3 +461,42 @@ def test_a_pass_takes_up_what_the_last_pass_knew_landed_since_a_base(
         for c in lane_module.commits_since(repo, first.base, main_commit(repo))
     ]
     assert runs == [third.run, None, second.run, first.run]
+
+
+def test_a_pass_edits_the_directories_the_last_pass_parsed_unless_main_moved_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, repo = make_imp(tmp_path)
+    reads: list[bytes] = []
+    real = lane_module._Chain._read_tree
+
+    def counted(chain: lane_module._Chain, oid: bytes) -> bytes:
+        reads.append(oid)
+        return real(chain, oid)
+
+    monkeypatch.setattr(lane_module._Chain, "_read_tree", counted)
+    first, second, third = one_note_jobs(repo, 3)
+    assert first.integrate(home).checkpoint == "integrated"
+    assert reads, "the first pass read the trees it edits"
+    reads.clear()
+    assert second.integrate(home).checkpoint == "integrated"
+    assert reads == [], "the second pass edited what the first had parsed"
+    # Main moved outside the lane, into the same directory: its trees are read again.
+    repo = open_repo(home, "yuko")
+    outside_path, outside_text = note(namespace(9), 1, slug="outside")
+    outside = change_of(repo, {outside_path: outside_text})
+    sig = pygit2.Signature("owner", "owner@localhost")
+    head = repo[main_commit(repo)].peel(pygit2.Commit)
+    index = pygit2.Index()
+    index.read_tree(head.tree)
+    state = outside.written[outside_path]
+    index.add(pygit2.IndexEntry(outside_path, pygit2.Oid(hex=state.blob), pygit2.GIT_FILEMODE_BLOB))
+    tree = index.write_tree(repo)
+    repo.create_commit("refs/heads/main", sig, sig, "edit\n", tree, [head.id])
+    assert third.integrate(home).checkpoint == "integrated"
+    assert reads, "trees main changed outside the lane are read, not taken from the last pass"
+    paths = tree_paths(open_repo(home, "yuko"))
+    for job in (first, second, third):
+        assert set(job.change.written) <= paths
+    assert outside_path in paths
+    assert_fsck_clean(home.repo("yuko"))

@@ -335,3 +335,30 @@ def test_what_the_lane_keeps_off_main_passes_the_gate(cli: Cli, tmp_path: Path) 
     assert restored.code == 0, restored.stderr
     assert result.candidate_ref in open_repo(Home(elsewhere.home), "yuko").references
     assert_fsck_clean(Home(elsewhere.home).repo("yuko"))
+
+
+def test_a_base_check_leaves_the_size_the_lane_checks_against(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's base that nothing had sized is sized by its check, not by a second walk of
+    every record at the run's checkpoint."""
+    from impyard.knowledge import sizes
+    from impyard.knowledge.change import KnowledgeLimits
+    from impyard.knowledge.maincheck import check_base
+    from tests.helpers.backup import land_note
+
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    home = Home(cli.home)
+    land_note(home, 1)
+    repo = open_repo(home, "yuko")
+    sizes.size_cache_path(repo).unlink(missing_ok=True)  # as after a restore or import
+    base = main_commit(repo)
+    walked = sizes.tree_bytes_full(repo, repo[base].peel(pygit2.Tree))
+
+    def no_walk(*_: object) -> int:
+        raise AssertionError("the base was walked again to size it")
+
+    check_base(home, "yuko", base, KnowledgeLimits())
+    monkeypatch.setattr(sizes, "tree_bytes_full", no_walk)
+    assert sizes.tree_bytes(open_repo(home, "yuko"), base) == walked
