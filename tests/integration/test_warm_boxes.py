@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org
@@ -23,6 +24,7 @@ from tests.helpers.warm import (
     serving,
     wait_for,
 )
+from tests.helpers.web import console_for
 
 pytestmark = pytest.mark.docker
 
@@ -145,6 +147,19 @@ def test_a_warm_box_serves_one_run_and_nothing_of_it_reaches_the_next(yard: Cli)
     assert first["container_id"] not in pool_boxes(yard.home, all=True)  # removed after its run
     listed = yard("runs", "show", first["run_id"], "--json")
     assert json.loads(listed.stdout)["warm"] is True
+    samples = metrics(yard)
+    assert samples[("impyard_warm_runs_total", (("warm", "true"),))] == 2
+    assert samples[("impyard_run_phase_seconds_count", (("phase", "claim"),))] == 2
+
+
+def metrics(cli: Cli) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    _, client = console_for(cli.home, metrics_public=True)
+    text = client.get("/metrics").text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_kill_9_of_serve_with_a_full_pool_leaves_no_box_after_the_next_start(yard: Cli) -> None:
