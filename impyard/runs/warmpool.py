@@ -31,6 +31,7 @@ from impyard.contract import parse_user
 from impyard.fsutil import atomic_write_text, remove_tree
 from impyard.gateway.boxside import BOX_SIGNAL_DIR
 from impyard.home import Home
+from impyard.runs import manifest
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
 
 LABEL_WARM = "impyard.warm"
@@ -195,12 +196,15 @@ def _names(path: Path) -> list[str]:
         return []
 
 
-def take(box: PoolBox) -> bool:
-    """Claim ``box`` for one caller: True for exactly one of any number racing."""
+def take(box: PoolBox, holder: str = "") -> bool:
+    """Claim ``box`` for one caller: True for exactly one of any number racing. ``holder``:
+    the run that claimed it (none: the box is being removed)."""
     try:
         os.rename(box.dir / "ready", box.dir / "claimed")
     except FileNotFoundError:
         return False
+    if holder:
+        (box.dir / "claimed").write_text(holder)
     return True
 
 
@@ -212,11 +216,11 @@ def running(box: PoolBox) -> bool:
     return bool((info.get("State") or {}).get("Running"))
 
 
-def claim(home: Home, key: str) -> PoolBox | None:
-    """The oldest ready, running box of pool ``key``, now this caller's; a dead one met on
-    the way is removed."""
+def claim(home: Home, key: str, run_id: str) -> PoolBox | None:
+    """The oldest ready, running box of pool ``key``, now run ``run_id``'s; a dead one met
+    on the way is removed."""
     for box in ready_boxes(home, key):
-        if not take(box):
+        if not take(box, run_id):
             continue
         if running(box):
             return box
@@ -282,3 +286,27 @@ def forget_box_dir(home: Home, knowledge: Path) -> None:
     box_dir = knowledge.parent.parent
     if box_dir.parent.parent == warm_dir(home) and (box_dir / "claimed").exists():
         remove_tree(box_dir)
+
+
+def sweep_abandoned(home: Home) -> int:
+    """Remove the boxes whose run claimed them and ended before it handed them its command
+    (its checkout failed, say): no one else ever removes such a box. A run's kept checkout
+    stays in the box's directory until gc releases it."""
+    gone, root = 0, warm_dir(home)
+    for key in _names(root):
+        for name in _names(root / key):
+            box = _load(root / key / name)
+            if box is None or (box.source(BOX_SIGNAL_DIR) / CLAIM_FILE).exists():
+                continue  # not started, or its run's own box now
+            try:
+                holder = (box.dir / "claimed").read_text().strip()
+            except FileNotFoundError:
+                continue  # still ready
+            run = manifest.read_or_none(home, holder) if holder else None
+            if run is None or not run.is_terminal:
+                continue
+            remove_box(box.container_id)
+            gone += 1
+            if not box.source(BOX_KNOWLEDGE).exists():
+                remove_tree(box.dir)
+    return gone

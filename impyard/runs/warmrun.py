@@ -98,7 +98,7 @@ def claim_warm(
         return None
     shape = run_shape(run, request, image_id())
     record_want(run.home, run.manifest.imp, shape)
-    box = warmpool.claim(run.home, shape.key)
+    box = warmpool.claim(run.home, shape.key, run.manifest.run_id)
     run.event("warm.hit" if box is not None else "warm.miss", pool=shape.key)
     if box is None:
         return None

@@ -83,7 +83,7 @@ def fill_once(home: Home, stopping: threading.Event | None = None) -> FillReport
         shapes[now.key] = now
         report.wanted[now.key] = max(report.wanted.get(now.key, 0), warm.boxes)
         max_age[now.key] = min(max_age.get(now.key, float("inf")), warm.max_age_seconds)
-    report.drained = warmpool.drain(home, max_age)
+    report.drained = warmpool.drain(home, max_age) + warmpool.sweep_abandoned(home)
     for key, count in report.wanted.items():
         missing = count - len(warmpool.ready_boxes(home, key))
         for _ in range(max(0, missing)):

@@ -226,3 +226,16 @@ def test_a_foreground_run_and_serve_never_share_a_ready_box(yard: Cli) -> None:
 def test_a_run_with_no_ready_box_starts_its_own(yard: Cli) -> None:
     record = run(yard, NOTE)  # no serve: nothing fills the pool
     assert record["warm"] is False and record["checkpoint"] == "integrated", record
+
+
+def test_a_box_whose_run_ended_before_its_command_started_is_removed(yard: Cli) -> None:
+    with serving(yard.home):
+        full_pool(yard)
+        (box,) = pool_boxes(yard.home)
+        # Something in the ready box's knowledge directory: the run's checkout is refused.
+        (knowledge,) = (yard.home / "warm").glob("*/*/mnt/opt_impyard_knowledge")
+        (knowledge / "stray").write_text("x")
+        record = run(yard, NOTE)
+        assert record["warm"] is True and record["checkpoint"] == "quarantined", record
+        assert "not empty" in record["reason"], record
+        wait_for("the abandoned box removed", lambda: box not in pool_boxes(yard.home, all=True))
