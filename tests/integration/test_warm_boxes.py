@@ -239,3 +239,13 @@ def test_a_box_whose_run_ended_before_its_command_started_is_removed(yard: Cli) 
         assert record["warm"] is True and record["checkpoint"] == "quarantined", record
         assert "not empty" in record["reason"], record
         wait_for("the abandoned box removed", lambda: box not in pool_boxes(yard.home, all=True))
+
+
+def test_a_ready_box_older_than_its_bound_is_replaced(yard: Cli) -> None:
+    edit_org(yard.home, "max_age_seconds = 3600", "max_age_seconds = 2")
+    assert yard("deploy").code == 0
+    with serving(yard.home):
+        full_pool(yard)
+        (old,) = pool_boxes(yard.home)
+        wait_for("the old box gone", lambda: old not in pool_boxes(yard.home, all=True))
+        wait_for("its replacement", lambda: len(pool_boxes(yard.home)) == 1)
