@@ -1,6 +1,7 @@
 """Run overhead: `impyard run` of a one-note box against a bare `docker run --rm` of the
 same image doing the same write under the same runtime, side by side, at 0 / 10,000 /
-100,000 records, under runc and under runsc (gVisor).
+100,000 records, under runc and under runsc (gVisor); and the same `impyard run` claiming
+a ready box (``[box.warm]``), its pool refilled by the pool code between runs, untimed.
 
 IMPYARD_BENCH_SIZES (default 0,10000,100000), IMPYARD_BENCH_REPS (default 9) and
 IMPYARD_BENCH_RUNTIMES (default runc,runsc).
@@ -9,6 +10,7 @@ IMPYARD_BENCH_RUNTIMES (default runc,runsc).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +26,7 @@ from bench.common import (
     timed,
 )
 from impyard.home import Home
+from impyard.serve.warmfill import fill_once, remove_pools
 
 IMAGE = "impyard-box:latest"
 NOTE = 'printf "a fact\\n" | impyard-note bench one-note --source https://example.com'
@@ -80,6 +83,28 @@ def setup(records: int, command: str | None = None, runtime: str = "runc") -> Pa
     return home
 
 
+def keep_warm(home: Path) -> None:
+    """Give the imp a pool of one ready box; its first run (the warm-up) records its shape."""
+    org = home / "policy" / "org.toml"
+    org.write_text(org.read_text().replace("boxes = 0", "boxes = 1", 1))
+    impyard(home, "deploy")
+
+
+def warm_run(home: Path) -> float:
+    """One timed `impyard run` on a ready box (the refill before it is not timed)."""
+
+    fill_once(Home(home))
+    return timed(functools.partial(impyard_run, home))
+
+
+def run_totals(home: Path, warm: bool) -> list[float]:
+    """The runs' own time (``timings_ms.total``: admission to finish, without the process's
+    start-up and exit), of the warm runs or of the cold ones, the warm-up excluded."""
+    manifests = sorted((home / "runs").glob("*/manifest.json"))[1:]
+    records = [json.loads(path.read_text()) for path in manifests]
+    return [r["timings_ms"]["total"] for r in records if r.get("warm", False) is warm]
+
+
 def main() -> None:
     sizes = [int(s) for s in os.environ.get("IMPYARD_BENCH_SIZES", "0,10000,100000").split(",")]
     reps = int(os.environ.get("IMPYARD_BENCH_REPS", "9"))
@@ -90,16 +115,20 @@ def main() -> None:
         runc_ms: float | None = None
         for runtime in runtimes:
             home = setup(records, runtime=runtime)
+            keep_warm(home)
             target = home / "bare-target"
             target.mkdir()
             os.chown(target, 65532, 65532)
             # Warm-up (excluded): the first run on a new base materializes its layer once.
             impyard_run(home)
             bare_run(target, runtime)
-            bare, ours = [], []
+            bare, ours, warm = [], [], []
             for _ in range(reps):
                 bare.append(timed(functools.partial(bare_run, target, runtime)))
                 ours.append(timed(functools.partial(impyard_run, home)))
+                warm.append(warm_run(home))
+            remove_pools(Home(home))
+            totals = [median(run_totals(home, False)), median(run_totals(home, True))]
             if runtime == "runc":
                 runc_ms = median(ours)
             rows.append(
@@ -110,12 +139,25 @@ def main() -> None:
                     f"{median(ours):.0f}",
                     f"{median(ours) / median(bare):.2f}x",
                     f"{median(ours) / runc_ms:.2f}x" if runc_ms else "-",
+                    f"{median(warm):.0f}",
+                    f"{median(warm) / median(bare):.2f}x",
+                    f"{totals[0]:.0f} / {totals[1]:.0f}",
                 )
             )
             shutil.rmtree(home, ignore_errors=True)
     print_table(
         f"impyard run (one note) vs bare docker run --rm of the same runtime, median of {reps}",
-        ("records", "runtime", "docker run ms", "impyard run ms", "ratio", "vs runc"),
+        (
+            "records",
+            "runtime",
+            "docker run ms",
+            "impyard run ms",
+            "ratio",
+            "vs runc",
+            "warm run ms",
+            "warm ratio",
+            "run's own ms cold / warm",
+        ),
         rows,
     )
 

@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
         from impyard.runs.context import RunContext
         from impyard.serve.record import recorded, sole_serve
         from impyard.serve.signals import stop_signals
+        from impyard.serve.warmfill import PoolKeeper
         from impyard.serve.worker import ServeEvent, Server, ServeStatus
         from impyard.status.serve_start import serve_start
 
@@ -83,6 +84,8 @@ def register(app: typer.Typer) -> None:
             run_ctx = RunContext(settings=settings, journal=Journal(home.journal))
             cluster = start_cluster(home, run_ctx)
             server = Server(run_ctx, workers, once, report)
+            # Ready boxes only for a serve that stays: `--once` would start boxes to drop them.
+            pools = None if once else PoolKeeper(home)
 
             try:
                 # `impyard status` finds a live serve by this record's lock, a dead one's stale.
@@ -91,9 +94,13 @@ def register(app: typer.Typer) -> None:
                     recorded(home, server.concurrency, once=once),
                 ):
                     lines.put(start_line(serve_start(home, workers, once=once), datetime.now(UTC)))
+                    if pools is not None:
+                        pools.start()
                     final = server.serve()
                 lines.put(stop_line(final, datetime.now(UTC)))
             finally:
+                if pools is not None:
+                    pools.stop()
                 lines.close()
                 if console is not None:
                     console.stop()

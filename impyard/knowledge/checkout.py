@@ -87,8 +87,12 @@ def prepare_checkout(
     base: str,
     kind: CheckoutKind,
     owner: str | Owner,
+    into: Path | None = None,
 ) -> Checkout:
     """Create the run's checkout of ``base`` (owned by the box user) and record it.
+
+    ``into``: an empty directory of the box user's that a running box already mounts (a
+    ready box's), filled where it is; a copy is made there, never an overlay.
 
     The record (``runs/<id>/checkout.json``) is written before returning, under the
     layer lock, so layer collection never removes a chain this run mounts.
@@ -97,6 +101,7 @@ def prepare_checkout(
     run_dir = home.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     root = home.run_checkout(run_id)
+    kind = "copy" if into is not None else kind
     if kind == "overlay":
         workdir = home.run_overlay_work(run_id)
         with layers_lock(home, imp):
@@ -117,10 +122,14 @@ def prepare_checkout(
         raise CheckoutError(f"unknown checkout kind {kind!r}")
     from impyard.knowledge.gitobj import commit_at
 
-    checkout = Checkout(kind="copy", base=base, root=root)
+    checkout = Checkout(kind="copy", base=base, root=into or root)
     repo = open_repo(home, imp)
     tree = commit_at(repo, base, CheckoutError).tree
-    _fresh_dir(root, own)
+    if into is None:
+        _fresh_dir(root, own)
+    elif _has_entries(into):
+        raise CheckoutError(f"{into}: a ready box's knowledge directory is not empty")
+    root = checkout.root
     identities: dict[str, Identity] = {}
     fd = open_dir(root)
     try:
@@ -184,6 +193,11 @@ def _write_identities(path: Path, identities: dict[str, Identity]) -> None:
 
 def _write_record(home: Home, imp: str, run_id: str, checkout: Checkout) -> None:
     atomic_write_json(home.run_checkout_record(run_id), {"imp": imp, **checkout.to_dict()})
+
+
+def _has_entries(path: Path) -> bool:
+    with os.scandir(path) as entries:
+        return any(True for _ in entries)
 
 
 def _fresh_dir(path: Path, owner: Owner) -> None:

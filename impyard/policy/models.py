@@ -149,6 +149,19 @@ class KnowledgePolicy(_Strict):
     )
 
 
+class WarmPolicy(_Strict):
+    """Ready boxes kept by ``serve`` so a run starts in an already running box."""
+
+    boxes: Annotated[int, Field(ge=0, le=64), LOWER] = Field(
+        default=0,
+        description="Ready boxes kept for each distinct box shape of the imps using them "
+        "(0: runs always start a fresh box; an overlay may lower it, 0 opting the imp out).",
+    )
+    max_age_seconds: Annotated[int, Field(gt=0), LOWER] = Field(
+        default=3600, description="A ready box older than this is replaced."
+    )
+
+
 class BoxPolicy(_Strict):
     image: Annotated[str, Field(min_length=1), FREE] = Field(
         default=DEFAULT_IMAGE, description="Docker image the box runs."
@@ -187,6 +200,7 @@ class BoxPolicy(_Strict):
         description="Non-secret environment variables for the box (IMPYARD_MODEL selects the "
         "agent's model); an overlay adds or replaces entries.",
     )
+    warm: WarmPolicy = Field(default_factory=WarmPolicy)
     extra_ca_file: Annotated[str | None, FIXED] = Field(
         default=None,
         description="Host path of a PEM file whose certificates the box trusts beside the "

@@ -144,6 +144,8 @@ class Manifest(BaseModel):
     created_at: str | None = None
     container_id: str | None = None
     container_name: str | None = None
+    #: The box was a ready pool box claimed by this run, not one started for it.
+    warm: bool = False
     image: str | None = None
     image_id: str | None = None
     #: The engine runtime the box runs under (runc or runsc), fixed when the run is admitted;

@@ -14,13 +14,14 @@ import contextlib
 import functools
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from impyard import names
 from impyard.box.engine import EngineCallError
 from impyard.box.launch import box_pid, kill_box, remove_box, start_box, wait_box
 from impyard.box.logs import LogFollower
-from impyard.box.spec import BoxExit
+from impyard.box.spec import BoxExit, BoxSpec, StartedBox
 from impyard.box.tmpwatch import TmpWatch
 from impyard.errors import ImpyardError
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits
@@ -38,6 +39,7 @@ from impyard.runs.run_checkout import RunCheckout
 from impyard.runs.run_gateway import GATEWAY_MODULES, RunGateway
 from impyard.runs.space import release_run_space, spare_beside
 from impyard.runs.warm import warm_imports
+from impyard.runs.warmrun import WarmClaim, claim_warm
 
 #: Loaded beside a box's start: the exit checkpoint, the lane and what they use.
 ENDING_MODULES = ("impyard.runs.endings",)
@@ -57,6 +59,8 @@ class Run(RunRecord):
         self.log_follower: LogFollower | None = None
         #: The image id the box runs (resolved while the run prepares).
         self.image_id: str | None = None
+        #: The ready box this run claimed (None: it starts a box of its own).
+        self.warm: WarmClaim | None = None
         #: Work beside the run's steps (the next run's spare space, formatted while this
         #: box runs; the box's removal): ``finish`` waits for it.
         self.beside: list[Beside[None]] = []
@@ -83,8 +87,9 @@ class Run(RunRecord):
                 knowledge = self.policy.knowledge.enabled  # else nothing is mounted or landed
                 seed = self.checkout.plan_seed(request) if knowledge else None
                 write_task_file(self.home, request, m, seed)
+                self.warm = claim_warm(self, request, image.result, self.beside_box_start)
                 if knowledge:
-                    self.checkout.prepare()
+                    self.checkout.prepare(self.warm.knowledge if self.warm else None)
             except BaseException:
                 with contextlib.suppress(Exception):
                     image.result()
@@ -98,25 +103,19 @@ class Run(RunRecord):
         self.save()
         with self.phase("start"):
             log_path = self.home.box_log(spec.run_id)
-            try:
-                started = start_box(
-                    spec, log_path, self.image_id, before_start=self.beside_box_start
-                )
-            except EngineCallError as exc:
-                if not self.checkout.overlay_mount_failed(exc):
-                    raise
-                self.checkout.fall_back_to_copy(str(exc))
-                spec = box_spec(self.home, self.manifest, self.policy, request)
-                started = start_box(spec, log_path, self.image_id)
+            start = self.warm.start if self.warm is not None else self.start_cold
+            started = start(spec, log_path, request)
             self.log_follower = started.follower
         self.manifest.running(started.container_id, started.image_id, names.utc_now())
-        # The box waits in box-init for its gateway: attach that first, and record the
-        # start after. A host that dies between the two leaves a manifest saying
-        # `starting` with the box's name, which recovery handles as it does a crash
-        # between create and start.
+        # The box waits in box-init (or a ready box in its gate) for its gateway: attach
+        # that first, and record the start after. A host that dies between the two leaves
+        # a manifest saying `starting` with the box's name, which recovery handles as it
+        # does a crash between create and start.
         pid = box_pid(started.container_id)
         self.gateway.open()
         self.gateway.attach(pid)
+        if self.warm is not None:
+            self.warm.release(spec)
         self.save()
         self.event(
             "box.started", container=started.container_id, image=spec.image, runtime=spec.runtime
@@ -124,6 +123,16 @@ class Run(RunRecord):
         if self.ctx.on_box_started is not None:
             self.ctx.on_box_started(self.manifest)
         self.tmp_watch.start(pid)
+
+    def start_cold(self, spec: BoxSpec, log_path: Path, request: RunRequest) -> StartedBox:
+        try:
+            return start_box(spec, log_path, self.image_id, before_start=self.beside_box_start)
+        except EngineCallError as exc:
+            if not self.checkout.overlay_mount_failed(exc):
+                raise
+            self.checkout.fall_back_to_copy(str(exc))
+            spec = box_spec(self.home, self.manifest, self.policy, request)
+            return start_box(spec, log_path, self.image_id)
 
     def beside_box_start(self) -> None:
         """Begin what overlaps the engine starting the box (the main thread waits on it):

@@ -70,7 +70,9 @@ def resolve(ctx: RunContext, manifest: Manifest) -> Resolution:
         return Resolution(manifest.run_id, manifest.imp, found, "reattached", manifest.checkpoint)
     boxes = []
     if found not in ("created", "preparing"):
-        boxes = find_boxes({"impyard.run": manifest.run_id})
+        # A ready box claimed by the run keeps the label of the pool box it was.
+        label = manifest.container_name if manifest.warm else manifest.run_id
+        boxes = find_boxes({"impyard.run": label or manifest.run_id})
     if not boxes:
         run.quarantine_without_box(f"host died while the run was {found}; no box left")
         return Resolution(manifest.run_id, manifest.imp, found, "quarantined", "quarantined")

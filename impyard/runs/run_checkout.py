@@ -9,6 +9,8 @@ copy and its box is started again.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from impyard.box.engine import EngineCallError
 from impyard.box.spec import box_labels
 from impyard.box.volumes import (
@@ -39,9 +41,11 @@ class RunCheckout:
         self.seed = rework.seed_plan(self.run.home, self.run.manifest, request)
         return self.seed
 
-    def prepare(self) -> None:
+    def prepare(self, into: Path | None = None) -> None:
+        """``into``: a ready box's knowledge directory, filled in place with a copy."""
         m = self.run.manifest
-        checkout = self.new_checkout(select_checkout_kind(self.settings, self.run.home))
+        kind = "copy" if into is not None else select_checkout_kind(self.settings, self.run.home)
+        checkout = self.new_checkout(kind, into)
         m.checkout = checkout
         if checkout.kind == "overlay":
             m.volume = f"impyard-{m.run_id}"
@@ -49,11 +53,11 @@ class RunCheckout:
             labels = box_labels(m.run_id, m.imp, root=self.run.home.root)
             create_overlay_volume(m.volume, mount_options(checkout), labels=labels)
 
-    def new_checkout(self, kind: CheckoutKind) -> Checkout:
+    def new_checkout(self, kind: CheckoutKind, into: Path | None = None) -> Checkout:
         """The run's checkout of its base; a rework run's holds the files it starts from."""
         run = self.run
         m, user = run.manifest, run.policy.box.user
-        checkout = prepare_checkout(run.home, m.imp, m.run_id, m.base_commit, kind, user)
+        checkout = prepare_checkout(run.home, m.imp, m.run_id, m.base_commit, kind, user, into)
         rework.seed(run.home, m.imp, checkout, self.seed, user)
         return checkout
 

@@ -12,6 +12,7 @@ from impyard.knowledge.checkout import release_checkout
 from impyard.knowledge.runspace import RunSpace
 from impyard.runs.beside import Beside
 from impyard.runs.model import Manifest
+from impyard.runs.warmpool import forget_box_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,11 @@ def drop_run_space(home: Home, manifest: Manifest) -> None:
     collection no longer keeps the chain it named."""
     space = manifest.space
     record = home.run_checkout_record(manifest.run_id)
-    if space is None and manifest.checkout is not None:
+    if manifest.warm and manifest.checkout is not None:
+        # A ready box's checkout lives in that box's directory, outside the run's space.
+        release_checkout(manifest.checkout, record)
+        forget_box_dir(home, manifest.checkout.root)
+    elif space is None and manifest.checkout is not None:
         # Runs from before run spaces kept their checkout in the run dir itself.
         release_checkout(manifest.checkout, record)
     else:

@@ -38,6 +38,7 @@ from impyard.backup.remotes import label
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.policy.compile import deployed_org_policy
+from impyard.runs.warmpool import ready_boxes
 from impyard.status.backup import backup_section
 from impyard.status.cluster import cluster_section
 from impyard.status.knowledge import imp_knowledge
@@ -48,7 +49,7 @@ from impyard.web.runindex import RunFacts
 from impyard.web.tallies import OTHER, GatewayTally, Histograms, JournalTallies, LaneTally
 
 OUTCOMES = ("integrated", "empty", "rejected", "conflict", "quarantined")
-PHASES = ("prepare", "start", "gateway", "box", "checkpoint", "quarantine")
+PHASES = ("prepare", "claim", "start", "gateway", "box", "checkpoint", "quarantine")
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 PHASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 1800.0)
 
@@ -71,6 +72,7 @@ class ConsoleCollector(Collector):
             unfinished.add_metric([state], n)
         yield unfinished
         yield from _queue(self.console)
+        yield from _warm(home, finished)
         yield from _disk(home)
         yield from _backup(home, sorted(imps))
         yield from _cluster(home)
@@ -118,6 +120,25 @@ def _buckets(
 ) -> tuple[list[tuple[str, float]], float]:
     cumulative = [(str(b), float(sum(1 for v in values if v <= b))) for b in bounds]
     return [*cumulative, ("+Inf", float(len(values)))], float(sum(values))
+
+
+def _warm(home: Home, finished: list[RunFacts]) -> Iterator[Metric]:
+    """Ready boxes now, and finished runs by whether they had one (a claim's latency is
+    the ``claim`` phase)."""
+    ready = GaugeMetricFamily(
+        "impyard_warm_ready_boxes", "Ready boxes waiting for a run, by pool.", labels=["pool"]
+    )
+    for pool, n in sorted(Counter(box.key for box in ready_boxes(home)).items()):
+        ready.add_metric([pool], n)
+    yield ready
+    runs = CounterMetricFamily(
+        "impyard_warm_runs",
+        "Finished runs by whether they claimed a ready box (true: a hit).",
+        labels=["warm"],
+    )
+    for warm, n in sorted(Counter(f.warm for f in finished).items()):
+        runs.add_metric(["true" if warm else "false"], n)
+    yield runs
 
 
 def _queue(console: Console) -> Iterator[Metric]:

@@ -38,6 +38,8 @@ class RunFacts:
     duration_seconds: float | None
     #: Seconds per pipeline phase, as the manifest's ``timings_ms`` records them.
     phases: Mapping[str, float] = field(default_factory=dict)
+    #: The run claimed a ready box (``[box.warm]``) rather than starting its own.
+    warm: bool = False
 
     @property
     def finished(self) -> bool:
@@ -125,6 +127,7 @@ def read_facts(home: Home, run_id: str) -> RunFacts | None:
         reason=_text(raw, "reason") or _first_violation(raw),
         duration_seconds=_between(started, ended),
         phases=phases,
+        warm=raw.get("warm") is True,
     )
 
 

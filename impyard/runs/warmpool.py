@@ -1,0 +1,312 @@
+"""Ready boxes: pool boxes started before their run, each claimed by exactly one run.
+
+A pool box runs with the hardening and limits its cold box would have, and the same
+mount targets, each bound to an empty directory or file of its own under
+``<root>/warm/<key>/<name>/``. Its command is a gate (POSIX sh) that waits for a claim
+file in its read-only signal dir and sources it: the claim exports the run's
+environment and execs the run's command, so the box's exit, output, OOM flag and
+timeout are the run's own and ``launch.wait_box`` works unchanged. A gate was chosen over
+``docker exec``: an exec'd process is not the box's first process, its exit is not the
+container's, and the engine keeps no OOM or timeout record for it.
+
+One rename claims a box (``ready`` -> ``claimed`` in its directory): of a foreground
+``impyard run`` and ``serve`` racing for the same box, exactly one rename succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from impyard.box.engine import EngineObjectNotFoundError, api, call
+from impyard.box.launch import find_boxes, remove_box, start_box
+from impyard.box.spec import LABEL_ROOT, BoxMount, BoxSpec, Runtime, box_labels, root_label
+from impyard.box.trust import BOX_CA_BUNDLE
+from impyard.contract import parse_user
+from impyard.fsutil import atomic_write_text, remove_tree
+from impyard.gateway.boxside import BOX_SIGNAL_DIR
+from impyard.home import Home
+from impyard.runs import manifest
+from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
+
+LABEL_WARM = "impyard.warm"
+#: The imp label of a pool box: it serves no imp until it is claimed.
+POOL_IMP = "-"
+CLAIM_FILE = "claim"
+#: Mount targets that are files (the rest are directories).
+FILE_TARGETS = (BOX_TASK, BOX_CA_BUNDLE)
+
+#: Waits for the claim in the read-only signal dir, then runs it. It polls (inotify does
+#: not see host writes through gVisor's gofer) without forking: a `sleep` per poll cost an
+#: idle runsc box half a core, `read -t` on a private fifo (gone from /tmp before the run
+#: starts; it waits since nothing writes to it) costs next to nothing. Under gVisor each
+#: wake-up still costs its kernel's timers: measured idle, 5 ms polls took 10% of a core
+#: there (5% at 20 ms), 0.6% under runc; so a runsc box polls every 20 ms.
+GATE = """mkfifo /tmp/.warm-gate && exec 3<>/tmp/.warm-gate && rm -f /tmp/.warm-gate || exit 125
+while [ ! -e {claim} ]; do read -t {poll} _ <&3 || :; done
+exec 3<&-
+. {claim}
+echo "warm gate: the claim did not start a command" >&2
+exit 125
+"""
+POLL_SECONDS = {"runc": "0.005", "runsc": "0.02"}
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """Everything fixed once a box runs: two runs whose shapes are equal may share a pool."""
+
+    image_id: str
+    image: str
+    runtime: Runtime
+    user: str
+    memory_bytes: int
+    cpus: float
+    pids_limit: int
+    network: str
+    #: (target, read_only) of each mount, sorted.
+    mounts: tuple[tuple[str, bool], ...]
+
+    @property
+    def key(self) -> str:
+        raw = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(raw).hexdigest()[:16]
+
+    @classmethod
+    def of(cls, spec: BoxSpec, image_id: str) -> PoolShape:
+        return cls(
+            image_id=image_id,
+            image=spec.image,
+            runtime=spec.runtime,
+            user=spec.user,
+            memory_bytes=spec.memory_bytes,
+            cpus=spec.cpus,
+            pids_limit=spec.pids_limit,
+            network=spec.network,
+            mounts=tuple(sorted((m.target, m.read_only) for m in spec.mounts)),
+        )
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, object]) -> PoolShape:
+        fields = dict(raw)
+        fields["mounts"] = tuple((str(t), bool(r)) for t, r in raw["mounts"])  # type: ignore[attr-defined]
+        return cls(**fields)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PoolBox:
+    key: str
+    name: str
+    dir: Path
+    container_id: str
+    created: float
+
+    def source(self, target: str) -> Path:
+        """The host side of the box's mount at ``target``."""
+        return self.dir / "mnt" / target.strip("/").replace("/", "_")
+
+
+def gate(runtime: Runtime) -> str:
+    return GATE.format(claim=f"{BOX_SIGNAL_DIR}/{CLAIM_FILE}", poll=POLL_SECONDS[runtime])
+
+
+def warm_dir(home: Home) -> Path:
+    return home.root / "warm"
+
+
+def pool_spec(home: Home, shape: PoolShape, name: str, box_dir: Path) -> BoxSpec:
+    """The pool box: its cold box's values for everything fixed, its own mount sources."""
+    probe = PoolBox(shape.key, name, box_dir, "", 0.0)
+    mounts = [
+        BoxMount(source=str(probe.source(t)), target=t, read_only=ro) for t, ro in shape.mounts
+    ]
+    return BoxSpec(
+        image=shape.image,
+        command=[],
+        entrypoint=["/bin/sh", "-c", gate(shape.runtime)],
+        labels=box_labels(name, POOL_IMP, root=home.root, **{LABEL_WARM: shape.key}),
+        user=shape.user,
+        env={"HOME": "/tmp"},
+        mounts=mounts,
+        memory_bytes=shape.memory_bytes,
+        cpus=shape.cpus,
+        pids_limit=shape.pids_limit,
+        runtime=shape.runtime,
+        name=name,
+    )
+
+
+def start_pool_box(home: Home, shape: PoolShape) -> PoolBox:
+    """Start one ready box of ``shape``; it is claimable once this returns."""
+    name = f"impyard-warm-{shape.key[:8]}-{os.urandom(4).hex()}"
+    box_dir = warm_dir(home) / shape.key / name
+    (box_dir / "mnt").mkdir(parents=True)
+    uid, gid = parse_user(shape.user)
+    spec = pool_spec(home, shape, name, box_dir)
+    for mount in spec.mounts:
+        path = Path(mount.source)
+        if mount.target in FILE_TARGETS:
+            path.touch(mode=0o644)
+            continue
+        path.mkdir(mode=0o755)
+        if mount.target == BOX_KNOWLEDGE:
+            os.chown(path, uid, gid)  # as a cold checkout's root: the box user's
+    # The record first: a host that dies during the start leaves a dir reap finds.
+    atomic_write_text(box_dir / "box.json", json.dumps({"shape": asdict(shape)}))
+    started = start_box(spec, None, shape.image_id)
+    box = PoolBox(shape.key, name, box_dir, started.container_id, time.time())
+    record = {"shape": asdict(shape), "container_id": box.container_id, "created": box.created}
+    atomic_write_text(box_dir / "box.json", json.dumps(record))
+    (box_dir / "ready").touch()
+    return box
+
+
+def _load(box_dir: Path) -> PoolBox | None:
+    try:
+        raw = json.loads((box_dir / "box.json").read_text())
+        return PoolBox(
+            box_dir.parent.name, box_dir.name, box_dir, raw["container_id"], raw["created"]
+        )
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def ready_boxes(home: Home, key: str | None = None) -> list[PoolBox]:
+    """Ready (unclaimed) boxes, oldest first."""
+    root = warm_dir(home)
+    keys = [key] if key is not None else _names(root)
+    found = []
+    for k in keys:
+        for name in _names(root / k):
+            box = _load(root / k / name) if (root / k / name / "ready").exists() else None
+            if box is not None:
+                found.append(box)
+    return sorted(found, key=lambda b: b.created)
+
+
+def _names(path: Path) -> list[str]:
+    try:
+        return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.is_symlink())
+    except FileNotFoundError:
+        return []
+
+
+def take(box: PoolBox, holder: str = "") -> bool:
+    """Claim ``box`` for one caller: True for exactly one of any number racing. ``holder``:
+    the run that claimed it (none: the box is being removed)."""
+    try:
+        os.rename(box.dir / "ready", box.dir / "claimed")
+    except FileNotFoundError:
+        return False
+    if holder:
+        (box.dir / "claimed").write_text(holder)
+    return True
+
+
+def running(box: PoolBox) -> bool:
+    try:
+        info = call("inspect", api().inspect_container, box.container_id)
+    except EngineObjectNotFoundError:
+        return False
+    return bool((info.get("State") or {}).get("Running"))
+
+
+def claim(home: Home, key: str, run_id: str) -> PoolBox | None:
+    """The oldest ready, running box of pool ``key``, now run ``run_id``'s; a dead one met
+    on the way is removed."""
+    for box in ready_boxes(home, key):
+        if not take(box, run_id):
+            continue
+        if running(box):
+            return box
+        discard(box)
+    return None
+
+
+def discard(box: PoolBox) -> None:
+    """Remove a box this caller took (or that no run holds) and its directory."""
+    remove_box(box.container_id)
+    remove_tree(box.dir)
+
+
+def drain(home: Home, keep: dict[str, float]) -> int:
+    """Remove every ready box whose pool is not in ``keep`` (key -> max age seconds) or that
+    is older than its pool's bound, or that died while it waited; how many went."""
+    now, gone = time.time(), 0
+    for box in ready_boxes(home):
+        max_age = keep.get(box.key)
+        stale = max_age is None or now - box.created > max_age or not running(box)
+        if stale and take(box):
+            discard(box)
+            gone += 1
+    return gone
+
+
+def reap(home: Home) -> int:
+    """Crash recovery: remove every pool box of this data root that no run claimed (no pool
+    outlives its serve), and the directories of claimed boxes whose box is gone and whose
+    checkout was released. Another data root's boxes are never touched."""
+    gone = 0
+    mine = root_label(home.root)
+    for info in find_boxes({LABEL_ROOT: mine}):
+        key = info.labels.get(LABEL_WARM)
+        if key is None or info.run_id is None:
+            continue
+        box_dir = warm_dir(home) / key / info.run_id
+        if not (box_dir / "claimed").exists():
+            remove_box(info.container_id)
+            gone += 1
+    live = {b.container_id for b in find_boxes({LABEL_ROOT: mine})}
+    root = warm_dir(home)
+    for key in _names(root):
+        for name in _names(root / key):
+            box_dir = root / key / name
+            box = _load(box_dir)
+            claimed = (box_dir / "claimed").exists()
+            if box is not None and box.container_id in live and claimed:
+                continue
+            if claimed and box is not None:
+                # The run's kept checkout (a quarantine) stays until gc releases it.
+                knowledge = box.source(BOX_KNOWLEDGE)
+                if knowledge.exists():
+                    continue
+            with contextlib.suppress(FileNotFoundError):
+                remove_tree(box_dir)
+    return gone
+
+
+def forget_box_dir(home: Home, knowledge: Path) -> None:
+    """Remove the directory of the claimed box whose knowledge mount source is ``knowledge``
+    (its run is over and its box gone)."""
+    box_dir = knowledge.parent.parent
+    if box_dir.parent.parent == warm_dir(home) and (box_dir / "claimed").exists():
+        remove_tree(box_dir)
+
+
+def sweep_abandoned(home: Home) -> int:
+    """Remove the boxes whose run claimed them and ended before it handed them its command
+    (its checkout failed, say): no one else ever removes such a box. A run's kept checkout
+    stays in the box's directory until gc releases it."""
+    gone, root = 0, warm_dir(home)
+    for key in _names(root):
+        for name in _names(root / key):
+            box = _load(root / key / name)
+            if box is None or (box.source(BOX_SIGNAL_DIR) / CLAIM_FILE).exists():
+                continue  # not started, or its run's own box now
+            try:
+                holder = (box.dir / "claimed").read_text().strip()
+            except FileNotFoundError:
+                continue  # still ready
+            run = manifest.read_or_none(home, holder) if holder else None
+            if run is None or not run.is_terminal:
+                continue
+            remove_box(box.container_id)
+            gone += 1
+            if not box.source(BOX_KNOWLEDGE).exists():
+                remove_tree(box.dir)
+    return gone

@@ -1,0 +1,145 @@
+"""A run on a ready box: claimed while the run prepares, handed the run at its start.
+
+The claim happens before the checkout is made, so the checkout is written straight into
+the directory the box already mounts; the task file, CA bundle and published origin are
+put in place the same way (written in place, never renamed over: a bind mount holds the
+inode it was started with). Once the run's gateway listens in the box's network
+namespace, the claim file tells the box's gate what to run. No ready box of the run's
+shape: the run starts a box of its own, as it always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from impyard.box.logs import LogFollower
+from impyard.box.spec import BoxMount, BoxSpec, StartedBox
+from impyard.fsutil import atomic_write_text
+from impyard.gateway.boxside import BOX_SIGNAL_DIR, write_ready
+from impyard.home import Home
+from impyard.runs import warmpool
+from impyard.runs.active import ActiveRun
+from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec
+from impyard.runs.model import RunRequest
+from impyard.runs.warmpool import PoolBox, PoolShape
+
+#: The size past which a file put in place is refused (a task or CA bundle is small).
+_MAX_FILE_BYTES = 64 * 2**20
+
+
+def wants_dir(home: Home) -> Path:
+    """One record per imp using ready boxes: the shape of its last run (serve fills these)."""
+    return warmpool.warm_dir(home) / "wants"
+
+
+def run_shape(run: ActiveRun, request: RunRequest, image_id: str) -> PoolShape:
+    """The shape of the box this run would start (its knowledge mount counted as a bind)."""
+    spec = box_spec(run.home, run.manifest, run.policy, request)
+    mounts = [m for m in spec.mounts if m.target != BOX_KNOWLEDGE]
+    if run.policy.knowledge.enabled:
+        mounts.append(BoxMount(source="/", target=BOX_KNOWLEDGE, read_only=False))
+    return PoolShape.of(BoxSpec(**{**spec.__dict__, "mounts": mounts}), image_id)
+
+
+class WarmClaim:
+    """The ready box a run claimed, until the box runs the run's command."""
+
+    def __init__(
+        self, run: ActiveRun, box: PoolBox, image_id: str, before: Callable[[], object]
+    ) -> None:
+        self.run, self.box, self.image_id, self.before = run, box, image_id, before
+        self.t0 = time.monotonic()
+
+    @property
+    def knowledge(self) -> Path:
+        return self.box.source(BOX_KNOWLEDGE)
+
+    def start(self, spec: BoxSpec, log_path: Path, request: RunRequest) -> StartedBox:
+        """Put the run's files in place; the box's output is followed from here on."""
+        for mount in spec.mounts:
+            if mount.target == BOX_ORIGIN:
+                _link_tree(Path(mount.source), self.box.source(BOX_ORIGIN))
+            elif mount.target in warmpool.FILE_TARGETS:
+                _write_in_place(Path(mount.source), self.box.source(mount.target))
+        follower = LogFollower.attach(self.box.container_id, log_path)
+        self.before()
+        return StartedBox(self.box.container_id, self.image_id, follower)
+
+    def release(self, spec: BoxSpec) -> None:
+        """The gateway listens: tell the box to run the run's command with its environment."""
+        signal = self.box.source(BOX_SIGNAL_DIR)
+        if self.run.policy.gateway.enabled:
+            write_ready(signal)
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.environment().items())]
+        argv = [*(spec.entrypoint or []), *spec.command]
+        lines.append("exec " + " ".join(shlex.quote(a) for a in argv))
+        atomic_write_text(signal / warmpool.CLAIM_FILE, "\n".join(lines) + "\n", durable=False)
+        (signal / warmpool.CLAIM_FILE).chmod(0o644)
+        m = self.run.manifest
+        m.timings_ms["claim"] = round((time.monotonic() - self.t0) * 1000, 1)
+
+
+def claim_warm(
+    run: ActiveRun,
+    request: RunRequest,
+    image_id: Callable[[], str],
+    before_start: Callable[[], object],
+) -> WarmClaim | None:
+    """A ready box of this run's shape, now the run's (None: the policy keeps none, or
+    none is ready). Either way the imp's shape is recorded for serve to keep filled."""
+    if run.policy.box.warm.boxes <= 0 or run.manifest.node is not None:
+        return None
+    shape = run_shape(run, request, image_id())
+    record_want(run.home, run.manifest.imp, shape)
+    box = warmpool.claim(run.home, shape.key, run.manifest.run_id)
+    run.event("warm.hit" if box is not None else "warm.miss", pool=shape.key)
+    if box is None:
+        return None
+    # Saved with the run's `starting` state: recovery finds the box by this name.
+    run.manifest.warm, run.manifest.container_name = True, box.name
+    return WarmClaim(run, box, shape.image_id, before_start)
+
+
+def record_want(home: Home, imp: str, shape: PoolShape) -> None:
+    path = wants_dir(home) / f"{imp}.json"
+    text = json.dumps(asdict(shape), sort_keys=True)
+    try:
+        if path.read_text() == text:
+            return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+
+
+def _write_in_place(source: Path, target: Path) -> None:
+    """Copy ``source`` over the bind-mounted ``target`` without replacing its inode."""
+    with source.open("rb") as src:
+        data = src.read(_MAX_FILE_BYTES + 1)
+    if len(data) > _MAX_FILE_BYTES:
+        raise OSError(f"{source}: larger than {_MAX_FILE_BYTES} bytes")
+    fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Hard-link the published origin into ``target`` (the box mounts it read-only); a
+    file the lane replaces later is a new inode, so the box's view stays one publication."""
+    for dirpath, dirnames, filenames in os.walk(source):
+        rel = Path(dirpath).relative_to(source)
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
+        for d in dirnames:
+            (target / rel / d).mkdir(mode=0o755, exist_ok=True)
+        for f in filenames:
+            # A loose object packed away by the lane meanwhile is in the pack now.
+            with contextlib.suppress(FileNotFoundError):
+                os.link(Path(dirpath) / f, target / rel / f, follow_symlinks=False)

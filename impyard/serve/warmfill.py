@@ -1,0 +1,125 @@
+"""Keeping the ready-box pools full: what ``serve`` (not ``--once``) does between runs.
+
+Each imp whose runs use ready boxes left the shape of its last run in ``warm/wants``.
+A pass refreshes each shape from the imp's deployed policy (a deploy that changed the
+image, runtime, user or a limit makes a new shape), drops the imps whose policy keeps
+none, removes every ready box no wanted pool owns, that outlived its pool's bound or
+that died while it waited, and starts boxes until each pool holds its number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from dataclasses import dataclass, field, replace
+
+from impyard.box.launch import resolve_image
+from impyard.errors import ImpyardError
+from impyard.home import Home
+from impyard.policy.compile import deployed_policy
+from impyard.runs import warmpool
+from impyard.runs.warmpool import PoolShape
+from impyard.runs.warmrun import record_want, wants_dir
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two passes while nothing asks for one sooner.
+FILL_INTERVAL_SECONDS = 1.0
+
+
+@dataclass
+class FillReport:
+    #: pool key -> ready boxes wanted.
+    wanted: dict[str, int] = field(default_factory=dict)
+    started: int = 0
+    drained: int = 0
+
+
+def wants(home: Home) -> dict[str, PoolShape]:
+    """imp -> the shape its last run recorded (an unreadable record is skipped)."""
+    found: dict[str, PoolShape] = {}
+    for path in sorted(wants_dir(home).glob("*.json")):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            found[path.stem] = PoolShape.from_dict(json.loads(path.read_text()))
+    return found
+
+
+def refreshed(home: Home, imp: str, shape: PoolShape) -> PoolShape | None:
+    """``shape`` as the imp's deployed policy makes it now; None: it keeps no ready box."""
+    box = deployed_policy(home, imp).box
+    if box.warm.boxes <= 0:
+        return None
+    return replace(
+        shape,
+        image_id=resolve_image(shape.image),
+        runtime=box.runtime,
+        user=box.user,
+        memory_bytes=box.memory_bytes,
+        cpus=box.cpus,
+        pids_limit=box.pids_limit,
+        network=box.network,
+    )
+
+
+def fill_once(home: Home, stopping: threading.Event | None = None) -> FillReport:
+    """One pass over every pool of this data root."""
+    report = FillReport()
+    shapes: dict[str, PoolShape] = {}
+    max_age: dict[str, float] = {}
+    for imp, shape in wants(home).items():
+        try:
+            now = refreshed(home, imp, shape)
+        except ImpyardError as exc:  # an image gone: nothing to start until it is back
+            log.warning("ready boxes of imp %s: %s", imp, exc)
+            continue
+        if now is None:
+            (wants_dir(home) / f"{imp}.json").unlink(missing_ok=True)
+            continue
+        if now != shape:
+            record_want(home, imp, now)
+        warm = deployed_policy(home, imp).box.warm
+        shapes[now.key] = now
+        report.wanted[now.key] = max(report.wanted.get(now.key, 0), warm.boxes)
+        max_age[now.key] = min(max_age.get(now.key, float("inf")), warm.max_age_seconds)
+    report.drained = warmpool.drain(home, max_age) + warmpool.sweep_abandoned(home)
+    for key, count in report.wanted.items():
+        missing = count - len(warmpool.ready_boxes(home, key))
+        for _ in range(max(0, missing)):
+            if stopping is not None and stopping.is_set():
+                return report
+            warmpool.start_pool_box(home, shapes[key])
+            report.started += 1
+    return report
+
+
+def remove_pools(home: Home) -> int:
+    """A clean stop: every ready box goes (a claimed one is its run's)."""
+    return warmpool.drain(home, {})
+
+
+class PoolKeeper:
+    """The thread serve runs to keep its pools full; stopped with serve, pools removed."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="warm-pools", daemon=True)
+
+    def start(self) -> None:
+        warmpool.reap(self.home)  # what a serve that died left behind
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=60)
+        remove_pools(self.home)
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                fill_once(self.home, self.stopping)
+            except Exception as exc:  # an engine hiccup: the next pass tries again
+                log.warning("could not fill the ready-box pools: %s", exc)
+            self.stopping.wait(FILL_INTERVAL_SECONDS)

@@ -1,0 +1,251 @@
+"""Ready boxes against the real engine: a pool box is its cold box with another name and
+labels, serves one run and is gone, leaks nothing of one run into the next, and its pools
+follow serve (a crash, a deploy, a box that died while it waited). Both runtimes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers.cli import Cli
+from tests.helpers.policy import edit_org
+from tests.helpers.warm import (
+    inspect,
+    kill,
+    pool_boxes,
+    ready_count,
+    remove_pool_boxes,
+    serving,
+    wait_for,
+)
+from tests.helpers.web import console_for
+
+pytestmark = pytest.mark.docker
+
+NOTE = 'printf "body\\n" | impyard-note vendors acme-sso --source https://example.com/report'
+
+
+def run(cli: Cli, command: str) -> dict[str, Any]:
+    result = cli("run", "yuko", "--prompt", "research acme", "--json", "--command", command)
+    assert "Traceback" not in result.stderr, result.stderr
+    record: dict[str, Any] = json.loads(result.stdout)
+    return record
+
+
+@pytest.fixture
+def yard(cli: Cli) -> Iterator[Cli]:
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    edit_org(cli.home, "boxes = 0", "boxes = 1")
+    assert cli("deploy").code == 0
+    # An imp's first run (no ready box yet) leaves the shape serve keeps boxes of.
+    first = run(cli, "true")
+    assert first["warm"] is False and first["exit_code"] == 0, first
+    try:
+        yield cli
+    finally:
+        remove_pool_boxes(cli.home)
+
+
+def log_of(cli: Cli, record: dict[str, Any]) -> str:
+    return (cli.home / "runs" / record["run_id"] / "box.log").read_text()
+
+
+def full_pool(cli: Cli, n: int = 1) -> None:
+    wait_for(f"{n} ready box(es)", lambda: ready_count(cli.home) >= n)
+
+
+#: What the engine fixes once a box runs: a warm box must have its cold box's values.
+HOST_FIELDS = (
+    "CapAdd",
+    "CapDrop",
+    "SecurityOpt",
+    "ReadonlyRootfs",
+    "Tmpfs",
+    "NetworkMode",
+    "Runtime",
+    "Memory",
+    "MemorySwap",
+    "NanoCpus",
+    "PidsLimit",
+    "Privileged",
+    "IpcMode",
+    "PidMode",
+    "UsernsMode",
+    "LogConfig",
+)
+
+
+def fixed_fields(info: dict[str, Any]) -> dict[str, Any]:
+    host = info["HostConfig"]
+    return {
+        **{k: host.get(k) for k in HOST_FIELDS},
+        "User": info["Config"]["User"],
+        "Image": info["Image"],
+        "NetworkDisabled": info["Config"].get("NetworkDisabled"),
+        "Mounts": sorted((m["Destination"], m["RW"]) for m in info["Mounts"]),
+    }
+
+
+def inspect_while_running(cli: Cli, command: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run ``command`` (it must outlive an inspect), inspecting the run's box meanwhile."""
+    seen: dict[str, Any] = {}
+    done: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: done.update(run(cli, command)))
+    thread.start()
+    try:
+
+        def running_box() -> bool:
+            for path in (cli.home / "runs").glob("*/manifest.json"):
+                manifest = json.loads(path.read_text())
+                if manifest["state"] == "running" and manifest.get("container_id"):
+                    seen.update(inspect(manifest["container_id"]))
+                    return True
+            return False
+
+        wait_for("a running box", running_box)
+    finally:
+        thread.join()
+    return seen, done
+
+
+def test_a_warm_box_is_its_cold_box_but_for_name_and_labels(yard: Cli) -> None:
+    cold, cold_run = inspect_while_running(yard, "sleep 2")  # no serve: no ready box
+    assert cold_run["warm"] is False and cold_run["exit_code"] == 0, cold_run
+    with serving(yard.home):
+        full_pool(yard)
+        warm, warm_run = inspect_while_running(yard, "sleep 2")
+    assert warm_run["warm"] is True and warm_run["exit_code"] == 0, warm_run
+    assert warm["Id"] == warm_run["container_id"]
+    assert "claim" in warm_run["timings_ms"]
+    assert fixed_fields(warm) == fixed_fields(cold)
+    assert warm["Name"] != cold["Name"]
+    assert warm["Config"]["Labels"] != cold["Config"]["Labels"]
+
+
+def test_a_warm_box_serves_one_run_and_nothing_of_it_reaches_the_next(yard: Cli) -> None:
+    first_cmd = f'{NOTE}; echo left > /tmp/left-behind; (sleep 300 &); echo "$IMPYARD_RUN_ID"'
+    look = 'ls -a /tmp; ps -o pid,args; env | grep -c IMPYARD_RUN_ID=; echo "$IMPYARD_RUN_ID"'
+    with serving(yard.home):
+        full_pool(yard)
+        first = run(yard, first_cmd)
+        full_pool(yard)
+        second = run(yard, look)
+    assert first["warm"] is True and second["warm"] is True, (first, second)
+    assert first["checkpoint"] == "integrated", first
+    assert first["container_id"] != second["container_id"]
+    shown = log_of(yard, second)
+    assert "left-behind" not in shown
+    assert "sleep 300" not in shown
+    assert first["run_id"] not in shown and second["run_id"] in shown
+    assert first["container_id"] not in pool_boxes(yard.home, all=True)  # removed after its run
+    listed = yard("runs", "show", first["run_id"], "--json")
+    assert json.loads(listed.stdout)["warm"] is True
+    samples = metrics(yard)
+    assert samples[("impyard_warm_runs_total", (("warm", "true"),))] == 2
+    assert samples[("impyard_run_phase_seconds_count", (("phase", "claim"),))] == 2
+
+
+def metrics(cli: Cli) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    _, client = console_for(cli.home, metrics_public=True)
+    text = client.get("/metrics").text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_kill_9_of_serve_with_a_full_pool_leaves_no_box_after_the_next_start(yard: Cli) -> None:
+    with serving(yard.home) as serve:
+        full_pool(yard)
+        left = set(pool_boxes(yard.home))
+        assert left
+        serve.send_signal(signal.SIGKILL)
+        serve.wait(timeout=30)
+    assert set(pool_boxes(yard.home)) == left  # nothing removed them: serve died
+    with serving(yard.home):
+        wait_for(
+            "the dead serve's boxes gone", lambda: not left & set(pool_boxes(yard.home, all=True))
+        )
+        full_pool(yard)
+    assert pool_boxes(yard.home, all=True) == {}  # and a clean stop removes the new pool
+
+
+def test_a_deploy_that_changes_the_box_drains_the_pool(yard: Cli) -> None:
+    with serving(yard.home):
+        full_pool(yard)
+        before = set(pool_boxes(yard.home))
+        edit_org(yard.home, "pids_limit = 256", "pids_limit = 200")
+        assert yard("deploy").code == 0
+        wait_for("the stale box gone", lambda: not before & set(pool_boxes(yard.home, all=True)))
+        wait_for("a box of the new shape", lambda: len(pool_boxes(yard.home)) == 1)
+        (now,) = pool_boxes(yard.home)
+        assert inspect(now)["HostConfig"]["PidsLimit"] == 200
+        # An imp that opts out: its pool goes too.
+        yard.home.joinpath("policy", "imps", "yuko.toml").write_text("[box.warm]\nboxes = 0\n")
+        assert yard("deploy").code == 0
+        wait_for("an opted-out pool gone", lambda: pool_boxes(yard.home, all=True) == {})
+
+
+def test_a_box_that_dies_while_it_waits_is_replaced(yard: Cli) -> None:
+    with serving(yard.home):
+        full_pool(yard)
+        (dead,) = pool_boxes(yard.home)
+        kill(dead)
+        wait_for("a new ready box", lambda: set(pool_boxes(yard.home)) - {dead} != set())
+        wait_for("the dead box removed", lambda: dead not in pool_boxes(yard.home, all=True))
+        record = run(yard, NOTE)
+    assert record["warm"] is True and record["container_id"] != dead, record
+
+
+def test_a_foreground_run_and_serve_never_share_a_ready_box(yard: Cli) -> None:
+    with serving(yard.home):
+        full_pool(yard)
+        assert yard("task", "add", "yuko", "--prompt", "fact").code == 0
+        foreground = run(yard, NOTE)
+
+        def task_done() -> bool:
+            tasks = json.loads(yard("task", "list", "--json").stdout)
+            return all(t["state"] not in ("queued", "running") for t in tasks)
+
+        wait_for("the task ended", task_done)
+    manifests = [json.loads(p.read_text()) for p in (yard.home / "runs").glob("*/manifest.json")]
+    warm_boxes = [m["container_id"] for m in manifests if m["warm"]]
+    assert foreground["checkpoint"] == "integrated", foreground
+    assert warm_boxes, manifests
+    assert len(warm_boxes) == len(set(warm_boxes))  # no box served two runs
+
+
+def test_a_run_with_no_ready_box_starts_its_own(yard: Cli) -> None:
+    record = run(yard, NOTE)  # no serve: nothing fills the pool
+    assert record["warm"] is False and record["checkpoint"] == "integrated", record
+
+
+def test_a_box_whose_run_ended_before_its_command_started_is_removed(yard: Cli) -> None:
+    with serving(yard.home):
+        full_pool(yard)
+        (box,) = pool_boxes(yard.home)
+        # Something in the ready box's knowledge directory: the run's checkout is refused.
+        (knowledge,) = (yard.home / "warm").glob("*/*/mnt/opt_impyard_knowledge")
+        (knowledge / "stray").write_text("x")
+        record = run(yard, NOTE)
+        assert record["warm"] is True and record["checkpoint"] == "quarantined", record
+        assert "not empty" in record["reason"], record
+        wait_for("the abandoned box removed", lambda: box not in pool_boxes(yard.home, all=True))
+
+
+def test_a_ready_box_older_than_its_bound_is_replaced(yard: Cli) -> None:
+    edit_org(yard.home, "max_age_seconds = 3600", "max_age_seconds = 2")
+    assert yard("deploy").code == 0
+    with serving(yard.home):
+        full_pool(yard)
+        (old,) = pool_boxes(yard.home)
+        wait_for("the old box gone", lambda: old not in pool_boxes(yard.home, all=True))
+        wait_for("its replacement", lambda: len(pool_boxes(yard.home)) == 1)
