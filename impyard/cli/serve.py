@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
             cluster = start_cluster(home, run_ctx)
             server = Server(run_ctx, workers, once, report)
             # Ready boxes only for a serve that stays: `--once` would start boxes to drop them.
-            pools = None if once else PoolKeeper(home)
+            pools = None if once else PoolKeeper(home, settings.disk_reserve_bytes)
 
             try:
                 # `impyard status` finds a live serve by this record's lock, a dead one's stale.

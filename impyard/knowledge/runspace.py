@@ -96,15 +96,16 @@ def space_size(keep_bytes: int) -> int:
 
 
 def mounted_spaces(home: Home) -> list[Path]:
-    """Mount points of run spaces under this data root (from /proc/self/mountinfo)."""
-    runs = str(home.runs_dir.resolve())
+    """Mount points of run spaces under this data root (from /proc/self/mountinfo): the
+    runs' own and the ready boxes' (``warm/<pool>/<box>/space``)."""
+    parents = (str(home.runs_dir.resolve()) + "/", str((home.root / "warm").resolve()) + "/")
     found = []
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             fields = line.split(" ")
             if len(fields) > 4:
                 point = fields[4].replace("\\040", " ")
-                if point.startswith(runs + "/") and point.endswith("/space"):
+                if point.startswith(parents) and point.endswith("/space"):
                     found.append(Path(point))
     return found
 
@@ -192,6 +193,17 @@ def create(home: Home, run_id: str, size_bytes: int, *, loop: bool) -> RunSpace:
         if not _take_spare(home, size_bytes, image):
             _format(image, size_bytes)
         _mount(image, mount, read_only=False, what="mount the run space")
+    return RunSpace("loop", mount, image, size_bytes)
+
+
+def create_at(home: Home, image: Path, mount: Path, size_bytes: int) -> RunSpace:
+    """A loop space of ``size_bytes`` (a waiting spare of that size when there is one)
+    mounted on ``mount``: a ready box's, made before its box starts."""
+    mount.mkdir(parents=True, exist_ok=True)
+    if not _is_mounted(mount):
+        if not _take_spare(home, size_bytes, image):
+            _format(image, size_bytes)
+        _mount(image, mount, read_only=False, what="mount the ready box's space")
     return RunSpace("loop", mount, image, size_bytes)
 
 

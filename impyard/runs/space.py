@@ -62,8 +62,10 @@ def drop_run_space(home: Home, manifest: Manifest) -> None:
     collection no longer keeps the chain it named."""
     space = manifest.space
     record = home.run_checkout_record(manifest.run_id)
+    if space is not None:
+        runspace.release(space)  # the space goes whole, checkout and index included
     if manifest.warm and manifest.checkout is not None:
-        # A ready box's checkout lives in that box's directory, outside the run's space.
+        # A ready box's checkout is in that box's directory (in its space, when it has one).
         release_checkout(manifest.checkout, record)
         forget_box_dir(home, manifest.checkout.root)
     elif space is None and manifest.checkout is not None:
@@ -71,5 +73,3 @@ def drop_run_space(home: Home, manifest: Manifest) -> None:
         release_checkout(manifest.checkout, record)
     else:
         record.unlink(missing_ok=True)
-    if space is not None:
-        runspace.release(space)  # the space goes whole, checkout and index included

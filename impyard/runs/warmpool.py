@@ -11,6 +11,11 @@ container's, and the engine keeps no OOM or timeout record for it.
 
 One rename claims a box (``ready`` -> ``claimed`` in its directory): of a foreground
 ``impyard run`` and ``serve`` racing for the same box, exactly one rename succeeds.
+
+The knowledge mount's source is in the box's own writable space (``space``: a loop
+filesystem of the size a cold run's copy checkout gets, made before the box starts and
+counted by admission as a run's is), so a warm box that writes too much fills its own
+space, never the data root.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from impyard.box.launch import find_boxes, remove_box, start_box
 from impyard.box.spec import LABEL_ROOT, BoxMount, BoxSpec, Runtime, box_labels, root_label
 from impyard.box.trust import BOX_CA_BUNDLE
 from impyard.contract import parse_user
-from impyard.fsutil import atomic_write_text, remove_tree
+from impyard.fsutil import atomic_write_text, locked, remove_tree
 from impyard.gateway.boxside import BOX_SIGNAL_DIR
 from impyard.home import Home
+from impyard.knowledge import runspace
+from impyard.knowledge.runspace import RunSpace
 from impyard.runs import manifest
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
 
@@ -71,6 +78,8 @@ class PoolShape:
     network: str
     #: (target, read_only) of each mount, sorted.
     mounts: tuple[tuple[str, bool], ...]
+    #: The size of the box's writable space (loop); 0: a plain directory, unbounded.
+    space_bytes: int = 0
 
     @property
     def key(self) -> str:
@@ -105,10 +114,39 @@ class PoolBox:
     dir: Path
     container_id: str
     created: float
+    #: Its space's size (0: its knowledge dir is a plain directory).
+    space_bytes: int = 0
+
+    @property
+    def space(self) -> RunSpace | None:
+        """The box's space, which its run takes as its own once it claims the box."""
+        return box_space(self.dir, self.space_bytes) if self.space_bytes else None
 
     def source(self, target: str) -> Path:
         """The host side of the box's mount at ``target``."""
+        if target == BOX_KNOWLEDGE:
+            return space_of(self.dir) / "knowledge"
         return self.dir / "mnt" / target.strip("/").replace("/", "_")
+
+
+def space_bytes(max_repo_bytes: int) -> int:
+    """A ready box's space: a cold run's copy checkout's (the checkout, and what the run
+    may keep)."""
+    return runspace.space_size(2 * max_repo_bytes)
+
+
+def space_of(box_dir: Path) -> Path:
+    return box_dir / "space"
+
+
+def box_space(box_dir: Path, size_bytes: int = 0) -> RunSpace:
+    return RunSpace("loop", space_of(box_dir), box_dir / "space.img", size_bytes)
+
+
+def remove_box_dir(box_dir: Path) -> None:
+    """A box's directory and its space (unmounted first: what is inside goes with it)."""
+    runspace.unmount(box_space(box_dir))
+    remove_tree(box_dir)
 
 
 def gate(runtime: Runtime) -> str:
@@ -141,36 +179,68 @@ def pool_spec(home: Home, shape: PoolShape, name: str, box_dir: Path) -> BoxSpec
     )
 
 
-def start_pool_box(home: Home, shape: PoolShape) -> PoolBox:
-    """Start one ready box of ``shape``; it is claimable once this returns."""
+def start_pool_box(home: Home, shape: PoolShape, reserve_bytes: int = 0) -> PoolBox:
+    """Start one ready box of ``shape``; it is claimable once this returns. Its space is
+    admitted only while the data root keeps ``reserve_bytes`` free besides."""
     name = f"impyard-warm-{shape.key[:8]}-{os.urandom(4).hex()}"
     box_dir = warm_dir(home) / shape.key / name
     (box_dir / "mnt").mkdir(parents=True)
-    uid, gid = parse_user(shape.user)
     spec = pool_spec(home, shape, name, box_dir)
+    try:
+        return _start(home, shape, spec, box_dir, reserve_bytes)
+    except BaseException:
+        remove_box_dir(box_dir)
+        raise
+
+
+def _start(
+    home: Home, shape: PoolShape, spec: BoxSpec, box_dir: Path, reserve_bytes: int
+) -> PoolBox:
+    uid, gid = parse_user(shape.user)
+    name = box_dir.name
+    if shape.space_bytes:
+        _make_space(home, box_dir, name, shape.space_bytes, reserve_bytes)
     for mount in spec.mounts:
         path = Path(mount.source)
         if mount.target in FILE_TARGETS:
             path.touch(mode=0o644)
             continue
-        path.mkdir(mode=0o755)
+        path.mkdir(mode=0o755, parents=mount.target == BOX_KNOWLEDGE)
         if mount.target == BOX_KNOWLEDGE:
             os.chown(path, uid, gid)  # as a cold checkout's root: the box user's
     # The record first: a host that dies during the start leaves a dir reap finds.
     atomic_write_text(box_dir / "box.json", json.dumps({"shape": asdict(shape)}))
     started = start_box(spec, None, shape.image_id)
-    box = PoolBox(shape.key, name, box_dir, started.container_id, time.time())
+    box = PoolBox(shape.key, name, box_dir, started.container_id, time.time(), shape.space_bytes)
     record = {"shape": asdict(shape), "container_id": box.container_id, "created": box.created}
     atomic_write_text(box_dir / "box.json", json.dumps(record))
     (box_dir / "ready").touch()
     return box
 
 
+def _make_space(home: Home, box_dir: Path, name: str, size_bytes: int, reserve: int) -> None:
+    """The box's space, admitted against the data root's free space as a run's is (a
+    DiskSpaceError leaves the pool a box short until space is freed)."""
+    with locked(home.runs_dir / ".space.lock"):
+        runspace.admit(home, size_bytes, reserve)
+        runspace.reserve(home, name, size_bytes)
+    try:
+        runspace.create_at(home, box_dir / "space.img", space_of(box_dir), size_bytes)
+    finally:
+        runspace.unreserve(home, name)
+
+
 def _load(box_dir: Path) -> PoolBox | None:
     try:
         raw = json.loads((box_dir / "box.json").read_text())
+        space = int(raw.get("shape", {}).get("space_bytes") or 0)
         return PoolBox(
-            box_dir.parent.name, box_dir.name, box_dir, raw["container_id"], raw["created"]
+            box_dir.parent.name,
+            box_dir.name,
+            box_dir,
+            raw["container_id"],
+            raw["created"],
+            space,
         )
     except (OSError, ValueError, KeyError):
         return None
@@ -231,7 +301,7 @@ def claim(home: Home, key: str, run_id: str) -> PoolBox | None:
 def discard(box: PoolBox) -> None:
     """Remove a box this caller took (or that no run holds) and its directory."""
     remove_box(box.container_id)
-    remove_tree(box.dir)
+    remove_box_dir(box.dir)
 
 
 def drain(home: Home, keep: dict[str, float]) -> int:
@@ -270,14 +340,17 @@ def reap(home: Home) -> int:
             claimed = (box_dir / "claimed").exists()
             if box is not None and box.container_id in live and claimed:
                 continue
-            if claimed and box is not None:
-                # The run's kept checkout (a quarantine) stays until gc releases it.
-                knowledge = box.source(BOX_KNOWLEDGE)
-                if knowledge.exists():
-                    continue
+            if claimed and box is not None and keeps_checkout(box):
+                continue  # the run's kept checkout (a quarantine) stays until gc releases it
             with contextlib.suppress(FileNotFoundError):
-                remove_tree(box_dir)
+                remove_box_dir(box_dir)
     return gone
+
+
+def keeps_checkout(box: PoolBox) -> bool:
+    """Whether the box's directory still holds its run's checkout (its space's image, kept
+    unmounted once the run is quarantined, or a plain knowledge dir)."""
+    return (box.dir / "space.img").exists() or box.source(BOX_KNOWLEDGE).exists()
 
 
 def forget_box_dir(home: Home, knowledge: Path) -> None:
@@ -285,7 +358,7 @@ def forget_box_dir(home: Home, knowledge: Path) -> None:
     (its run is over and its box gone)."""
     box_dir = knowledge.parent.parent
     if box_dir.parent.parent == warm_dir(home) and (box_dir / "claimed").exists():
-        remove_tree(box_dir)
+        remove_box_dir(box_dir)
 
 
 def sweep_abandoned(home: Home) -> int:
@@ -307,6 +380,6 @@ def sweep_abandoned(home: Home) -> int:
                 continue
             remove_box(box.container_id)
             gone += 1
-            if not box.source(BOX_KNOWLEDGE).exists():
-                remove_tree(box.dir)
+            if not keeps_checkout(box):
+                remove_box_dir(box.dir)
     return gone

@@ -16,7 +16,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from impyard.box.logs import LogFollower
@@ -24,6 +24,7 @@ from impyard.box.spec import BoxMount, BoxSpec, StartedBox
 from impyard.fsutil import atomic_write_text
 from impyard.gateway.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home
+from impyard.knowledge import runspace
 from impyard.runs import warmpool
 from impyard.runs.active import ActiveRun
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec
@@ -40,12 +41,17 @@ def wants_dir(home: Home) -> Path:
 
 
 def run_shape(run: ActiveRun, request: RunRequest, image_id: str) -> PoolShape:
-    """The shape of the box this run would start (its knowledge mount counted as a bind)."""
+    """The shape of the box this run would start (its knowledge mount counted as a bind,
+    in a space bounded as the run's own is, when the run's is)."""
     spec = box_spec(run.home, run.manifest, run.policy, request)
     mounts = [m for m in spec.mounts if m.target != BOX_KNOWLEDGE]
+    space = 0
     if run.policy.knowledge.enabled:
         mounts.append(BoxMount(source="/", target=BOX_KNOWLEDGE, read_only=False))
-    return PoolShape.of(BoxSpec(**{**spec.__dict__, "mounts": mounts}), image_id)
+        if run.manifest.space is not None and run.manifest.space.kind == "loop":
+            space = warmpool.space_bytes(run.policy.knowledge.max_repo_bytes)
+    shape = PoolShape.of(BoxSpec(**{**spec.__dict__, "mounts": mounts}), image_id)
+    return replace(shape, space_bytes=space)
 
 
 class WarmClaim:
@@ -102,8 +108,14 @@ def claim_warm(
     run.event("warm.hit" if box is not None else "warm.miss", pool=shape.key)
     if box is None:
         return None
-    # Saved with the run's `starting` state: recovery finds the box by this name.
-    run.manifest.warm, run.manifest.container_name = True, box.name
+    m = run.manifest
+    m.warm, m.container_name = True, box.name  # recovery finds the box by this name
+    own, m.space = m.space, box.space or m.space
+    run.save()
+    if own is not None and m.space is not own:
+        # The box's space is the run's from here on (kept, read and released as a cold
+        # run's is); the one admission gave the run was never used.
+        runspace.release(own)
     return WarmClaim(run, box, shape.image_id, before_start)
 
 

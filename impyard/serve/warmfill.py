@@ -48,9 +48,11 @@ def wants(home: Home) -> dict[str, PoolShape]:
 
 def refreshed(home: Home, imp: str, shape: PoolShape) -> PoolShape | None:
     """``shape`` as the imp's deployed policy makes it now; None: it keeps no ready box."""
-    box = deployed_policy(home, imp).box
+    policy = deployed_policy(home, imp)
+    box = policy.box
     if box.warm.boxes <= 0:
         return None
+    space = warmpool.space_bytes(policy.knowledge.max_repo_bytes) if shape.space_bytes else 0
     return replace(
         shape,
         image_id=resolve_image(shape.image),
@@ -60,11 +62,15 @@ def refreshed(home: Home, imp: str, shape: PoolShape) -> PoolShape | None:
         cpus=box.cpus,
         pids_limit=box.pids_limit,
         network=box.network,
+        space_bytes=space,
     )
 
 
-def fill_once(home: Home, stopping: threading.Event | None = None) -> FillReport:
-    """One pass over every pool of this data root."""
+def fill_once(
+    home: Home, stopping: threading.Event | None = None, reserve_bytes: int = 0
+) -> FillReport:
+    """One pass over every pool of this data root; a new box's space leaves
+    ``reserve_bytes`` of the data root free (IMPYARD_DISK_RESERVE_BYTES)."""
     report = FillReport()
     shapes: dict[str, PoolShape] = {}
     max_age: dict[str, float] = {}
@@ -89,7 +95,7 @@ def fill_once(home: Home, stopping: threading.Event | None = None) -> FillReport
         for _ in range(max(0, missing)):
             if stopping is not None and stopping.is_set():
                 return report
-            warmpool.start_pool_box(home, shapes[key])
+            warmpool.start_pool_box(home, shapes[key], reserve_bytes)
             report.started += 1
     return report
 
@@ -102,8 +108,9 @@ def remove_pools(home: Home) -> int:
 class PoolKeeper:
     """The thread serve runs to keep its pools full; stopped with serve, pools removed."""
 
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, reserve_bytes: int = 0) -> None:
         self.home = home
+        self.reserve_bytes = reserve_bytes
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="warm-pools", daemon=True)
 
@@ -119,7 +126,7 @@ class PoolKeeper:
     def _loop(self) -> None:
         while not self.stopping.is_set():
             try:
-                fill_once(self.home, self.stopping)
+                fill_once(self.home, self.stopping, self.reserve_bytes)
             except Exception as exc:  # an engine hiccup: the next pass tries again
                 log.warning("could not fill the ready-box pools: %s", exc)
             self.stopping.wait(FILL_INTERVAL_SECONDS)

@@ -4,6 +4,7 @@ it, over a real data root and a real copy checkout (no engine, no box)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -86,3 +87,21 @@ def write_run(home: Home, run_id: str, imp: str = "yuko", **fields: Any) -> Mani
     home.run_dir(run_id).mkdir(parents=True, exist_ok=True)
     manifests.write(home, manifest)
     return manifest
+
+
+def allocated_bytes(root: Path) -> int:
+    """Bytes allocated on ``root``'s own disk under it (sparse files count what they hold;
+    a mounted run space counts by its image file, not again by what it holds), links not
+    followed."""
+    total = 0
+    device = os.lstat(root).st_dev
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in list(dirnames):
+            st = os.lstat(os.path.join(dirpath, name))
+            if st.st_dev != device:
+                dirnames.remove(name)
+            else:
+                total += st.st_blocks * 512
+        for name in filenames:
+            total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total

@@ -14,6 +14,7 @@ import pytest
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.policy import edit_org
+from tests.helpers.runs import allocated_bytes
 from tests.helpers.runtime import TEST_RUNTIME
 
 pytestmark = pytest.mark.docker
@@ -368,16 +369,6 @@ def test_a_box_that_writes_past_its_space_is_quarantined_and_the_disk_keeps_its_
     # test, a bench) may write to the same disk meanwhile.
     assert allocated_bytes(yard.home) < 100 * 2**20
     assert "No space left on device" in yard("runs", "logs", str(record["run_id"])).stdout
-
-
-def allocated_bytes(root: Path) -> int:
-    """Bytes allocated on disk under ``root`` (sparse files count what they hold), links
-    not followed."""
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
 
 
 def test_a_run_that_would_eat_the_reserve_is_not_admitted(yard: Cli) -> None:

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org
+from tests.helpers.runs import allocated_bytes
 from tests.helpers.warm import (
     inspect,
     kill,
@@ -233,7 +234,7 @@ def test_a_box_whose_run_ended_before_its_command_started_is_removed(yard: Cli) 
         full_pool(yard)
         (box,) = pool_boxes(yard.home)
         # Something in the ready box's knowledge directory: the run's checkout is refused.
-        (knowledge,) = (yard.home / "warm").glob("*/*/mnt/opt_impyard_knowledge")
+        (knowledge,) = (yard.home / "warm").glob("*/*/space/knowledge")
         (knowledge / "stray").write_text("x")
         record = run(yard, NOTE)
         assert record["warm"] is True and record["checkpoint"] == "quarantined", record
@@ -249,3 +250,21 @@ def test_a_ready_box_older_than_its_bound_is_replaced(yard: Cli) -> None:
         (old,) = pool_boxes(yard.home)
         wait_for("the old box gone", lambda: old not in pool_boxes(yard.home, all=True))
         wait_for("its replacement", lambda: len(pool_boxes(yard.home)) == 1)
+
+
+def test_a_warm_box_that_writes_past_its_space_fills_its_own_not_the_data_root(
+    yard: Cli,
+) -> None:
+    """A ready box's checkout is in a space of its own, sized from max_repo_bytes as a cold
+    run's is: a box writing 500 MB with a 10 MB limit hits ENOSPC in the box."""
+    edit_org(yard.home, "max_repo_bytes = 1000000000", "max_repo_bytes = 10000000")
+    assert yard("deploy").code == 0
+    run(yard, "true")  # the shape of a run under the new limit
+    fill = 'dd if=/dev/zero of="$IMPYARD_KNOWLEDGE_DIR/records/fill" bs=1048576 count=500'
+    with serving(yard.home):
+        wait_for("a box of the new limit", lambda: ready_count(yard.home) >= 1)
+        record = run(yard, fill)
+        assert record["warm"] is True and record["checkpoint"] == "quarantined", record
+        assert str(record["reason"]).endswith("is full"), record
+        assert allocated_bytes(yard.home) < 100 * 2**20
+    assert "No space left on device" in log_of(yard, record)
