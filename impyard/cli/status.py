@@ -169,6 +169,24 @@ def _cluster(s: Status) -> list[str]:
     return lines
 
 
+def _warm(s: Status) -> list[str]:
+    w = s.warm
+    if not w.in_use:
+        return []
+    ready, wanted = sum(p.ready for p in w.pools), sum(p.wanted for p in w.pools)
+    claim = (
+        "" if w.claim_ms_p50 is None else f", claim {w.claim_ms_p50:g} ms (p95 {w.claim_ms_p95:g})"
+    )
+    head = (
+        f"{ready} of {wanted} ready box(es) in {len(w.pools)} pool(s); last {w.recent_runs} "
+        f"run(s): {w.hits} hit(s), {w.misses} miss(es){claim}"
+    )
+    lines = [_line("warm", head)]
+    for p in w.pools:
+        lines.append(_more(f"{p.key}  {p.ready}/{p.wanted} ready  {p.image}  {p.runtime}"))
+    return lines
+
+
 def _now(s: Status) -> datetime:
     return datetime.fromisoformat(s.generated_at)
 
@@ -180,6 +198,7 @@ def render(s: Status) -> list[str]:
         _images,
         _serve,
         _cluster,
+        _warm,
         _queue,
         _runs,
         _leases,

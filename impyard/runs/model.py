@@ -146,6 +146,8 @@ class Manifest(BaseModel):
     container_name: str | None = None
     #: The box was a ready pool box claimed by this run, not one started for it.
     warm: bool = False
+    #: The ready-box pool the run looked in (``[box.warm]``): with ``warm`` false, a miss.
+    warm_pool: str | None = None
     image: str | None = None
     image_id: str | None = None
     #: The engine runtime the box runs under (runc or runsc), fixed when the run is admitted;

@@ -105,6 +105,7 @@ def claim_warm(
     shape = run_shape(run, request, image_id())
     record_want(run.home, run.manifest.imp, shape)
     box = warmpool.claim(run.home, shape.key, run.manifest.run_id)
+    run.manifest.warm_pool = shape.key
     run.event("warm.hit" if box is not None else "warm.miss", pool=shape.key)
     if box is None:
         return None
@@ -117,6 +118,15 @@ def claim_warm(
         # run's is); the one admission gave the run was never used.
         runspace.release(own)
     return WarmClaim(run, box, shape.image_id, before_start)
+
+
+def wants(home: Home) -> dict[str, PoolShape]:
+    """imp -> the shape its last run recorded (an unreadable record is skipped)."""
+    found: dict[str, PoolShape] = {}
+    for path in sorted(wants_dir(home).glob("*.json")):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            found[path.stem] = PoolShape.from_dict(json.loads(path.read_text()))
+    return found
 
 
 def record_want(home: Home, imp: str, shape: PoolShape) -> None:

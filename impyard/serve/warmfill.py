@@ -9,8 +9,6 @@ that died while it waited, and starts boxes until each pool holds its number.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import threading
 from dataclasses import dataclass, field, replace
@@ -21,7 +19,7 @@ from impyard.home import Home
 from impyard.policy.compile import deployed_policy
 from impyard.runs import warmpool
 from impyard.runs.warmpool import PoolShape
-from impyard.runs.warmrun import record_want, wants_dir
+from impyard.runs.warmrun import record_want, wants, wants_dir
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +33,6 @@ class FillReport:
     wanted: dict[str, int] = field(default_factory=dict)
     started: int = 0
     drained: int = 0
-
-
-def wants(home: Home) -> dict[str, PoolShape]:
-    """imp -> the shape its last run recorded (an unreadable record is skipped)."""
-    found: dict[str, PoolShape] = {}
-    for path in sorted(wants_dir(home).glob("*.json")):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            found[path.stem] = PoolShape.from_dict(json.loads(path.read_text()))
-    return found
 
 
 def refreshed(home: Home, imp: str, shape: PoolShape) -> PoolShape | None:

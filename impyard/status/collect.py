@@ -30,6 +30,7 @@ from impyard.status.model import (
 )
 from impyard.status.policy import policy_section
 from impyard.status.units import human_bytes, iso
+from impyard.status.warm import warm_section
 from impyard.status.work import queue_and_leases, serve_section, unfinished_runs
 
 
@@ -106,6 +107,7 @@ def judged_status(
         disk=disk,
         policy=policy_section(home),
         cluster=cluster_section(home),
+        warm=warm_section(home),
     )
     judge(status)
     return status

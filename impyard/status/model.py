@@ -152,6 +152,31 @@ class ClusterNode(BaseModel):
     last_heartbeat: str | None
 
 
+class WarmPool(BaseModel):
+    key: str
+    image: str
+    runtime: str
+    ready: int
+    #: Ready boxes the deployed policy asks for (the most any imp of the pool asks).
+    wanted: int
+
+
+class WarmSection(BaseModel):
+    """Ready boxes now, and how the most recent finished runs that looked for one fared."""
+
+    pools: list[WarmPool] = Field(default_factory=list)
+    #: Finished runs looked at (the most recent ones, at most ``RECENT_RUNS``).
+    recent_runs: int = 0
+    hits: int = 0
+    misses: int = 0
+    claim_ms_p50: float | None = None
+    claim_ms_p95: float | None = None
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.pools or self.hits or self.misses)
+
+
 class ClusterSection(BaseModel):
     enabled: bool
     nodes: list[ClusterNode] = Field(default_factory=list)
@@ -171,6 +196,7 @@ class Status(BaseModel):
     disk: DiskSection
     policy: PolicySection
     cluster: ClusterSection = Field(default_factory=lambda: ClusterSection(enabled=False))
+    warm: WarmSection = Field(default_factory=WarmSection)
     problems: list[Problem] = Field(default_factory=list)
     warnings: list[Problem] = Field(default_factory=list)
 

@@ -131,14 +131,15 @@ def _warm(home: Home, finished: list[RunFacts]) -> Iterator[Metric]:
     for pool, n in sorted(Counter(box.key for box in ready_boxes(home)).items()):
         ready.add_metric([pool], n)
     yield ready
-    runs = CounterMetricFamily(
-        "impyard_warm_runs",
-        "Finished runs by whether they claimed a ready box (true: a hit).",
-        labels=["warm"],
+    claims = CounterMetricFamily(
+        "impyard_warm_claims",
+        "Finished runs that looked for a ready box, by whether one was there.",
+        labels=["result"],
     )
-    for warm, n in sorted(Counter(f.warm for f in finished).items()):
-        runs.add_metric(["true" if warm else "false"], n)
-    yield runs
+    looked = Counter("hit" if f.warm else "miss" for f in finished if f.looked_warm)
+    for result in ("hit", "miss"):
+        claims.add_metric([result], looked[result])
+    yield claims
 
 
 def _queue(console: Console) -> Iterator[Metric]:

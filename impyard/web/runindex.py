@@ -40,6 +40,8 @@ class RunFacts:
     phases: Mapping[str, float] = field(default_factory=dict)
     #: The run claimed a ready box (``[box.warm]``) rather than starting its own.
     warm: bool = False
+    #: The run looked for a ready box: with ``warm`` false, it found none (a miss).
+    looked_warm: bool = False
 
     @property
     def finished(self) -> bool:
@@ -128,6 +130,7 @@ def read_facts(home: Home, run_id: str) -> RunFacts | None:
         duration_seconds=_between(started, ended),
         phases=phases,
         warm=raw.get("warm") is True,
+        looked_warm=raw.get("warm") is True or isinstance(raw.get("warm_pool"), str),
     )
 
 

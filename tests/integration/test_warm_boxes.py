@@ -25,7 +25,7 @@ from tests.helpers.warm import (
     serving,
     wait_for,
 )
-from tests.helpers.web import console_for
+from tests.helpers.web import console_for, log_in
 
 pytestmark = pytest.mark.docker
 
@@ -149,7 +149,15 @@ def test_a_warm_box_serves_one_run_and_nothing_of_it_reaches_the_next(yard: Cli)
     listed = yard("runs", "show", first["run_id"], "--json")
     assert json.loads(listed.stdout)["warm"] is True
     samples = metrics(yard)
-    assert samples[("impyard_warm_runs_total", (("warm", "true"),))] == 2
+    assert samples[("impyard_warm_claims_total", (("result", "hit"),))] == 2
+    assert samples[("impyard_warm_claims_total", (("result", "miss"),))] == 1  # the first run
+    warm = json.loads(yard("status", "--json").stdout)["warm"]
+    assert (warm["hits"], warm["misses"], warm["recent_runs"]) == (2, 1, 3), warm
+    assert warm["claim_ms_p50"] > 0 and [p["wanted"] for p in warm["pools"]] == [1], warm
+    assert "2 hit(s), 1 miss(es)" in yard("status").stdout
+    console, client = console_for(yard.home)
+    log_in(console, client)
+    assert "2 hits, 1 misses" in client.get("/").text
     assert samples[("impyard_run_phase_seconds_count", (("phase", "claim"),))] == 2
 
 

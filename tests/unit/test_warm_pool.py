@@ -16,7 +16,10 @@ from impyard.home import Home
 from impyard.policy import PolicyError, deploy
 from impyard.runs import warmpool
 from impyard.runs.warmpool import PoolShape
+from impyard.runs.warmrun import record_want
+from impyard.status.warm import warm_section
 from tests.helpers.policy import edit_org
+from tests.helpers.runs import write_run
 
 
 @pytest.fixture
@@ -128,3 +131,29 @@ def test_an_overlay_may_lower_the_ready_boxes_or_opt_out_never_raise(home: Home)
 
 def test_the_org_default_keeps_no_ready_box(home: Home) -> None:
     assert deploy(home).policy_for("yuko").box.warm.boxes == 0
+
+
+def test_status_counts_hits_misses_and_claim_times_of_recent_runs_and_each_pools_boxes(
+    home: Home,
+) -> None:
+    edit_org(home.root, "boxes = 0", "boxes = 2")
+    deploy(home)
+    shape = PoolShape.of(spec(), "sha256:1")
+    record_want(home, "yuko", shape)
+    ready_box(home, shape.key, "impyard-warm-a", 1.0)
+    ready_box(home, "stale", "impyard-warm-b", 2.0)
+    done = {"state": "finished", "checkpoint": "integrated"}
+    for i, claim in enumerate([4.0, 6.0, 50.0]):
+        write_run(home, f"run-20261205T09000{i}Z-00000000a{i}", warm=True, warm_pool=shape.key,
+                  timings_ms={"claim": claim}, **done)  # fmt: skip
+    write_run(home, "run-20261205T090003Z-00000000a3", warm_pool=shape.key, **done)  # a miss
+    write_run(home, "run-20261205T090004Z-00000000a4", **done)  # no pool wanted: neither
+    write_run(
+        home, "run-20261205T090005Z-00000000a5", warm=True, warm_pool=shape.key, state="running"
+    )
+
+    section = warm_section(home)
+    assert (section.recent_runs, section.hits, section.misses) == (5, 3, 1)
+    assert (section.claim_ms_p50, section.claim_ms_p95) == (6.0, 50.0)
+    pools = {p.key: (p.ready, p.wanted) for p in section.pools}
+    assert pools == {shape.key: (1, 2), "stale": (1, 0)}
