@@ -188,22 +188,20 @@ def create(home: Home, run_id: str, size_bytes: int, *, loop: bool) -> RunSpace:
     mount.mkdir(parents=True, exist_ok=True)
     if not loop:
         return RunSpace("plain", mount, None, size_bytes)
-    image = home.run_space_image(run_id)
-    if not _is_mounted(mount):
-        if not _take_spare(home, size_bytes, image):
-            _format(image, size_bytes)
-        _mount(image, mount, read_only=False, what="mount the run space")
-    return RunSpace("loop", mount, image, size_bytes)
+    return create_at(home, home.run_space_image(run_id), mount, size_bytes, "the run space")
 
 
-def create_at(home: Home, image: Path, mount: Path, size_bytes: int) -> RunSpace:
+def create_at(
+    home: Home, image: Path, mount: Path, size_bytes: int, what: str = "the ready box's space"
+) -> RunSpace:
     """A loop space of ``size_bytes`` (a waiting spare of that size when there is one)
-    mounted on ``mount``: a ready box's, made before its box starts."""
+    mounted on ``mount`` unless it already is: a run's, or a ready box's made before its
+    box starts."""
     mount.mkdir(parents=True, exist_ok=True)
     if not _is_mounted(mount):
         if not _take_spare(home, size_bytes, image):
             _format(image, size_bytes)
-        _mount(image, mount, read_only=False, what="mount the ready box's space")
+        _mount(image, mount, read_only=False, what=f"mount {what}")
     return RunSpace("loop", mount, image, size_bytes)
 
 
