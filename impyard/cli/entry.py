@@ -41,11 +41,21 @@ def main() -> None:
     # and a scan of every installed distribution, ~20 ms) finds nothing to apply to
     # them. An owner's explicit setting still wins.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    args = sys.argv[1:]
+    if "run" in args[:3]:
+        # A foreground run a running serve can take: handed over before typer loads.
+        from impyard.cli.handoff import handed_off
+
+        handed = handed_off(args)
+        if isinstance(handed, int):
+            end_process(handed)
+            return
+        args = handed
     defer_collector(COLLECTOR_AFTER_SECONDS)
     from impyard.cli.main import main as run_cli
 
     try:
-        run_cli()
+        run_cli(args)
         code = 0
     except SystemExit as exc:
         code = exit_status(exc.code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import Protocol
 
 from impyard.home import Home
 from impyard.runs.follow import box_output
@@ -79,10 +80,18 @@ class BoxOutput:
         os.close(devnull)
 
 
+class OutputSink(Protocol):
+    """Where a run's box output goes: this process's stdout, or a handed-over run's client."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class OutputStreamer:
     """Shows a run's box output from a thread while this process drives the run."""
 
-    def __init__(self, home: Home, run_id: str, output: BoxOutput) -> None:
+    def __init__(self, home: Home, run_id: str, output: OutputSink) -> None:
         self._home = home
         self._run_id = run_id
         self._output = output

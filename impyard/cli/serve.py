@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
         import logging
         from datetime import UTC, datetime
 
+        from impyard.cli.run_server import started_serving
         from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.cluster.plane.serving import start_cluster
         from impyard.journal import Journal
@@ -84,13 +85,22 @@ def register(app: typer.Typer) -> None:
             run_ctx = RunContext(settings=settings, journal=Journal(home.journal))
             cluster = start_cluster(home, run_ctx)
             server = Server(run_ctx, workers, once, report)
+            # A foreground `impyard run` hands its run over the run socket to a serve that
+            # stays (not `--once`, which would leave it mid-run).
+            handed = None if once else started_serving(home, settings, server.ctx.journal, warn)
+
+            def request_stop(by: str) -> None:
+                if handed is not None:
+                    handed.request_stop()
+                server.request_stop(by)
+
             # Ready boxes only for a serve that stays: `--once` would start boxes to drop them.
             pools = None if once else PoolKeeper(home, settings.disk_reserve_bytes)
 
             try:
                 # `impyard status` finds a live serve by this record's lock, a dead one's stale.
                 with (
-                    stop_signals(server.request_stop),
+                    stop_signals(request_stop),
                     recorded(home, server.concurrency, once=once),
                 ):
                     lines.put(start_line(serve_start(home, workers, once=once), datetime.now(UTC)))
@@ -99,6 +109,8 @@ def register(app: typer.Typer) -> None:
                     final = server.serve()
                 lines.put(stop_line(final, datetime.now(UTC)))
             finally:
+                if handed is not None:
+                    handed.stop(settings.shutdown_grace_seconds)
                 if pools is not None:
                     pools.stop()
                 lines.close()

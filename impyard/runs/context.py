@@ -30,6 +30,9 @@ class RunContext:
     #: Runs whose box the host killed (serve's shutdown): whatever their box's exit status,
     #: such a run is quarantined, never integrated half-done.
     killed_runs: set[str] = field(default_factory=set)
+    #: Why a killed run was killed, where it is not serve's shutdown (a handed-over run's
+    #: client that went away), by run id.
+    kill_reasons: dict[str, str] = field(default_factory=dict)
     #: Makes the run of an admitted manifest (default: the pipeline's ``Run``, whose box
     #: runs on this host's engine; serve on a cluster makes runs whose box runs on a node).
     make_run: Callable[..., Any] | None = None
@@ -38,6 +41,10 @@ class RunContext:
     #: Whether serve queues a finished run's task again: a run lost with its cluster node
     #: (not the task's fault), the first time its task lost one.
     requeue_lost: Callable[[Manifest], bool] | None = None
+
+    def kill_reason(self, run_id: str) -> str:
+        """Why the host killed a run in ``killed_runs``: its own reason, else serve's shutdown."""
+        return self.kill_reasons.get(run_id, "killed by the host (serve shutdown)")
 
     @property
     def home(self) -> Home:

@@ -171,7 +171,7 @@ class Run(RunRecord):
     def record_exit(self, box_exit: BoxExit, interrupted: str | None = None) -> bool:
         """Record how the box ended; True when it is a clean exit that may be checkpointed."""
         if interrupted is None and self.manifest.run_id in self.ctx.killed_runs:
-            interrupted = "killed by the host (serve shutdown)"
+            interrupted = self.ctx.kill_reason(self.manifest.run_id)
         return record_exit(self, box_exit, interrupted, self.tmp_watch.stop())
 
     # The endings (snapshot, lane, quarantine) are imported where they are used, for
