@@ -155,6 +155,10 @@ def _show(conn: socket.socket, args: list[str], parsed: dict[str, Any]) -> int |
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # Serve escaped every line it sent (as ``echo`` does); escaping is idempotent, and a
+    # line is shown only once it is this process's own view of it.
+    from impyard.textsafe import visible
+
     signal.signal(signal.SIGTERM, interrupt)
     stdout_broken = False
     lines = _Lines(conn)
@@ -171,17 +175,17 @@ def _show(conn: socket.socket, args: list[str], parsed: dict[str, Any]) -> int |
         if "fallback" in message:
             return _in_process(args, parsed)
         if "err" in message:
-            sys.stderr.write(message["err"] + "\n")
+            sys.stderr.write(visible(message["err"]) + "\n")
             sys.stderr.flush()
         elif ("out" in message or "raw" in message) and not stdout_broken:
             stdout_broken = not _write_out(message)
         elif "end" in message:
             end = message["end"]
             for line in end.get("stderr", []):
-                sys.stderr.write(line + "\n")
+                sys.stderr.write(visible(line) + "\n")
             if not stdout_broken:
                 for line in end.get("stdout", []):
-                    sys.stdout.write(line + "\n")
+                    sys.stdout.write(visible(line) + "\n")
             return int(end.get("exit_code", LOST_EXIT))
 
 

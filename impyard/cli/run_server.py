@@ -248,6 +248,7 @@ class RunServer:
         streamer: list[OutputStreamer] = []
 
         def admitted(m: Manifest) -> None:
+            m.handed = True  # saved with the box's start
             run.manifest = m
             client.send(err=visible(started_line(m)))
             if not as_json:
@@ -277,7 +278,7 @@ class RunServer:
             from impyard.cli.runs import public_record
 
             text = json.dumps(public_record(m), indent=2, sort_keys=True, default=str)
-            return {"stdout": [text], "stderr": stderr, "exit_code": outcome.exit_code}
+            return {"stdout": text.split("\n"), "stderr": stderr, "exit_code": outcome.exit_code}
         stdout = [visible(line) for line in outcome_lines(m)]
         return {"stdout": stdout, "stderr": stderr, "exit_code": outcome.exit_code}
 

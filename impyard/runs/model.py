@@ -148,6 +148,8 @@ class Manifest(BaseModel):
     warm: bool = False
     #: The ready-box pool the run looked in (``[box.warm]``): with ``warm`` false, a miss.
     warm_pool: str | None = None
+    #: A foreground ``impyard run`` handed this run to a running serve, which drove it.
+    handed: bool = False
     image: str | None = None
     image_id: str | None = None
     #: The engine runtime the box runs under (runc or runsc), fixed when the run is admitted;
