@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ from impyard.runs import manifest
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
 
 LABEL_WARM = "impyard.warm"
+#: Under ``warm/``: the directories of finished runs' boxes, on their way out.
+TRASH = ".trash"
 #: The imp label of a pool box: it serves no imp until it is claimed.
 POOL_IMP = "-"
 CLAIM_FILE = "claim"
@@ -261,7 +264,11 @@ def ready_boxes(home: Home, key: str | None = None) -> list[PoolBox]:
 
 def _names(path: Path) -> list[str]:
     try:
-        return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.is_symlink())
+        return sorted(
+            p.name
+            for p in path.iterdir()
+            if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+        )
     except FileNotFoundError:
         return []
 
@@ -333,6 +340,7 @@ def reap(home: Home) -> int:
             gone += 1
     live = {b.container_id for b in find_boxes({LABEL_ROOT: mine})}
     root = warm_dir(home)
+    remove_tree(root / TRASH)  # directories a run's ending moved out, not yet deleted
     for key in _names(root):
         for name in _names(root / key):
             box_dir = root / key / name
@@ -355,10 +363,17 @@ def keeps_checkout(box: PoolBox) -> bool:
 
 def forget_box_dir(home: Home, knowledge: Path) -> None:
     """Remove the directory of the claimed box whose knowledge mount source is ``knowledge``
-    (its run is over and its box gone)."""
+    (its run over, its box gone): moved out of the pools, deleted on a non-daemon thread (a
+    run's end need not wait for its unlinks, its process does; a crash leaves it to reap)."""
     box_dir = knowledge.parent.parent
-    if box_dir.parent.parent == warm_dir(home) and (box_dir / "claimed").exists():
-        remove_box_dir(box_dir)
+    if box_dir.parent.parent != warm_dir(home) or not (box_dir / "claimed").exists():
+        return
+    runspace.unmount(box_space(box_dir))
+    trash = warm_dir(home) / TRASH
+    trash.mkdir(exist_ok=True)
+    gone = trash / f"{box_dir.parent.name}-{box_dir.name}"
+    os.rename(box_dir, gone)
+    threading.Thread(target=remove_tree, args=(gone,), name="warm-box-dir", daemon=False).start()
 
 
 def sweep_abandoned(home: Home) -> int:

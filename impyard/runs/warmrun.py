@@ -155,13 +155,24 @@ def _write_in_place(source: Path, target: Path) -> None:
 
 def _link_tree(source: Path, target: Path) -> None:
     """Hard-link the published origin into ``target`` (the box mounts it read-only); a
-    file the lane replaces later is a new inode, so the box's view stays one publication."""
-    for dirpath, dirnames, filenames in os.walk(source):
-        rel = Path(dirpath).relative_to(source)
-        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
-        for d in dirnames:
-            (target / rel / d).mkdir(mode=0o755, exist_ok=True)
-        for f in filenames:
-            # A loose object packed away by the lane meanwhile is in the pack now.
-            with contextlib.suppress(FileNotFoundError):
-                os.link(Path(dirpath) / f, target / rel / f, follow_symlinks=False)
+    file the lane replaces later is a new inode, so the box's view stays one publication.
+    Plain strings and ``scandir``, not ``Path``: this is on a warm run's way to its box,
+    and an origin holds a directory per loose-object prefix."""
+    stack = [(os.fspath(source), os.fspath(target))]
+    while stack:
+        src, dst = stack.pop()
+        try:
+            entries = list(os.scandir(src))
+        except FileNotFoundError:
+            continue  # a directory the lane emptied and removed meanwhile
+        for entry in entries:
+            if entry.is_symlink():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(f"{dst}/{entry.name}", 0o755)
+                stack.append((entry.path, f"{dst}/{entry.name}"))
+            else:
+                # A loose object packed away by the lane meanwhile is in the pack now.
+                with contextlib.suppress(FileNotFoundError):
+                    os.link(entry.path, f"{dst}/{entry.name}", follow_symlinks=False)

@@ -8,6 +8,7 @@ import json
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,6 +53,10 @@ def yard(cli: Cli) -> Iterator[Cli]:
         yield cli
     finally:
         remove_pool_boxes(cli.home)
+
+
+def trash(cli: Cli) -> list[Path]:
+    return list((cli.home / "warm" / ".trash").glob("*"))
 
 
 def log_of(cli: Cli, record: dict[str, Any]) -> str:
@@ -146,6 +151,9 @@ def test_a_warm_box_serves_one_run_and_nothing_of_it_reaches_the_next(yard: Cli)
     assert "sleep 300" not in shown
     assert first["run_id"] not in shown and second["run_id"] in shown
     assert first["container_id"] not in pool_boxes(yard.home, all=True)  # removed after its run
+    # And its directory (checkout, origin links), moved out of the pools and deleted.
+    assert not list((yard.home / "warm").glob(f"*/{first['container_name']}"))
+    wait_for("the finished boxes' directories deleted", lambda: not trash(yard))
     listed = yard("runs", "show", first["run_id"], "--json")
     assert json.loads(listed.stdout)["warm"] is True
     samples = metrics(yard)
@@ -179,12 +187,15 @@ def test_kill_9_of_serve_with_a_full_pool_leaves_no_box_after_the_next_start(yar
         serve.send_signal(signal.SIGKILL)
         serve.wait(timeout=30)
     assert set(pool_boxes(yard.home)) == left  # nothing removed them: serve died
+    # A box directory a run's end moved out, the dead serve's thread never deleted.
+    (yard.home / "warm" / ".trash" / "a-box" / "origin").mkdir(parents=True)
     with serving(yard.home):
         wait_for(
             "the dead serve's boxes gone", lambda: not left & set(pool_boxes(yard.home, all=True))
         )
         full_pool(yard)
     assert pool_boxes(yard.home, all=True) == {}  # and a clean stop removes the new pool
+    assert not trash(yard)
 
 
 def test_a_deploy_that_changes_the_box_drains_the_pool(yard: Cli) -> None:
