@@ -1,7 +1,9 @@
 """Run overhead: `impyard run` of a one-note box against a bare `docker run --rm` of the
 same image doing the same write under the same runtime, side by side, at 0 / 10,000 /
 100,000 records, under runc and under runsc (gVisor); and the same `impyard run` claiming
-a ready box (``[box.warm]``), its pool refilled by the pool code between runs, untimed.
+a ready box (``[box.warm]``), its pool refilled by the pool code between runs, untimed;
+and the same ready-box run handed to a running ``impyard serve`` (which keeps the pool
+full; the run waits, untimed, for a ready box), as an owner's run is whenever serve runs.
 
 IMPYARD_BENCH_SIZES (default 0,10000,100000), IMPYARD_BENCH_REPS (default 9) and
 IMPYARD_BENCH_RUNTIMES (default runc,runsc).
@@ -13,7 +15,12 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import (
@@ -97,12 +104,48 @@ def warm_run(home: Path) -> float:
     return timed(functools.partial(impyard_run, home))
 
 
-def run_totals(home: Path, warm: bool) -> list[float]:
+def run_totals(home: Path, warm: bool, handed: bool = False) -> list[float]:
     """The runs' own time (``timings_ms.total``: admission to finish, without the process's
-    start-up and exit), of the warm runs or of the cold ones, the warm-up excluded."""
+    start-up and exit), of the warm runs or of the cold ones (handed to serve or driven
+    in their own process), the warm-up excluded."""
     manifests = sorted((home / "runs").glob("*/manifest.json"))[1:]
     records = [json.loads(path.read_text()) for path in manifests]
-    return [r["timings_ms"]["total"] for r in records if r.get("warm", False) is warm]
+    return [
+        r["timings_ms"]["total"]
+        for r in records
+        if r.get("warm", False) is warm and r.get("handed", False) is handed
+    ]
+
+
+@contextmanager
+def serving(home: Path) -> Iterator[None]:
+    """``impyard serve`` on ``home`` (its pools and its run socket) until the block ends."""
+    console = str(Path(sys.executable).parent / "impyard")
+    proc = subprocess.Popen(
+        [console, "--home", str(home), "serve"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: (home / "serve" / "run.sock").is_socket())
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+
+
+def wait_until(ready: Callable[[], bool], seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            raise SystemExit("run bench: serve's run socket or ready box never came")
+        time.sleep(0.01)
+
+
+def handed_warm_run(home: Path) -> float:
+    """One timed `impyard run` handed to serve, once serve's pool has a ready box."""
+    wait_until(lambda: any((home / "warm").glob("*/*/ready")))
+    return timed(functools.partial(impyard_run, home))
 
 
 def main() -> None:
@@ -128,7 +171,12 @@ def main() -> None:
                 ours.append(timed(functools.partial(impyard_run, home)))
                 warm.append(warm_run(home))
             remove_pools(Home(home))
+            handed = []
+            with serving(home):
+                for _ in range(reps):
+                    handed.append(handed_warm_run(home))
             totals = [median(run_totals(home, False)), median(run_totals(home, True))]
+            totals.append(median(run_totals(home, True, handed=True)))
             if runtime == "runc":
                 runc_ms = median(ours)
             rows.append(
@@ -141,7 +189,9 @@ def main() -> None:
                     f"{median(ours) / runc_ms:.2f}x" if runc_ms else "-",
                     f"{median(warm):.0f}",
                     f"{median(warm) / median(bare):.2f}x",
-                    f"{totals[0]:.0f} / {totals[1]:.0f}",
+                    f"{median(handed):.0f}",
+                    f"{median(handed) / median(bare):.2f}x",
+                    f"{totals[0]:.0f} / {totals[1]:.0f} / {totals[2]:.0f}",
                 )
             )
             shutil.rmtree(home, ignore_errors=True)
@@ -156,7 +206,9 @@ def main() -> None:
             "vs runc",
             "warm run ms",
             "warm ratio",
-            "run's own ms cold / warm",
+            "warm via serve ms",
+            "via serve ratio",
+            "run's own ms cold / warm / via serve",
         ),
         rows,
     )

@@ -10,7 +10,8 @@ drained by ``impyard serve --once`` (its start-up inside the measured window).
 
 ``mixed``: IMPYARD_BENCH_IMPS (default 10) imps of IMPYARD_BENCH_RECORDS (default
 10,000) records each; at each concurrency of IMPYARD_BENCH_CONCURRENCY (default
-1,2,4,8) one long-lived ``impyard serve --concurrency N`` (warmed by one task per imp)
+1,2,4,8) one long-lived ``impyard serve --concurrency N`` (warmed by one task per imp;
+with IMPYARD_BENCH_WARM=1 the org policy keeps N ready boxes, ``[box.warm] boxes``)
 gets IMPYARD_BENCH_TASKS (default 200) one-note tasks spread evenly over the imps in
 shuffled order. Each task's box writes its prompt as one note, so every task can be
 found on main. Tasks are added with the queue's own ``tasks.add`` (what ``impyard task
@@ -213,6 +214,17 @@ def mixed_setup(imps: list[str], records: int) -> Path:
     return home
 
 
+def keep_ready_boxes(home: Path, count: int) -> None:
+    """The org policy's ``[box.warm] boxes``, deployed (the imps share one box shape)."""
+    org = home / "policy" / "org.toml"
+    text = org.read_text()
+    start = text.index("[box.warm]")
+    line_start = text.index("boxes = ", start)
+    line_end = text.index("\n", line_start)
+    org.write_text(text[:line_start] + f"boxes = {count}" + text[line_end:])
+    impyard(home, "deploy")
+
+
 def bare_half(target: Path, count: int, concurrency: int) -> tuple[float, list[float]]:
     """``count`` bare runs submitted at once to a pool of ``concurrency``."""
     start = time.monotonic()
@@ -238,6 +250,7 @@ def mixed() -> None:
     records = int(os.environ.get("IMPYARD_BENCH_RECORDS", "10000"))
     count = int(os.environ.get("IMPYARD_BENCH_TASKS", "200"))
     levels = [int(c) for c in os.environ.get("IMPYARD_BENCH_CONCURRENCY", "1,2,4,8").split(",")]
+    warm_boxes = os.environ.get("IMPYARD_BENCH_WARM", "") == "1"
     imps = [f"mix{i}" for i in range(imp_count)]
     home = mixed_setup(imps, records)
     target = scratch_dir("impyard-servebench-target-")
@@ -248,6 +261,8 @@ def mixed() -> None:
     try:
         for concurrency in levels:
             bare, served = Side(), Side()
+            if warm_boxes:
+                keep_ready_boxes(home, concurrency)
             with serving(home, concurrency) as serve:
                 # Warm-up (excluded): each imp's base layer, serve's caches, the engine.
                 warm = enqueue(home, spread(imps, len(imps), f"warm-c{concurrency}", rng))
@@ -277,9 +292,10 @@ def mixed() -> None:
                 )
             )
         problems = landing_problems(home, queued)
+        ready = "N ready boxes" if warm_boxes else "no ready boxes"
         print_table(
             f"serve (mixed: {imp_count} imps of {records} records, {count} one-note tasks per"
-            " concurrency) vs bare docker run --rm; latency from submission",
+            f" concurrency, {ready}) vs bare docker run --rm; latency from submission",
             (
                 "concurrency",
                 "docker tasks/s",

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -33,6 +34,9 @@ from impyard.runs.warmpool import PoolBox, PoolShape
 
 #: The size past which a file put in place is refused (a task or CA bundle is small).
 _MAX_FILE_BYTES = 64 * 2**20
+#: Set when a run of this process claimed a ready box: serve's pool keeper refills at once
+#: rather than at its next pass.
+POOL_CLAIMED = threading.Event()
 
 
 def wants_dir(home: Home) -> Path:
@@ -105,6 +109,8 @@ def claim_warm(
     shape = run_shape(run, request, image_id())
     record_want(run.home, run.manifest.imp, shape)
     box = warmpool.claim(run.home, shape.key, run.manifest.run_id)
+    if box is not None:
+        POOL_CLAIMED.set()
     run.manifest.warm_pool = shape.key
     run.event("warm.hit" if box is not None else "warm.miss", pool=shape.key)
     if box is None:

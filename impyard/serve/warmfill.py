@@ -19,7 +19,7 @@ from impyard.home import Home
 from impyard.policy.compile import deployed_policy
 from impyard.runs import warmpool
 from impyard.runs.warmpool import PoolShape
-from impyard.runs.warmrun import record_want, wants, wants_dir
+from impyard.runs.warmrun import POOL_CLAIMED, record_want, wants, wants_dir
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +109,16 @@ class PoolKeeper:
 
     def stop(self) -> None:
         self.stopping.set()
+        POOL_CLAIMED.set()  # a keeper waiting for the next pass sees the stop at once
         self.thread.join(timeout=60)
         remove_pools(self.home)
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
+            POOL_CLAIMED.clear()  # before the pass: a claim during it means another pass
             try:
                 fill_once(self.home, self.stopping, self.reserve_bytes)
             except Exception as exc:  # an engine hiccup: the next pass tries again
                 log.warning("could not fill the ready-box pools: %s", exc)
-            self.stopping.wait(FILL_INTERVAL_SECONDS)
+            # The next pass: at once when a run here took a ready box, else after a while.
+            POOL_CLAIMED.wait(FILL_INTERVAL_SECONDS)
