@@ -95,7 +95,12 @@ def register(app: typer.Typer) -> None:
                 server.request_stop(by)
 
             # Ready boxes only for a serve that stays: `--once` would start boxes to drop them.
-            pools = None if once else PoolKeeper(home, settings.disk_reserve_bytes)
+            # No pass while tasks wait (status.queued: refreshed by each turn of serve's loop).
+            pools = (
+                None
+                if once
+                else PoolKeeper(home, settings.disk_reserve_bytes, lambda: server.status.queued > 0)
+            )
 
             try:
                 # `impyard status` finds a live serve by this record's lock, a dead one's stale.

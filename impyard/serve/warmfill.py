@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from impyard.box.launch import resolve_image
@@ -97,9 +98,16 @@ def remove_pools(home: Home) -> int:
 class PoolKeeper:
     """The thread serve runs to keep its pools full; stopped with serve, pools removed."""
 
-    def __init__(self, home: Home, reserve_bytes: int = 0) -> None:
+    def __init__(
+        self, home: Home, reserve_bytes: int = 0, busy: Callable[[], bool] | None = None
+    ) -> None:
         self.home = home
         self.reserve_bytes = reserve_bytes
+        #: True while tasks wait for a slot (a burst): no pass then. Each task needs a box
+        #: either way, and a ready box costs more to make than a cold one (its space, its
+        #: gate), so filling pools during a burst only took CPU from the runs (measured:
+        #: 0.6-0.7x the throughput of serve without pools at concurrency 4 and 8).
+        self.busy = busy
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="warm-pools", daemon=True)
 
@@ -117,7 +125,8 @@ class PoolKeeper:
         while not self.stopping.is_set():
             POOL_CLAIMED.clear()  # before the pass: a claim during it means another pass
             try:
-                fill_once(self.home, self.stopping, self.reserve_bytes)
+                if self.busy is None or not self.busy():
+                    fill_once(self.home, self.stopping, self.reserve_bytes)
             except Exception as exc:  # an engine hiccup: the next pass tries again
                 log.warning("could not fill the ready-box pools: %s", exc)
             # The next pass: at once when a run here took a ready box, else after a while.
