@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -41,12 +42,13 @@ LOST_EXIT = 1
 
 def handed_settings(environ: Mapping[str, str]) -> dict[str, str]:
     """Every ``IMPYARD_*`` variable but the data root's (both sides found the same one)
-    and this switch: a handed-over run runs only where these are the same."""
+    and this switch, each by its value's SHA-256: a handed-over run runs only where these
+    are the same, and a secret (``IMPYARD_SECRET_*``) never crosses the socket."""
     found = {}
     for key, value in environ.items():
         name = key.upper()
         if name.startswith("IMPYARD_") and name not in ("IMPYARD_HOME", "IMPYARD_HANDOFF"):
-            found[name] = value
+            found[name] = hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()
     return found
 
 

@@ -69,7 +69,12 @@ def test_settings_compared_are_impyards_but_the_data_roots() -> None:
         "impyard_concurrency": "3",
         "PATH": "/",
     }
-    assert handed_settings(environ) == {"IMPYARD_CONCURRENCY": "3"}
+    assert list(handed_settings(environ)) == ["IMPYARD_CONCURRENCY"]
+    # Compared by digest: a secret's value is never sent to serve.
+    secret = {"IMPYARD_SECRET_LLM": "sk-live-1234"}
+    assert "sk-live-1234" not in str(handed_settings(secret))
+    assert handed_settings(secret) == handed_settings(dict(secret))
+    assert handed_settings(secret) != handed_settings({"IMPYARD_SECRET_LLM": "sk-live-9"})
 
 
 def test_a_prompt_read_from_stdin_is_given_in_process_as_a_prompt() -> None:
