@@ -18,6 +18,10 @@ agent, is required). New agent rows are picked up with no change here.
 
 Each side runs under runc and under runsc (gVisor), the bare side with `--runtime`.
 
+IMPYARD_BENCH_WARM=1 adds a third side per agent and runtime: the Impyard run handed to a
+running ``impyard serve`` that keeps one ready box for the imp (``[box.warm]``), paired
+with bare runs of its own (target: at most 0.80x the bare run).
+
 IMPYARD_BENCH_REPS (default 7); IMPYARD_BENCH_WARMUP (default 1: runs of each side per
 agent before timing, excluded); IMPYARD_BENCH_RUNTIMES (default runc,runsc);
 IMPYARD_BENCH_AGENTS (default every agent; comma-separated names);
@@ -44,9 +48,11 @@ from impyard.box.agents import AGENTS, Agent
 from impyard.devtools.model_server import ModelServer
 
 TARGET_RATIO = 1.10
+WARM_TARGET_RATIO = 0.80
 #: The production agent: the bench fails rather than skip it.
 REQUIRED = ("pi",)
 MODEL_SECONDS = float(os.environ.get("IMPYARD_BENCH_MODEL_SECONDS", "0"))
+WARM = os.environ.get("IMPYARD_BENCH_WARM", "") == "1"
 
 
 def image_of(agent: Agent) -> str:
@@ -109,16 +115,23 @@ def timed_turns(fn: Callable[[], int]) -> tuple[float, int]:
 
 
 def run_pairs(
-    all_sides: list[AgentSides], reps: int, turns: dict[str, int]
+    all_sides: list[AgentSides],
+    reps: int,
+    turns: dict[str, int],
+    ours: Callable[[], int] | None = None,
+    before_ours: Callable[[], None] | None = None,
 ) -> dict[str, tuple[list[float], ...]]:
-    """Per agent: the bare and the Impyard times, paired and interleaved (and in
-    ``turns``, the model turns each side took)."""
+    """Per agent: the bare and the Impyard times (``ours``, default its cold run, with
+    ``before_ours`` untimed before it), paired and interleaved (and in ``turns``, the
+    model turns each side took)."""
     times: dict[str, tuple[list[float], ...]] = {s.agent.name: ([], []) for s in all_sides}
     for rep in range(reps):
         for sides in all_sides:
-            pair = [(0, sides.bare_run), (1, sides.impyard_run)]
+            pair = [(0, sides.bare_run), (1, ours or sides.impyard_run)]
             taken = {}
             for index, side in pair if rep % 2 == 0 else reversed(pair):
+                if index == 1 and before_ours is not None:
+                    before_ours()
                 ms, taken[index] = timed_turns(side)
                 times[sides.agent.name][index].append(ms)
             if taken[0] != taken[1]:
@@ -150,15 +163,26 @@ def main() -> None:
                 AgentSides.set_up(agent, image, runtime, models[agent.name], MODEL_SECONDS)
                 for agent, image, *_ in agents
             ]
+            warm: dict[str, tuple[list[float], ...]] = {}
             try:
                 # Warm-up (excluded): page cache for the image and the first checkout layer.
                 run_pairs(all_sides, warmup, turns)
                 times = run_pairs(all_sides, reps, turns)
+                if WARM:
+                    for sides in all_sides:
+                        with sides.serving_warm():
+                            warm |= run_pairs(
+                                [sides], reps, turns, sides.warm_run, sides.wait_ready
+                            )
             finally:
                 for sides in all_sides:
                     sides.tear_down()
             for agent, image, size, built in agents:
                 bare, ours = (median(t) for t in times[agent.name])
+                warm_bare, warm_ours = (median(t) for t in warm.get(agent.name, ([0.0], [0.0])))
+                warm_cells = (
+                    (f"{warm_ours:.0f}", f"{warm_ours / warm_bare:.2f}x") if WARM else ("-", "-")
+                )
                 if runtime == "runc":
                     runc_ms[agent.name] = ours
                 ratio = ours / bare
@@ -173,6 +197,7 @@ def main() -> None:
                         f"{ratio:.2f}x",
                         "yes" if ratio <= TARGET_RATIO else "no",
                         f"{ours / vs_runc:.2f}x" if vs_runc else "-",
+                        *warm_cells,
                         image,
                         size,
                         built,
@@ -190,6 +215,8 @@ def main() -> None:
             "ratio",
             f"<= {TARGET_RATIO:.2f}x",
             "vs runc",
+            "warm via serve ms",
+            f"warm ratio (<= {WARM_TARGET_RATIO:.2f}x)",
             "image",
             "size",
             "build",

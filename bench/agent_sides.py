@@ -17,12 +17,17 @@ gateway's own work: the CA bundle an Impyard box gets while the gateway inspects
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tarfile
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +48,14 @@ PROMPT = "Write one note."
 #: Longer than any sane three-turn run: a hung agent fails the bench instead of holding it.
 BARE_TIMEOUT_SECONDS = 300
 KNOWLEDGE = "/opt/impyard/knowledge"
+
+
+def _wait(ready: Callable[[], bool], seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            raise SystemExit("agent bench: serve's run socket or a ready box never came")
+        time.sleep(0.01)
 
 
 def conversation(model_seconds: float) -> Script:
@@ -103,8 +116,46 @@ class AgentSides:
     def tear_down(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
 
-    def impyard_run(self) -> int:
-        """`impyard run` end to end; returns the model turns it took."""
+    @contextlib.contextmanager
+    def serving_warm(self) -> Iterator[None]:
+        """The imp's runs on ready boxes from here on: the org keeps one (``[box.warm]``)
+        and ``impyard serve`` (with the route's secret, as the runs have it) keeps it
+        filled and takes the runs handed to it. One run first records the imp's box
+        shape (excluded)."""
+        org = self.home / "policy" / "org.toml"
+        org.write_text(org.read_text().replace("boxes = 0", "boxes = 1", 1))
+        impyard(self.home, "deploy")
+        console = str(Path(sys.executable).parent / "impyard")
+        env = {**os.environ, "IMPYARD_SECRET_LLM": SECRET}
+        serve = subprocess.Popen(
+            [console, "--home", str(self.home), "serve"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        try:
+            _wait(lambda: (self.home / "serve" / "run.sock").is_socket())
+            self.impyard_run()
+            yield
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(timeout=120)
+
+    def wait_ready(self) -> None:
+        """Until serve's pool has a ready box (before a warm run, untimed)."""
+        _wait(lambda: any((self.home / "warm").glob("*/*/ready")))
+
+    def warm_run(self) -> int:
+        """`impyard run` handed to serve, on a ready box; returns the model turns it took."""
+        record: dict[str, object] = {}
+        turns = self.impyard_run(record)
+        if not (record.get("warm") and record.get("handed")):
+            raise SystemExit(f"{self.agent.name}: the warm run was not a handed ready-box run")
+        return turns
+
+    def impyard_run(self, record: dict[str, object] | None = None) -> int:
+        """`impyard run` end to end; returns the model turns it took (and its record in
+        ``record``)."""
         before = len(self.model.turns())
         result = impyard(
             self.home,
@@ -116,6 +167,8 @@ class AgentSides:
             check=False,
             env={"IMPYARD_SECRET_LLM": SECRET},
         )
+        if record is not None and result.returncode == 0:
+            record.update(json.loads(result.stdout))
         if result.returncode != 0 or json.loads(result.stdout)["checkpoint"] != "integrated":
             raise SystemExit(
                 f"{self.agent.name}: impyard run failed ({result.returncode}): "
