@@ -175,6 +175,11 @@ class RunServer:
         for thread in self._threads():
             thread.join(30)
 
+    @property
+    def active(self) -> int:
+        """Handed-over runs not ended yet."""
+        return len(self._live_runs())
+
     def _threads(self) -> list[threading.Thread]:
         with self._lock:
             return list(self._runs)

@@ -95,12 +95,13 @@ def register(app: typer.Typer) -> None:
                 server.request_stop(by)
 
             # Ready boxes only for a serve that stays: `--once` would start boxes to drop them.
-            # No pass while tasks wait (status.queued: refreshed by each turn of serve's loop).
-            pools = (
-                None
-                if once
-                else PoolKeeper(home, settings.disk_reserve_bytes, lambda: server.status.queued > 0)
-            )
+            def busy() -> bool:
+                """Tasks waiting or runs going (status: refreshed by each turn of serve's
+                loop): a pool is filled once serve is idle."""
+                status = server.status
+                return status.queued + status.running + (handed.active if handed else 0) > 0
+
+            pools = None if once else PoolKeeper(home, settings.disk_reserve_bytes, busy)
 
             try:
                 # `impyard status` finds a live serve by this record's lock, a dead one's stale.

@@ -103,10 +103,12 @@ class PoolKeeper:
     ) -> None:
         self.home = home
         self.reserve_bytes = reserve_bytes
-        #: True while tasks wait for a slot (a burst): no pass then. Each task needs a box
-        #: either way, and a ready box costs more to make than a cold one (its space, its
-        #: gate), so filling pools during a burst only took CPU from the runs (measured:
-        #: 0.6-0.7x the throughput of serve without pools at concurrency 4 and 8).
+        #: True while runs go or tasks wait: no pass then. A pass during a burst only took
+        #: CPU from the runs (each task needs a box either way, and a ready box costs more
+        #: to make than a cold one: its space, its gate; measured 0.6-0.7x the throughput
+        #: of serve without pools at concurrency 4 and 8), and a box made while the run
+        #: that took the last one starts slowed that run (a Pi run on a ready box took
+        #: longer than a cold one). Pools are for the next run after a pause.
         self.busy = busy
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="warm-pools", daemon=True)
