@@ -119,19 +119,19 @@ def run_pairs(
     reps: int,
     turns: dict[str, int],
     ours: Callable[[], int] | None = None,
-    before_ours: Callable[[], None] | None = None,
+    settle: Callable[[], None] | None = None,
 ) -> dict[str, tuple[list[float], ...]]:
-    """Per agent: the bare and the Impyard times (``ours``, default its cold run, with
-    ``before_ours`` untimed before it), paired and interleaved (and in ``turns``, the
-    model turns each side took)."""
+    """Per agent: the bare and the Impyard times (``ours``, default its cold run), paired
+    and interleaved (and in ``turns``, the model turns each side took). ``settle`` runs,
+    untimed, before each side (serve's pool refilled: neither side runs beside it)."""
     times: dict[str, tuple[list[float], ...]] = {s.agent.name: ([], []) for s in all_sides}
     for rep in range(reps):
         for sides in all_sides:
             pair = [(0, sides.bare_run), (1, ours or sides.impyard_run)]
             taken = {}
             for index, side in pair if rep % 2 == 0 else reversed(pair):
-                if index == 1 and before_ours is not None:
-                    before_ours()
+                if settle is not None:
+                    settle()
                 ms, taken[index] = timed_turns(side)
                 times[sides.agent.name][index].append(ms)
             if taken[0] != taken[1]:

@@ -41,30 +41,15 @@ from impyard.knowledge import runspace
 from impyard.knowledge.runspace import RunSpace
 from impyard.runs import manifest
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
+from impyard.runs.warmgate import CLAIM_FILE, gate_command
 
 LABEL_WARM = "impyard.warm"
 #: Under ``warm/``: the directories of finished runs' boxes, on their way out.
 TRASH = ".trash"
 #: The imp label of a pool box: it serves no imp until it is claimed.
 POOL_IMP = "-"
-CLAIM_FILE = "claim"
 #: Mount targets that are files (the rest are directories).
 FILE_TARGETS = (BOX_TASK, BOX_CA_BUNDLE)
-
-#: Waits for the claim in the read-only signal dir, then runs it. It polls (inotify does
-#: not see host writes through gVisor's gofer) without forking: a `sleep` per poll cost an
-#: idle runsc box half a core, `read -t` on a private fifo (gone from /tmp before the run
-#: starts; it waits since nothing writes to it) costs next to nothing. Under gVisor each
-#: wake-up still costs its kernel's timers: measured idle, 5 ms polls took 10% of a core
-#: there (5% at 20 ms), 0.6% under runc; so a runsc box polls every 20 ms.
-GATE = """mkfifo /tmp/.warm-gate && exec 3<>/tmp/.warm-gate && rm -f /tmp/.warm-gate || exit 125
-while [ ! -e {claim} ]; do read -t {poll} _ <&3 || :; done
-exec 3<&-
-. {claim}
-echo "warm gate: the claim did not start a command" >&2
-exit 125
-"""
-POLL_SECONDS = {"runc": "0.005", "runsc": "0.02"}
 
 
 @dataclass(frozen=True)
@@ -152,10 +137,6 @@ def remove_box_dir(box_dir: Path) -> None:
     remove_tree(box_dir)
 
 
-def gate(runtime: Runtime) -> str:
-    return GATE.format(claim=f"{BOX_SIGNAL_DIR}/{CLAIM_FILE}", poll=POLL_SECONDS[runtime])
-
-
 def warm_dir(home: Home) -> Path:
     return home.root / "warm"
 
@@ -169,7 +150,7 @@ def pool_spec(home: Home, shape: PoolShape, name: str, box_dir: Path) -> BoxSpec
     return BoxSpec(
         image=shape.image,
         command=[],
-        entrypoint=["/bin/sh", "-c", gate(shape.runtime)],
+        entrypoint=gate_command(shape.runtime),
         labels=box_labels(name, POOL_IMP, root=home.root, **{LABEL_WARM: shape.key}),
         user=shape.user,
         env={"HOME": "/tmp"},

@@ -30,6 +30,7 @@ from impyard.runs import warmpool
 from impyard.runs.active import ActiveRun
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec
 from impyard.runs.model import RunRequest
+from impyard.runs.warmgate import CLAIM_FILE
 from impyard.runs.warmpool import PoolBox, PoolShape
 
 #: The size past which a file put in place is refused (a task or CA bundle is small).
@@ -90,8 +91,8 @@ class WarmClaim:
         lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.environment().items())]
         argv = [*(spec.entrypoint or []), *spec.command]
         lines.append("exec " + " ".join(shlex.quote(a) for a in argv))
-        atomic_write_text(signal / warmpool.CLAIM_FILE, "\n".join(lines) + "\n", durable=False)
-        (signal / warmpool.CLAIM_FILE).chmod(0o644)
+        atomic_write_text(signal / CLAIM_FILE, "\n".join(lines) + "\n", durable=False)
+        (signal / CLAIM_FILE).chmod(0o644)
         m = self.run.manifest
         m.timings_ms["claim"] = round((time.monotonic() - self.t0) * 1000, 1)
 

@@ -47,6 +47,15 @@ def inspect(container_id: str) -> dict[str, Any]:
         client.close()
 
 
+def inspect_stats(container_id: str) -> dict[str, Any]:
+    """One sample of the engine's stats for a box (its cgroup's CPU and memory)."""
+    client = _client()
+    try:
+        return dict(client.api.stats(container_id, stream=False))
+    finally:
+        client.close()
+
+
 def kill(container_id: str) -> None:
     client = _client()
     try:
