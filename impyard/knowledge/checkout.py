@@ -88,11 +88,13 @@ def prepare_checkout(
     kind: CheckoutKind,
     owner: str | Owner,
     into: Path | None = None,
+    prefilled: bool = False,
 ) -> Checkout:
     """Create the run's checkout of ``base`` (owned by the box user) and record it.
 
     ``into``: an empty directory of the box user's that a running box already mounts (a
-    ready box's), filled where it is; a copy is made there, never an overlay.
+    ready box's), filled where it is; a copy is made there, never an overlay. With
+    ``prefilled``, ``into`` already holds ``base``'s tree (``prefill_copy``).
 
     The record (``runs/<id>/checkout.json``) is written before returning, under the
     layer lock, so layer collection never removes a chain this run mounts.
@@ -120,25 +122,38 @@ def prepare_checkout(
         return checkout
     if kind != "copy":
         raise CheckoutError(f"unknown checkout kind {kind!r}")
-    from impyard.knowledge.gitobj import commit_at
-
     checkout = Checkout(kind="copy", base=base, root=into or root)
-    repo = open_repo(home, imp)
-    tree = commit_at(repo, base, CheckoutError).tree
     if into is None:
         _fresh_dir(root, own)
+    elif prefilled:
+        _write_record(home, imp, run_id, checkout)
+        return checkout
     elif _has_entries(into):
         raise CheckoutError(f"{into}: a ready box's knowledge directory is not empty")
-    root = checkout.root
+    _write_copy(home, imp, checkout, own)
+    _write_record(home, imp, run_id, checkout)
+    return checkout
+
+
+def prefill_copy(home: Home, imp: str, base: str, into: Path, owner: str | Owner) -> None:
+    """Fill a ready box's empty knowledge directory with ``base``'s tree before a run
+    claims the box, its identities where the claiming run's checkout keeps them; that run
+    (of ``imp``, on ``base``) then takes it with ``prefilled`` instead of copying."""
+    _write_copy(home, imp, Checkout(kind="copy", base=base, root=into), parse_owner(owner))
+
+
+def _write_copy(home: Home, imp: str, checkout: Checkout, own: Owner) -> None:
+    from impyard.knowledge.gitobj import commit_at
+
+    repo = open_repo(home, imp)
+    tree = commit_at(repo, checkout.base, CheckoutError).tree
     identities: dict[str, Identity] = {}
-    fd = open_dir(root)
+    fd = open_dir(checkout.root)
     try:
         write_tree(repo, tree, fd, own, identities=identities)
     finally:
         os.close(fd)
     _write_identities(checkout.index_path, identities)
-    _write_record(home, imp, run_id, checkout)
-    return checkout
 
 
 def forget_identities(checkout: Checkout) -> None:

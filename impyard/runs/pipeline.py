@@ -89,7 +89,7 @@ class Run(RunRecord):
                 write_task_file(self.home, request, m, seed)
                 self.warm = claim_warm(self, request, image.result, self.beside_box_start)
                 if knowledge:
-                    self.checkout.prepare(self.warm.knowledge if self.warm else None)
+                    self.checkout.prepare(self.warm)
             except BaseException:
                 with contextlib.suppress(Exception):
                     image.result()

@@ -10,6 +10,7 @@ copy and its box is started again.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from impyard.box.engine import EngineCallError
 from impyard.box.spec import box_labels
@@ -26,6 +27,9 @@ from impyard.runs.active import ActiveRun
 from impyard.runs.model import RunRequest
 from impyard.settings import Settings
 
+if TYPE_CHECKING:
+    from impyard.runs.warmrun import WarmClaim
+
 
 class RunCheckout:
     """The checkout of one run, and the overlay volume its box mounts (if any)."""
@@ -41,11 +45,13 @@ class RunCheckout:
         self.seed = rework.seed_plan(self.run.home, self.run.manifest, request)
         return self.seed
 
-    def prepare(self, into: Path | None = None) -> None:
-        """``into``: a ready box's knowledge directory, filled in place with a copy."""
+    def prepare(self, warm: WarmClaim | None = None) -> None:
+        """``warm``: the ready box the run claimed, whose knowledge directory is filled in
+        place with a copy (or already holds it: ``prefilled``)."""
         m = self.run.manifest
+        into = warm.knowledge if warm is not None else None
         kind = "copy" if into is not None else select_checkout_kind(self.settings, self.run.home)
-        checkout = self.new_checkout(kind, into)
+        checkout = self.new_checkout(kind, into, prefilled=warm is not None and warm.prefilled)
         m.checkout = checkout
         if checkout.kind == "overlay":
             m.volume = f"impyard-{m.run_id}"
@@ -53,11 +59,15 @@ class RunCheckout:
             labels = box_labels(m.run_id, m.imp, root=self.run.home.root)
             create_overlay_volume(m.volume, mount_options(checkout), labels=labels)
 
-    def new_checkout(self, kind: CheckoutKind, into: Path | None = None) -> Checkout:
+    def new_checkout(
+        self, kind: CheckoutKind, into: Path | None = None, prefilled: bool = False
+    ) -> Checkout:
         """The run's checkout of its base; a rework run's holds the files it starts from."""
         run = self.run
         m, user = run.manifest, run.policy.box.user
-        checkout = prepare_checkout(run.home, m.imp, m.run_id, m.base_commit, kind, user, into)
+        checkout = prepare_checkout(
+            run.home, m.imp, m.run_id, m.base_commit, kind, user, into, prefilled
+        )
         rework.seed(run.home, m.imp, checkout, self.seed, user)
         return checkout
 

@@ -26,6 +26,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,6 +45,8 @@ from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
 from impyard.runs.warmgate import CLAIM_FILE, gate_command
 
 LABEL_WARM = "impyard.warm"
+#: Fills a new box's knowledge dir (box dir, knowledge dir) before the box starts.
+Filler = Callable[[Path, Path], object]
 #: Under ``warm/``: the directories of finished runs' boxes, on their way out.
 TRASH = ".trash"
 #: The imp label of a pool box: it serves no imp until it is claimed.
@@ -163,27 +166,30 @@ def pool_spec(home: Home, shape: PoolShape, name: str, box_dir: Path) -> BoxSpec
     )
 
 
-def start_pool_box(home: Home, shape: PoolShape, reserve_bytes: int = 0) -> PoolBox:
+def start_pool_box(
+    home: Home, shape: PoolShape, reserve_bytes: int = 0, fill: Filler | None = None
+) -> PoolBox:
     """Start one ready box of ``shape``; it is claimable once this returns. Its space is
-    admitted only while the data root keeps ``reserve_bytes`` free besides."""
+    admitted only while the data root keeps ``reserve_bytes`` free besides. ``fill``
+    (box dir, knowledge dir) fills the knowledge dir before the box starts."""
     name = f"impyard-warm-{shape.key[:8]}-{os.urandom(4).hex()}"
     box_dir = warm_dir(home) / shape.key / name
     (box_dir / "mnt").mkdir(parents=True)
     spec = pool_spec(home, shape, name, box_dir)
     try:
-        return _start(home, shape, spec, box_dir, reserve_bytes)
+        return _start(home, shape, spec, box_dir, reserve_bytes, fill)
     except BaseException:
         remove_box_dir(box_dir)
         raise
 
 
 def _start(
-    home: Home, shape: PoolShape, spec: BoxSpec, box_dir: Path, reserve_bytes: int
+    home: Home, shape: PoolShape, spec: BoxSpec, box_dir: Path, reserve: int, fill: Filler | None
 ) -> PoolBox:
     uid, gid = parse_user(shape.user)
     name = box_dir.name
     if shape.space_bytes:
-        _make_space(home, box_dir, name, shape.space_bytes, reserve_bytes)
+        _make_space(home, box_dir, name, shape.space_bytes, reserve)
     for mount in spec.mounts:
         path = Path(mount.source)
         if mount.target in FILE_TARGETS:
@@ -192,6 +198,8 @@ def _start(
         path.mkdir(mode=0o755, parents=mount.target == BOX_KNOWLEDGE)
         if mount.target == BOX_KNOWLEDGE:
             os.chown(path, uid, gid)  # as a cold checkout's root: the box user's
+            if fill is not None:
+                fill(box_dir, path)
     # The record first: a host that dies during the start leaves a dir reap finds.
     atomic_write_text(box_dir / "box.json", json.dumps({"shape": asdict(shape)}))
     started = start_box(spec, None, shape.image_id)
@@ -274,11 +282,13 @@ def running(box: PoolBox) -> bool:
     return bool((info.get("State") or {}).get("Running"))
 
 
-def claim(home: Home, key: str, run_id: str) -> PoolBox | None:
-    """The oldest ready, running box of pool ``key``, now run ``run_id``'s; a dead one met
-    on the way is removed."""
+def claim(
+    home: Home, key: str, run_id: str, fits: Callable[[PoolBox], bool] | None = None
+) -> PoolBox | None:
+    """The oldest ready, running box of pool ``key`` that ``fits`` the run, now run
+    ``run_id``'s; a dead one met on the way is removed."""
     for box in ready_boxes(home, key):
-        if not take(box, run_id):
+        if (fits is not None and not fits(box)) or not take(box, run_id):
             continue
         if running(box):
             return box
@@ -292,13 +302,17 @@ def discard(box: PoolBox) -> None:
     remove_box_dir(box.dir)
 
 
-def drain(home: Home, keep: dict[str, float]) -> int:
-    """Remove every ready box whose pool is not in ``keep`` (key -> max age seconds) or that
-    is older than its pool's bound, or that died while it waited; how many went."""
+def drain(
+    home: Home, keep: dict[str, float], unwanted: Callable[[PoolBox], bool] | None = None
+) -> int:
+    """Remove every ready box whose pool is not in ``keep`` (key -> max age seconds), that
+    is older than its pool's bound, that no run will take (``unwanted``), or that died
+    while it waited; how many went."""
     now, gone = time.time(), 0
     for box in ready_boxes(home):
         max_age = keep.get(box.key)
-        stale = max_age is None or now - box.created > max_age or not running(box)
+        stale = max_age is None or now - box.created > max_age
+        stale = stale or (unwanted is not None and unwanted(box)) or not running(box)
         if stale and take(box):
             discard(box)
             gone += 1

@@ -11,6 +11,7 @@ shape: the run starts a box of its own, as it always did.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -26,7 +27,7 @@ from impyard.fsutil import atomic_write_text
 from impyard.gateway.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home
 from impyard.knowledge import runspace
-from impyard.runs import warmpool
+from impyard.runs import warmpool, warmprefill
 from impyard.runs.active import ActiveRun
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec
 from impyard.runs.model import RunRequest
@@ -67,6 +68,9 @@ class WarmClaim:
     ) -> None:
         self.run, self.box, self.image_id, self.before = run, box, image_id, before
         self.t0 = time.monotonic()
+        #: The box already holds the run's checkout (its imp's main, copied while serve
+        #: was idle): the run copies nothing.
+        self.prefilled = warmprefill.prefilled(box) is not None
 
     @property
     def knowledge(self) -> Path:
@@ -109,14 +113,15 @@ def claim_warm(
         return None
     shape = run_shape(run, request, image_id())
     record_want(run.home, run.manifest.imp, shape)
-    box = warmpool.claim(run.home, shape.key, run.manifest.run_id)
+    m = run.manifest
+    fits = functools.partial(warmprefill.fits, imp=m.imp, base=m.base_commit)
+    box = warmpool.claim(run.home, shape.key, m.run_id, fits)
     if box is not None:
         POOL_CLAIMED.set()
     run.manifest.warm_pool = shape.key
     run.event("warm.hit" if box is not None else "warm.miss", pool=shape.key)
     if box is None:
         return None
-    m = run.manifest
     m.warm, m.container_name = True, box.name  # recovery finds the box by this name
     own, m.space = m.space, box.space or m.space
     run.save()
@@ -141,6 +146,7 @@ def record_want(home: Home, imp: str, shape: PoolShape) -> None:
     text = json.dumps(asdict(shape), sort_keys=True)
     try:
         if path.read_text() == text:
+            os.utime(path)  # when the imp last asked: serve fills new boxes for the latest
             return
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)

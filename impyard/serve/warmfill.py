@@ -9,6 +9,7 @@ that died while it waited, and starts boxes until each pool holds its number.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from impyard.box.launch import resolve_image
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.policy.compile import deployed_policy
-from impyard.runs import warmpool
+from impyard.runs import warmpool, warmprefill
 from impyard.runs.warmpool import PoolShape
 from impyard.runs.warmrun import POOL_CLAIMED, record_want, wants, wants_dir
 
@@ -64,7 +65,9 @@ def fill_once(
     report = FillReport()
     shapes: dict[str, PoolShape] = {}
     max_age: dict[str, float] = {}
-    for imp, shape in wants(home).items():
+    #: pool key -> the imp whose checkout its new boxes hold (the last to ask for it).
+    fill_for: dict[str, str] = {}
+    for imp, shape in sorted(wants(home).items(), key=lambda item: want_age(home, item[0])):
         try:
             now = refreshed(home, imp, shape)
         except ImpyardError as exc:  # an image gone: nothing to start until it is back
@@ -75,19 +78,36 @@ def fill_once(
             continue
         if now != shape:
             record_want(home, imp, now)
-        warm = deployed_policy(home, imp).box.warm
+        policy = deployed_policy(home, imp)
+        warm = policy.box.warm
         shapes[now.key] = now
+        if policy.knowledge.enabled:
+            fill_for[now.key] = imp
         report.wanted[now.key] = max(report.wanted.get(now.key, 0), warm.boxes)
         max_age[now.key] = min(max_age.get(now.key, float("inf")), warm.max_age_seconds)
-    report.drained = warmpool.drain(home, max_age) + warmpool.sweep_abandoned(home)
+    unwanted = functools.partial(warmprefill.stale, home)
+    report.drained = warmpool.drain(home, max_age, unwanted) + warmpool.sweep_abandoned(home)
     for key, count in report.wanted.items():
         missing = count - len(warmpool.ready_boxes(home, key))
         for _ in range(max(0, missing)):
             if stopping is not None and stopping.is_set():
                 return report
-            warmpool.start_pool_box(home, shapes[key], reserve_bytes)
+            fill = None
+            if key in fill_for:
+                fill = functools.partial(
+                    warmprefill.prefill, home, imp=fill_for[key], user=shapes[key].user
+                )
+            warmpool.start_pool_box(home, shapes[key], reserve_bytes, fill)
             report.started += 1
     return report
+
+
+def want_age(home: Home, imp: str) -> float:
+    """When the imp last asked for its shape (its want's mtime; 0 if gone)."""
+    try:
+        return (wants_dir(home) / f"{imp}.json").stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def remove_pools(home: Home) -> int:

@@ -254,9 +254,11 @@ def test_a_box_whose_run_ended_before_its_command_started_is_removed(yard: Cli) 
     with serving(yard.home):
         full_pool(yard)
         (box,) = pool_boxes(yard.home)
-        # Something in the ready box's knowledge directory: the run's checkout is refused.
+        # Files in the ready box's knowledge directory that no record says are a checkout
+        # of the run's imp and base: the run's checkout is refused.
         (knowledge,) = (yard.home / "warm").glob("*/*/space/knowledge")
         (knowledge / "stray").write_text("x")
+        (knowledge.parent.parent / "prefill.json").unlink()
         record = run(yard, NOTE)
         assert record["warm"] is True and record["checkpoint"] == "quarantined", record
         assert "not empty" in record["reason"], record
@@ -326,3 +328,38 @@ def run_deb(cli: Cli, command: str) -> dict[str, Any]:
     assert "Traceback" not in result.stderr, result.stderr
     record: dict[str, Any] = json.loads(result.stdout)
     return record
+
+
+def test_a_ready_box_holds_the_checkout_of_its_imp_for_that_imps_next_run_only(cli: Cli) -> None:
+    assert cli("init").code == 0
+    for imp in ("kenji", "yuko"):
+        assert cli("imp", "create", imp).code == 0
+    edit_org(cli.home, "boxes = 0", "boxes = 1")
+    assert cli("deploy").code == 0
+
+    def run_of(imp: str, command: str) -> dict[str, Any]:
+        done = cli("run", imp, "--prompt", "x", "--json", "--command", command)
+        record: dict[str, Any] = json.loads(done.stdout)
+        assert record["checkpoint"] == "integrated", done
+        return record
+
+    try:
+        # yuko asks last: new boxes hold yuko's main.
+        firsts = {imp: run_of(imp, NOTE)["namespace"] for imp in ("kenji", "yuko")}
+        look = f'find "$IMPYARD_KNOWLEDGE_DIR/records" -name "*.md"; {NOTE}'
+        with serving(cli.home):
+            full_pool(cli)
+            (box,) = pool_boxes(cli.home)
+            held = json.loads(next((cli.home / "warm").glob("*/*/prefill.json")).read_text())
+            assert held["imp"] == "yuko", held
+            other = run_of("kenji", look)
+            mine = run_of("yuko", look)
+    finally:
+        remove_pool_boxes(cli.home)
+    assert other["warm"] is False, other  # not yuko's box
+    assert mine["warm"] is True and mine["container_id"] == box, mine
+    assert mine["base_commit"] == held["base"], mine
+    shown = log_of(cli, mine)
+    assert firsts["yuko"] in shown and firsts["kenji"] not in shown, shown
+    # Its checkout was taken as the run's: the new note landed beside the first.
+    assert mine["namespace"] in shown

@@ -157,3 +157,16 @@ def test_status_counts_hits_misses_and_claim_times_of_recent_runs_and_each_pools
     assert (section.claim_ms_p50, section.claim_ms_p95) == (6.0, 50.0)
     pools = {p.key: (p.ready, p.wanted) for p in section.pools}
     assert pools == {shape.key: (1, 2), "stale": (1, 0)}
+
+
+def test_a_prefilled_box_fits_only_a_run_of_its_imp_on_its_base(tmp_path: Path) -> None:
+    from impyard.runs.warmprefill import PREFILL_FILE, fits
+
+    box = warmpool.PoolBox("k", "impyard-warm-k-1", tmp_path, "cid", 0.0)
+    assert fits(box, "yuko", "a" * 40)  # no prefill: any run of the shape copies
+    (tmp_path / PREFILL_FILE).write_text(json.dumps({"imp": "yuko", "base": "a" * 40}))
+    assert fits(box, "yuko", "a" * 40)
+    assert not fits(box, "kenji", "a" * 40)  # another imp's knowledge: never
+    assert not fits(box, "yuko", "b" * 40)  # main moved on
+    (tmp_path / PREFILL_FILE).write_text("{not json")
+    assert not fits(box, "yuko", "a" * 40)  # an unreadable record is no one's
