@@ -42,7 +42,7 @@ from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.runs.context import RunContext
-from impyard.runs.model import Manifest, RunRequest
+from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.settings import Settings
 from impyard.textsafe import StreamEscaper, visible
 
@@ -208,15 +208,17 @@ class RunServer:
 
     def _serve_one(self, conn: socket.socket, run: _HandedRun) -> None:
         client = _Connection(conn)
+        end: dict[str, Any] | None = None
         try:
             hello = _read_line(conn)
             why = self._refusal(hello)
             if why is not None:
                 client.send(fallback=why)
-                return
-            assert hello is not None
-            request = RunRequest(**{k: hello["request"].get(k) for k in REQUEST_FIELDS})
-            end = self._drive(client, run, request, bool(hello.get("raw")), bool(hello.get("json")))
+            else:
+                assert hello is not None
+                request = RunRequest(**{k: hello["request"].get(k) for k in REQUEST_FIELDS})
+                raw, as_json = bool(hello.get("raw")), bool(hello.get("json"))
+                end = self._drive(client, run, request, raw, as_json)
         except ImpyardError as exc:
             lines = f"impyard: error: {exc.message}".split("\n")
             end = {"stderr": [visible(line) for line in lines], "exit_code": exc.exit_code}
@@ -225,10 +227,13 @@ class RunServer:
             end = {"stderr": [f"impyard: unexpected error: {type(exc).__name__}: {exc}"]}
             end["exit_code"] = 70
         finally:
-            run.done = True
             with self._lock:
                 self._runs.pop(threading.current_thread(), None)
-        client.send(end=end)
+        # Sent once: a run whose end was sent when it finished (``_drive``) and that failed
+        # after (releasing its space) was already answered; the failure is in serve's log.
+        if end is not None and not run.done:
+            client.send(end=end)
+        run.done = True
         with contextlib.suppress(OSError):
             conn.close()
 
@@ -245,8 +250,9 @@ class RunServer:
 
     def _drive(
         self, client: _Connection, run: _HandedRun, request: RunRequest, raw: bool, as_json: bool
-    ) -> dict[str, Any]:
-        from impyard.cli.outcome import OutputStreamer, outcome_lines, started_line
+    ) -> dict[str, Any] | None:
+        """Drive the run; what to send the client at its end (None: sent already)."""
+        from impyard.cli.outcome import OutputStreamer, started_line
         from impyard.runs.admission import execute
 
         ctx = RunContext(settings=self.settings, journal=self.journal)
@@ -266,8 +272,18 @@ class RunServer:
             if interrupted is not None:
                 self._interrupt(run, interrupted)
 
+        def finished(m: Manifest) -> None:
+            """The outcome is final: the client is answered now, not after the box's
+            removal and the space's release (which still run here)."""
+            for each in streamer:
+                each.finish()
+            streamer.clear()
+            run.done = True  # the client may go now without interrupting anything
+            client.send(end=_end_of(m, as_json))
+
         ctx.on_admitted = admitted
         ctx.on_box_started = box_started
+        ctx.on_finished = finished
         threading.Thread(
             target=self._watch_client, args=(client, run), name="handed-run-client", daemon=True
         ).start()
@@ -277,15 +293,7 @@ class RunServer:
         finally:
             for each in streamer:
                 each.finish()
-        m = outcome.manifest
-        stderr = [f"impyard: warning: {visible(message)}" for message in m.warnings]
-        if as_json:
-            from impyard.cli.runs import public_record
-
-            text = json.dumps(public_record(m), indent=2, sort_keys=True, default=str)
-            return {"stdout": text.split("\n"), "stderr": stderr, "exit_code": outcome.exit_code}
-        stdout = [visible(line) for line in outcome_lines(m)]
-        return {"stdout": stdout, "stderr": stderr, "exit_code": outcome.exit_code}
+        return None if run.done else _end_of(outcome.manifest, as_json)
 
     def _watch_client(self, client: _Connection, run: _HandedRun) -> None:
         """A client that closes its side (Ctrl-C) or dies interrupts its run."""
@@ -314,6 +322,21 @@ class RunServer:
             kill_box(box_id)
         except ImpyardError as exc:
             log.warning("could not kill %s: %s", box_id, exc)
+
+
+def _end_of(m: Manifest, as_json: bool) -> dict[str, Any]:
+    """What ``run`` prints once its run ended, and its exit status."""
+    from impyard.cli.outcome import outcome_lines
+
+    exit_code = RunOutcome(m).exit_code
+    stderr = [f"impyard: warning: {visible(message)}" for message in m.warnings]
+    if as_json:
+        from impyard.cli.runs import public_record
+
+        text = json.dumps(public_record(m), indent=2, sort_keys=True, default=str)
+        return {"stdout": text.split("\n"), "stderr": stderr, "exit_code": exit_code}
+    stdout = [visible(line) for line in outcome_lines(m)]
+    return {"stdout": stdout, "stderr": stderr, "exit_code": exit_code}
 
 
 def _owner_peer(conn: socket.socket) -> bool:

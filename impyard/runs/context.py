@@ -27,6 +27,10 @@ class RunContext:
     #: Called with the manifest once the box has exited, before the run's ending: serve
     #: counts a slot as a box, so the next task may start while this run is integrated.
     on_box_exited: Callable[[Manifest], None] | None = None
+    #: Called with the manifest once the run's outcome is final and its lease released,
+    #: before its box's removal and its space's release are waited for (a handed-over
+    #: run's client is answered here).
+    on_finished: Callable[[Manifest], None] | None = None
     #: Runs whose box the host killed (serve's shutdown): whatever their box's exit status,
     #: such a run is quarantined, never integrated half-done.
     killed_runs: set[str] = field(default_factory=set)
@@ -41,6 +45,10 @@ class RunContext:
     #: Whether serve queues a finished run's task again: a run lost with its cluster node
     #: (not the task's fault), the first time its task lost one.
     requeue_lost: Callable[[Manifest], bool] | None = None
+
+    def finished(self, manifest: Manifest) -> None:
+        if self.on_finished is not None:
+            self.on_finished(manifest)
 
     def kill_reason(self, run_id: str) -> str:
         """Why the host killed a run in ``killed_runs``: its own reason, else serve's shutdown."""

@@ -107,10 +107,9 @@ class Run(RunRecord):
             started = start(spec, log_path, request)
             self.log_follower = started.follower
         self.manifest.running(started.container_id, started.image_id, names.utc_now())
-        # The box waits in box-init (or a ready box in its gate) for its gateway: attach
-        # that first, and record the start after. A host that dies between the two leaves
-        # a manifest saying `starting` with the box's name, which recovery handles as it
-        # does a crash between create and start.
+        # The box waits in box-init (or a ready box in its gate) for its gateway: attach that
+        # first, and record the start after. A host that dies between the two leaves a
+        # manifest saying `starting` with the box's name, handled as a crash before start.
         pid = box_pid(started.container_id)
         self.gateway.open()
         self.gateway.attach(pid)
@@ -197,6 +196,7 @@ class Run(RunRecord):
         self.manifest.finished(checkpoint, names.utc_now(), **outcome)
         self.save()
         self.release_lease()
+        self.ctx.finished(self.manifest)
         self.wait_teardown()
         release_run_space(self.home, self.manifest)
 
