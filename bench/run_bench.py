@@ -2,8 +2,9 @@
 same image doing the same write under the same runtime, side by side, at 0 / 10,000 /
 100,000 records, under runc and under runsc (gVisor); and the same `impyard run` claiming
 a ready box (``[box.warm]``), its pool refilled by the pool code between runs, untimed;
-and the same ready-box run handed to a running ``impyard serve`` (which keeps the pool
-full; the run waits, untimed, for a ready box), as an owner's run is whenever serve runs.
+and the cold and the ready-box run handed to a running ``impyard serve`` (which keeps the
+pool full; the run waits, untimed, for a ready box), as an owner's run is whenever serve
+runs.
 
 IMPYARD_BENCH_SIZES (default 0,10000,100000), IMPYARD_BENCH_REPS (default 9) and
 IMPYARD_BENCH_RUNTIMES (default runc,runsc).
@@ -158,14 +159,18 @@ def main() -> None:
         runc_ms: float | None = None
         for runtime in runtimes:
             home = setup(records, runtime=runtime)
-            keep_warm(home)
             target = home / "bare-target"
             target.mkdir()
             os.chown(target, 65532, 65532)
             # Warm-up (excluded): the first run on a new base materializes its layer once.
             impyard_run(home)
             bare_run(target, runtime)
-            bare, ours, warm = [], [], []
+            bare, ours, warm, cold_handed = [], [], [], []
+            with serving(home):  # no ready boxes yet: cold runs handed to serve
+                for _ in range(reps):
+                    bare.append(timed(functools.partial(bare_run, target, runtime)))
+                    cold_handed.append(timed(functools.partial(impyard_run, home)))
+            keep_warm(home)
             for _ in range(reps):
                 bare.append(timed(functools.partial(bare_run, target, runtime)))
                 ours.append(timed(functools.partial(impyard_run, home)))
@@ -176,6 +181,7 @@ def main() -> None:
                 for _ in range(reps):
                     handed.append(handed_warm_run(home))
             totals = [median(run_totals(home, False)), median(run_totals(home, True))]
+            totals.insert(1, median(run_totals(home, False, handed=True)))
             totals.append(median(run_totals(home, True, handed=True)))
             if runtime == "runc":
                 runc_ms = median(ours)
@@ -187,11 +193,13 @@ def main() -> None:
                     f"{median(ours):.0f}",
                     f"{median(ours) / median(bare):.2f}x",
                     f"{median(ours) / runc_ms:.2f}x" if runc_ms else "-",
+                    f"{median(cold_handed):.0f}",
+                    f"{median(cold_handed) / median(bare):.2f}x",
                     f"{median(warm):.0f}",
                     f"{median(warm) / median(bare):.2f}x",
                     f"{median(handed):.0f}",
                     f"{median(handed) / median(bare):.2f}x",
-                    f"{totals[0]:.0f} / {totals[1]:.0f} / {totals[2]:.0f}",
+                    " / ".join(f"{total:.0f}" for total in totals),
                 )
             )
             shutil.rmtree(home, ignore_errors=True)
@@ -204,11 +212,13 @@ def main() -> None:
             "impyard run ms",
             "ratio",
             "vs runc",
+            "cold via serve ms",
+            "ratio",
             "warm run ms",
             "warm ratio",
             "warm via serve ms",
             "via serve ratio",
-            "run's own ms cold / warm / via serve",
+            "run's own ms cold / cold via serve / warm / warm via serve",
         ),
         rows,
     )
