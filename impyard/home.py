@@ -87,8 +87,9 @@ class Home:
         """Every run's checkout record, prepared runs included (layer GC keeps their chains)."""
         if not self.runs_dir.is_dir():
             return
-        for entry in os.scandir(self.runs_dir):
-            yield self.run_checkout_record(entry.name)
+        with os.scandir(self.runs_dir) as entries:
+            for entry in entries:
+                yield self.run_checkout_record(entry.name)
 
     @property
     def runs_dir(self) -> Path:

@@ -155,8 +155,8 @@ def reserved_bytes(home: Home) -> int:
     """What admitted, not yet mounted spaces will take (recent reservations only)."""
     total = 0
     now = time.time()
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(reservations_dir(home)):
+    with contextlib.suppress(FileNotFoundError), os.scandir(reservations_dir(home)) as entries:
+        for entry in entries:
             try:
                 if now - entry.stat(follow_symlinks=False).st_mtime > RESERVATION_SECONDS:
                     continue

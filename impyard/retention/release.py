@@ -56,9 +56,10 @@ def remove_trash(home: Home) -> None:
     """Run records a gc renamed away but did not finish deleting."""
     if not home.runs_dir.is_dir():
         return
-    for entry in os.scandir(home.runs_dir):
-        if entry.name.startswith(TRASH_PREFIX) and entry.is_dir(follow_symlinks=False):
-            remove_tree(Path(entry.path))
+    with os.scandir(home.runs_dir) as entries:
+        for entry in entries:
+            if entry.name.startswith(TRASH_PREFIX) and entry.is_dir(follow_symlinks=False):
+                remove_tree(Path(entry.path))
 
 
 @contextlib.contextmanager

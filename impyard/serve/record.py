@@ -120,13 +120,14 @@ def read_records(home: Home) -> list[ServeRecord]:
     if not home.serve_dir.is_dir():
         return []
     found: list[ServeRecord] = []
-    for entry in os.scandir(home.serve_dir):
-        pid = _pid_of(entry.name)
-        if pid is None:
-            continue
-        record = _read(Path(entry.path), pid)
-        if record is not None:
-            found.append(record)
+    with os.scandir(home.serve_dir) as entries:
+        for entry in entries:
+            pid = _pid_of(entry.name)
+            if pid is None:
+                continue
+            record = _read(Path(entry.path), pid)
+            if record is not None:
+                found.append(record)
     return sorted(found, key=lambda r: (not r.alive, r.pid))
 
 
@@ -170,18 +171,19 @@ def _read(path: Path, pid: int) -> ServeRecord | None:
 def _remove_stale(directory: Path) -> None:
     """Delete records of dead serves (a crashed serve cannot remove its own)."""
     now = time.time()
-    for entry in os.scandir(directory):
-        temp = entry.name.startswith(".") and entry.name.endswith(".json.tmp")
-        if _pid_of(entry.name) is None and not temp:
-            continue
-        with contextlib.suppress(OSError):
-            if temp and now - entry.stat(follow_symlinks=False).st_mtime < STALE_TEMP_SECONDS:
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            temp = entry.name.startswith(".") and entry.name.endswith(".json.tmp")
+            if _pid_of(entry.name) is None and not temp:
                 continue
-            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.unlink(entry.path)
-            except BlockingIOError:
-                pass  # a live serve's (or a reader probing it right now)
-            finally:
-                os.close(fd)
+            with contextlib.suppress(OSError):
+                if temp and now - entry.stat(follow_symlinks=False).st_mtime < STALE_TEMP_SECONDS:
+                    continue
+                fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.unlink(entry.path)
+                except BlockingIOError:
+                    pass  # a live serve's (or a reader probing it right now)
+                finally:
+                    os.close(fd)

@@ -84,26 +84,27 @@ def unfinished_runs(home: Home, now: datetime) -> list[RunningRun]:
     if not home.runs_dir.is_dir():
         return []
     found: list[RunningRun] = []
-    for entry in os.scandir(home.runs_dir):
-        if not RUN_ID.fullmatch(entry.name):
-            continue
-        try:
-            raw = json.loads((home.manifest(entry.name)).read_bytes())
-        except (OSError, ValueError):
-            continue  # a run being created has no manifest yet
-        if not isinstance(raw, dict) or raw.get("state") in TERMINAL_STATES:
-            continue
-        since = raw.get("started_at") or raw.get("created_at")
-        since = since if isinstance(since, str) else None
-        found.append(
-            RunningRun(
-                run_id=entry.name,
-                imp=str(raw.get("imp", "?")),
-                mode=raw.get("mode") if isinstance(raw.get("mode"), str) else None,
-                state=str(raw.get("state", "?")),
-                task_id=raw.get("task_id") if isinstance(raw.get("task_id"), str) else None,
-                since=since,
-                age_seconds=age_seconds(since, now),
+    with os.scandir(home.runs_dir) as entries:
+        for entry in entries:
+            if not RUN_ID.fullmatch(entry.name):
+                continue
+            try:
+                raw = json.loads((home.manifest(entry.name)).read_bytes())
+            except (OSError, ValueError):
+                continue  # a run being created has no manifest yet
+            if not isinstance(raw, dict) or raw.get("state") in TERMINAL_STATES:
+                continue
+            since = raw.get("started_at") or raw.get("created_at")
+            since = since if isinstance(since, str) else None
+            found.append(
+                RunningRun(
+                    run_id=entry.name,
+                    imp=str(raw.get("imp", "?")),
+                    mode=raw.get("mode") if isinstance(raw.get("mode"), str) else None,
+                    state=str(raw.get("state", "?")),
+                    task_id=raw.get("task_id") if isinstance(raw.get("task_id"), str) else None,
+                    since=since,
+                    age_seconds=age_seconds(since, now),
+                )
             )
-        )
     return sorted(found, key=lambda r: r.run_id)
