@@ -140,6 +140,7 @@ def register(app: typer.Typer) -> None:
             ("timed out", m.timed_out),
             ("agent steps", "-" if m.agent_steps is None else m.agent_steps),
             ("reason", m.reason or "-"),
+            ("tainted", f"yes: {m.taint}" if m.tainted else "no"),
             ("candidate ref", m.candidate_ref or "-"),
             ("rework of", m.rework_of or "-"),
             ("reworked by", ", ".join(_rework_cell(r) for r in reworks) or "-"),

@@ -130,6 +130,9 @@ class KnowledgeLimits:
     #: Most bytes of files over ``max_file_bytes`` one snapshot reads and keeps, so a
     #: candidate or quarantine holds what a retry under a raised limit could land.
     candidate_max_bytes: int = 100_000_000
+    #: Which runs may land anything: under ``clean-room`` a tainted run (one carrying
+    #: conversation content) lands nothing (``tainted_refusal``).
+    write_from: str = "clean-room"
 
     @classmethod
     def of(cls, policy: KnowledgePolicy) -> KnowledgeLimits:
@@ -139,6 +142,7 @@ class KnowledgeLimits:
             max_file_chars=policy.max_file_chars,
             max_repo_bytes=policy.max_repo_bytes,
             candidate_max_bytes=min(policy.candidate_max_bytes, policy.max_repo_bytes),
+            write_from=policy.write_from,
         )
 
     @property

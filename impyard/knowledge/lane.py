@@ -115,8 +115,10 @@ def integrate(
     keep_refused: bool = True,
     receipts: Receipts | None = None,
     dry_run: bool = False,
+    refusal: Violation | None = None,
 ) -> LaneResult:
     """Validate, then land ``change`` on main (or keep it as a candidate); never lands twice.
+    ``refusal``: the change may not land at all, for this reason (kept as refused).
 
     ``change`` is the run's whole change against ``base``; ``landed`` is what the run's
     earlier checkpoints landed (``increments.landed_by``). ``keep_refused`` False (a mid-run
@@ -145,6 +147,7 @@ def integrate(
         landed=landed,
         keep_refused=keep_refused and not dry_run,
         receipts=receipts,
+        refusal=refusal,
     )
     if isinstance(prepared, LaneResult):
         return prepared

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from impyard.errors import UsageError
 from impyard.home import Home
-from impyard.knowledge.change import Change, KnowledgeLimits, Mode
+from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Receipts
 from impyard.knowledge.imps import require_imp
 from impyard.knowledge.increments import Landed, Split, split
@@ -54,6 +54,7 @@ def prepare(
     landed: Landed | None,
     keep_refused: bool,
     receipts: Receipts | None,
+    refusal: Violation | None = None,
 ) -> LaneResult | Prepared:
     """How the change ends without the lane (nothing new, landed already, refused), or
     what the lane replays onto main. See ``lane.integrate`` for the arguments."""
@@ -67,6 +68,8 @@ def prepare(
     outcome = Outcome(home, parts, trailers, keep_refused)
     if increment.is_empty:
         return outcome.landed("empty")
+    if refusal is not None:  # the run may land nothing at all (a tainted run, clean room)
+        return outcome.refused("rejected", [refusal])
     with validation_reader(home, imp, base) as reader:
         found = find_landed_commit(reader, trailers.run, base, trailers.checkpoint)
         if found is not None:

@@ -47,6 +47,9 @@ SUPERSET = Overlay("superset")
 #: The box runtimes, weakest isolation first.
 RUNTIME_ORDER = ("runc", "runsc")
 HARDEN_RUNTIME = Overlay("harden", RUNTIME_ORDER)
+#: Which runs may write knowledge, most permissive first.
+WRITE_FROM_ORDER = ("any-run", "clean-room")
+HARDEN_WRITE_FROM = Overlay("harden", WRITE_FROM_ORDER)
 
 
 class _Strict(BaseModel):

@@ -21,6 +21,7 @@ from impyard.policy.base import (
     FIXED,
     FREE,
     HARDEN_RUNTIME,
+    HARDEN_WRITE_FROM,
     LOWER,
     REQUIRE,
     Overlay,
@@ -146,6 +147,12 @@ class KnowledgePolicy(_Strict):
     )
     reorganization_requires_exclusive_lease: Annotated[bool, REQUIRE] = Field(
         default=True, description="A reorganize run holds the imp's one exclusive lease."
+    )
+    write_from: Annotated[Literal["any-run", "clean-room"], HARDEN_WRITE_FROM] = Field(
+        default="clean-room",
+        description="Which runs may write knowledge: clean-room (a run carrying conversation "
+        "content, a --channel Memory block, gets a read-only checkout and lands nothing) or "
+        "any-run. An overlay may move any-run to clean-room, never back.",
     )
 
 

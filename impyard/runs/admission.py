@@ -31,6 +31,7 @@ from impyard.runs.context import RunContext
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.owner import RunOwnership
 from impyard.runs.pipeline import Run, drive
+from impyard.runs.taint import taint_of
 
 
 def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
@@ -83,7 +84,11 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
             raise
         run.save()
         run.event(
-            "run.created", task=request.task_id, mode=manifest.mode, base=manifest.base_commit
+            "run.created",
+            task=request.task_id,
+            mode=manifest.mode,
+            base=manifest.base_commit,
+            **({"tainted": manifest.taint} if manifest.tainted else {}),
         )
         if ctx.on_admitted is not None:
             ctx.on_admitted(manifest)
@@ -102,6 +107,7 @@ def new_manifest(
     mode = "reorganize" if request.reorganize else policy.knowledge.normal_mode
     with opened(ctx.home.db) as conn:
         run_id, namespace = namespaces.issue(conn, request.imp)
+    taint = taint_of(ctx.home, request)
     return Manifest(
         run_id=run_id,
         imp=request.imp,
@@ -116,6 +122,8 @@ def new_manifest(
         timeout_seconds=box_timeout(request, policy),
         runtime=policy.box.runtime,
         limits=KnowledgeLimits.of(policy.knowledge),
+        tainted=taint is not None,
+        taint=taint,
     )
 
 

@@ -14,6 +14,7 @@ from impyard.box.trust import BOX_CA_BUNDLE, bundle_env
 from impyard.fsutil import atomic_write_text
 from impyard.gateway.boxside import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV, proxy_env
 from impyard.home import Home
+from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.imps import read_imp_settings
 from impyard.knowledge.seed import SeedPlan
@@ -21,6 +22,7 @@ from impyard.memory.block import memory_block
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.model import Manifest, RunRequest
 from impyard.runs.rework import task_text
+from impyard.runs.taint import READ_ONLY, read_only_knowledge
 
 BOX_KNOWLEDGE = "/opt/impyard/knowledge"
 BOX_ORIGIN = "/opt/impyard/origin.git"
@@ -88,7 +90,10 @@ def box_spec(
         BoxMount(source=str(home.run_task(m.run_id)), target=BOX_TASK, read_only=True),
     ]
     if m.checkout is not None:  # none when policy turns knowledge off
-        mounts.insert(0, _knowledge_mount(m.checkout, m.volume))
+        read_only = read_only_knowledge(m, m.limits or KnowledgeLimits.of(policy.knowledge))
+        mounts.insert(0, _knowledge_mount(m.checkout, m.volume, read_only))
+        if read_only:
+            env["IMPYARD_KNOWLEDGE_READ_ONLY"] = READ_ONLY
         env |= {
             "IMPYARD_KNOWLEDGE_DIR": BOX_KNOWLEDGE,
             "IMPYARD_KNOWLEDGE_BASE": m.base_commit,
@@ -123,8 +128,8 @@ def box_spec(
     )
 
 
-def _knowledge_mount(checkout: Checkout, volume: str | None) -> BoxMount:
+def _knowledge_mount(checkout: Checkout, volume: str | None, read_only: bool) -> BoxMount:
     if checkout.kind == "overlay":
         assert volume is not None, "an overlay checkout has its volume"
-        return BoxMount(source=volume, target=BOX_KNOWLEDGE, read_only=False, kind="volume")
-    return BoxMount(source=str(Path(checkout.root)), target=BOX_KNOWLEDGE, read_only=False)
+        return BoxMount(source=volume, target=BOX_KNOWLEDGE, read_only=read_only, kind="volume")
+    return BoxMount(source=str(Path(checkout.root)), target=BOX_KNOWLEDGE, read_only=read_only)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from impyard import backup, names
 from impyard.gateway.control import ControlRefused
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
+from impyard.runs.taint import READ_ONLY, read_only_knowledge
 
 if TYPE_CHECKING:
     from impyard.knowledge.change import Change
@@ -182,6 +183,8 @@ class BoxControl:
             raise ControlRefused(409, "knowledge is disabled for this run: nothing to check")
         if m.state != "running":
             raise ControlRefused(409, f"the run is {m.state}; its exit checkpoint decides now")
+        if read_only_knowledge(m, self.run.limits):
+            raise ControlRefused(409, READ_ONLY)
         return m
 
 

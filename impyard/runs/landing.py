@@ -16,6 +16,7 @@ from impyard.knowledge.increments import Landed, LandedFile, landed_by
 from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.runs.active import ActiveRun
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
+from impyard.runs.taint import tainted_refusal
 
 
 def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
@@ -73,6 +74,7 @@ def integrate_run(
         keep_refused=at_exit if keep_refused is None else keep_refused,
         receipts=run_receipts(home, m.run_id),
         dry_run=dry_run,
+        refusal=tainted_refusal(m, limits),
     )
 
 

@@ -150,6 +150,10 @@ class Manifest(BaseModel):
     warm_pool: str | None = None
     #: A foreground ``impyard run`` handed this run to a running serve, which drove it.
     handed: bool = False
+    #: The run carries conversation content (``runs.taint``), and why; under the clean
+    #: room its checkout is read-only and it lands nothing.
+    tainted: bool = False
+    taint: str | None = None
     image: str | None = None
     image_id: str | None = None
     #: The engine runtime the box runs under (runc or runsc), fixed when the run is admitted;

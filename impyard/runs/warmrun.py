@@ -31,6 +31,7 @@ from impyard.runs import warmpool, warmprefill
 from impyard.runs.active import ActiveRun
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec
 from impyard.runs.model import RunRequest
+from impyard.runs.taint import read_only_knowledge
 from impyard.runs.warmgate import CLAIM_FILE
 from impyard.runs.warmpool import PoolBox, PoolShape
 
@@ -111,6 +112,8 @@ def claim_warm(
     none is ready). Either way the imp's shape is recorded for serve to keep filled."""
     if run.policy.box.warm.boxes <= 0 or run.manifest.node is not None:
         return None
+    if read_only_knowledge(run.manifest, run.limits):
+        return None  # its read-only checkout is another shape: not the imp's usual one
     shape = run_shape(run, request, image_id())
     record_want(run.home, run.manifest.imp, shape)
     m = run.manifest
@@ -175,7 +178,8 @@ def _link_tree(source: Path, target: Path) -> None:
     while stack:
         src, dst = stack.pop()
         try:
-            entries = list(os.scandir(src))
+            with os.scandir(src) as listing:
+                entries = list(listing)
         except FileNotFoundError:
             continue  # a directory the lane emptied and removed meanwhile
         for entry in entries:

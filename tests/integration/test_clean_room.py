@@ -1,0 +1,96 @@
+"""The clean room against the real engine: a run carrying a channel's Memory block
+(tainted) cannot write its checkout and lands nothing; under ``write_from = "any-run"``
+it may; and a tainted run's candidate is refused ``tainted-run`` once the clean room is
+back, whatever its retry."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.helpers.cli import Cli, json_lines
+from tests.helpers.git import git
+from tests.helpers.policy import edit_org
+
+pytestmark = pytest.mark.docker
+
+NOTE = 'printf "body\\n" | impyard-note vendors acme-sso --source https://example.com/report'
+WRITE = 'touch "$IMPYARD_KNOWLEDGE_DIR/records/scratch.md" && echo wrote || echo "refused: $?"'
+
+
+@pytest.fixture
+def yard(cli: Cli) -> Cli:
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    return cli
+
+
+def run(cli: Cli, command: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    result = cli("run", "yuko", "--prompt", "p", "--json", "--command", command, *extra)
+    assert "Traceback" not in result.stderr, result.stderr
+    record: dict[str, Any] = json.loads(result.stdout)
+    return result.code, record
+
+
+def log_of(cli: Cli, record: dict[str, Any]) -> str:
+    return (cli.home / "runs" / record["run_id"] / "box.log").read_text()
+
+
+def main_of(cli: Cli) -> str:
+    repo = cli("knowledge", "yuko").stdout.strip()
+    return git("-C", repo, "rev-parse", "main").stdout.strip()
+
+
+def test_a_channel_run_reads_its_checkout_and_writes_nothing(yard: Cli) -> None:
+    before = main_of(yard)
+    command = (
+        f'ls "$IMPYARD_KNOWLEDGE_DIR"; {WRITE}; {NOTE}; impyard-check; '
+        'echo "ro=$IMPYARD_KNOWLEDGE_READ_ONLY"'
+    )
+    code, record = run(yard, command, "--channel", "support")
+    assert code == 0 and record["checkpoint"] == "empty", record
+    assert record["tainted"] is True and "support" in record["taint"], record
+    shown = log_of(yard, record)
+    assert "README.md" in shown  # it reads its checkout
+    assert "wrote" not in shown and "refused:" in shown  # and cannot write it
+    assert "tainted run: knowledge is read-only" in shown  # impyard-check says why
+    assert "ro=tainted run: knowledge is read-only" in shown
+    assert main_of(yard) == before
+    text = yard("runs", "show", record["run_id"]).stdout
+    assert "tainted" in text and "support" in text
+    journal = json_lines(yard("journal", "--json").stdout)
+    created = [e for e in journal if e["event"] == "run.created"]
+    assert "support" in created[-1]["tainted"], created[-1]
+    # The same run without the channel is clean and lands its note.
+    code, clean = run(yard, NOTE)
+    assert code == 0 and clean["checkpoint"] == "integrated" and clean["tainted"] is False
+
+
+def test_any_run_lets_a_channel_run_land_and_clean_room_refuses_its_candidate_after(
+    yard: Cli,
+) -> None:
+    edit_org(yard.home, 'write_from = "clean-room"', 'write_from = "any-run"')
+    assert yard("deploy").code == 0
+    code, landed = run(yard, NOTE, "--channel", "support")
+    assert code == 0 and landed["checkpoint"] == "integrated", landed
+    assert landed["tainted"] is True
+    # A tainted candidate kept while any-run was set (refused for its README edit) ...
+    edit = f'{NOTE}; echo changed >> "$IMPYARD_KNOWLEDGE_DIR/README.md"'
+    code, refused = run(yard, edit, "--channel", "support")
+    assert code == 3 and refused["candidate_ref"], refused
+    # ... is refused tainted-run, never landed, once the clean room is back.
+    edit_org(yard.home, 'write_from = "any-run"', 'write_from = "clean-room"')
+    assert yard("deploy").code == 0
+    retried = yard("candidates", "retry", refused["run_id"], "--json")
+    answer = json.loads(retried.stdout)
+    assert retried.code == 3, answer
+    assert "tainted-run" in json.dumps(answer), answer
+
+
+def test_an_overlay_cannot_open_the_clean_room(yard: Cli) -> None:
+    overlay = yard.home / "policy" / "imps" / "yuko.toml"
+    overlay.write_text('[knowledge]\nwrite_from = "any-run"\n')
+    result = yard("deploy")
+    assert result.code != 0 and "write_from" in result.stderr, result.stderr
