@@ -46,7 +46,7 @@ def main_of(cli: Cli) -> str:
 def test_a_channel_run_reads_its_checkout_and_writes_nothing(yard: Cli) -> None:
     before = main_of(yard)
     command = (
-        f'ls "$IMPYARD_KNOWLEDGE_DIR"; {WRITE}; {NOTE}; impyard-check; '
+        f'ls "$IMPYARD_KNOWLEDGE_DIR"; {WRITE}; {NOTE}; impyard-check; echo "check=$?"; '
         'echo "ro=$IMPYARD_KNOWLEDGE_READ_ONLY"'
     )
     code, record = run(yard, command, "--channel", "support")
@@ -55,7 +55,7 @@ def test_a_channel_run_reads_its_checkout_and_writes_nothing(yard: Cli) -> None:
     shown = log_of(yard, record)
     assert "README.md" in shown  # it reads its checkout
     assert "wrote" not in shown and "refused:" in shown  # and cannot write it
-    assert "tainted run: knowledge is read-only" in shown  # impyard-check says why
+    assert "check=2" in shown  # the host refuses to check a read-only run's checkout
     assert "ro=tainted run: knowledge is read-only" in shown
     assert main_of(yard) == before
     text = yard("runs", "show", record["run_id"]).stdout
