@@ -2,7 +2,7 @@
 
 - ``docker`` tests need a real engine. Locally they skip without one; under
   ``CI=true`` a missing engine is a failure, never a skip.
-- A test may not leak environment variables or containers. Docker tests run in
+- A test may not leak environment variables, containers or mounts. Docker tests run in
   parallel on one engine, so a test counts only the boxes whose run lives under its own
   ``tmp_path``: another test's boxes are neither its leak nor its business.
 - ``cli`` runs the CLI in this process for unit tests and as ``python -m impyard`` for
@@ -29,6 +29,7 @@ from tests.helpers.images import (
     OPENCODE_IMAGE,
     PI_IMAGE,
 )
+from tests.helpers.mounts import mounts_under, unmount_all
 from tests.helpers.runtime import TEST_RUNTIME
 from tests.helpers.upstream import Upstream
 
@@ -173,7 +174,10 @@ def _hygiene(request: pytest.FixtureRequest) -> Iterator[None]:
             cid: run for cid, run in _impyard_containers().items() if cid not in before_containers
         }
         leaked = _runs_under(tmp_path, new)
+        mounts = mounts_under(tmp_path)
+        unmount_all(mounts)  # one leak fails this test, not a later session's cleanup
         assert not leaked, f"test leaked containers: {leaked}"
+        assert not mounts, f"test left mounts behind: {mounts}"
 
 
 @pytest.fixture

@@ -109,16 +109,23 @@ def register(app: typer.Typer) -> None:
                     stop_signals(request_stop),
                     recorded(home, server.concurrency, once=once),
                 ):
-                    lines.put(start_line(serve_start(home, workers, once=once), datetime.now(UTC)))
-                    if pools is not None:
-                        pools.start()
-                    final = server.serve()
+                    try:
+                        lines.put(
+                            start_line(serve_start(home, workers, once=once), datetime.now(UTC))
+                        )
+                        if pools is not None:
+                            pools.start()
+                        final = server.serve()
+                    finally:
+                        # Still under the stop signals: a second signal while the handed runs
+                        # and the pools wind down kills their boxes, where the default action
+                        # would end serve before their spaces are unmounted.
+                        if handed is not None:
+                            handed.stop(settings.shutdown_grace_seconds)
+                        if pools is not None:
+                            pools.stop()
                 lines.put(stop_line(final, datetime.now(UTC)))
             finally:
-                if handed is not None:
-                    handed.stop(settings.shutdown_grace_seconds)
-                if pools is not None:
-                    pools.stop()
                 lines.close()
                 if console is not None:
                     console.stop()
