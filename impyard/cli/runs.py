@@ -141,6 +141,7 @@ def register(app: typer.Typer) -> None:
             ("agent steps", "-" if m.agent_steps is None else m.agent_steps),
             ("reason", m.reason or "-"),
             ("tainted", f"yes: {m.taint}" if m.tainted else "no"),
+            ("filed tasks", ", ".join(m.filed_tasks) or "-"),
             ("candidate ref", m.candidate_ref or "-"),
             ("rework of", m.rework_of or "-"),
             ("reworked by", ", ".join(_rework_cell(r) for r in reworks) or "-"),

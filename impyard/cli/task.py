@@ -148,6 +148,7 @@ def register(app: typer.Typer) -> None:
             ("checkpoint", task.checkpoint or "-"),
             ("reason", task.error or "-"),
             ("rework of", task.rework_of or "-"),
+            ("filed by", f"{task.filed_by} (impyard-task)" if task.filed_by else "-"),
         ]
         # A reason can quote what a box chose (a path): shown, never obeyed.
         print_fields(rows)

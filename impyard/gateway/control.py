@@ -1,11 +1,12 @@
 """The control API a box reaches on its own gateway: ``GET /impyard/check``,
-``POST /impyard/checkpoint`` and ``POST /impyard/report``.
+``POST /impyard/checkpoint``, ``POST /impyard/report`` and ``POST /impyard/task``.
 
 The gateway belongs to one run, so the run is known from the host side of the
 listener; a box can only ask about itself. Nothing it sends (query, headers,
 body) names a run, imp, base or namespace: all of it is ignored, and a body is
 read and dropped, except a report's, which is one small JSON object with one
-field (``{"agent_steps": N}``, the agent's step count the run records). Requests
+field (``{"agent_steps": N}``, the agent's step count the run records), and a task's,
+which is the prompt of the task a tainted run files (UTF-8 text, ``runs.bridge``). Requests
 are rate-limited per run and journaled like every other gateway request. Answers
 are JSON, or text (``?format=text`` or ``Accept: text/plain``) for the box tools:
 a first line ``ok`` or ``fail``, then one line per violation, then a summary line.
@@ -30,13 +31,17 @@ if TYPE_CHECKING:
 PREFIX = "/impyard/"
 RULE = "impyard.control"
 #: Endpoint -> the one method it answers.
-ENDPOINTS = {"check": "GET", "checkpoint": "POST", "report": "POST"}
+ENDPOINTS = {"check": "GET", "checkpoint": "POST", "report": "POST", "task": "POST"}
 # A control request carries no meaningful body; more than this is refused unread.
 _MAX_BODY = 65536
 # A report is one small JSON object; a larger body is refused unread.
 MAX_REPORT_BODY = 1024
 #: The most steps a report may claim (a count, not a measure: anything larger is a lie).
 MAX_AGENT_STEPS = 1_000_000
+#: The longest prompt a run may file as a task, in characters (one paragraph), and the
+#: most bytes its body may take (4 per character in UTF-8): a larger one is refused unread.
+MAX_TASK_PROMPT_CHARS = 4000
+MAX_TASK_BODY = 4 * MAX_TASK_PROMPT_CHARS
 
 
 class ControlRefused(Exception):
@@ -56,6 +61,8 @@ class RunControl(Protocol):
     def checkpoint(self) -> Mapping[str, Any]: ...
 
     def report(self, agent_steps: int) -> Mapping[str, Any]: ...
+
+    def file_task(self, body: bytes) -> Mapping[str, Any]: ...
 
 
 class ControlRate:
@@ -93,7 +100,7 @@ def serve_control(
     """Answer one control request, or raise ``Refused`` with the reason."""
     rec.route, rec.rule = "impyard", RULE
     name = path[len(PREFIX) :]
-    body = _read_body(handler, MAX_REPORT_BODY if name == "report" else 0)
+    body = _read_body(handler, _BODY_KEPT.get(name, 0))
     method = ENDPOINTS.get(name)
     if method is None:
         known = ", ".join(f"{m} {PREFIX}{n}" for n, m in ENDPOINTS.items())
@@ -107,6 +114,8 @@ def serve_control(
     try:
         if name == "report":
             answer = control.report(parse_report(body))
+        elif name == "task":
+            answer = control.file_task(body)
         elif name == "check":
             answer = control.check()
         else:
@@ -137,6 +146,11 @@ def render_text(name: str, answer: Mapping[str, Any]) -> str:
     lines = [f"{v['path']}: {v['rule']}: {v['message']}".replace("\n", " ") for v in violations]
     if name == "report":
         return f"ok\nimpyard-report: recorded {answer.get('agent_steps')} agent step(s)\n"
+    if name == "task":
+        if answer.get("task"):
+            return f"ok\nimpyard-task: filed {answer['task']} (it runs clean)\n"
+        reasons = [str(r).replace("\n", " ") for r in answer.get("reasons") or []]
+        return "\n".join(["fail", *reasons, "impyard-task: nothing filed"]) + "\n"
     if name == "check":
         ok = bool(answer.get("ok"))
         summary = (
@@ -208,7 +222,13 @@ def _read_body(handler: Client, keep: int) -> bytes:
     return b"".join(kept)
 
 
+#: The endpoints whose body is read and kept, and its most bytes.
+_BODY_KEPT = {"report": MAX_REPORT_BODY, "task": MAX_TASK_BODY}
+
+
 def _too_large(keep: int) -> str:
+    if keep == MAX_TASK_BODY:
+        return f"a task's prompt is at most {MAX_TASK_PROMPT_CHARS} characters"
     if keep:
         return f"a report is a JSON object of at most {keep} bytes"
     return "a control request has no body to speak of"

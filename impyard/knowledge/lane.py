@@ -40,7 +40,7 @@ re-exports them. The validation before a change's turn is ``lanecheck``'s.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -116,9 +116,12 @@ def integrate(
     receipts: Receipts | None = None,
     dry_run: bool = False,
     refusal: Violation | None = None,
+    screened: Sequence[Violation] = (),
 ) -> LaneResult:
     """Validate, then land ``change`` on main (or keep it as a candidate); never lands twice.
     ``refusal``: the change may not land at all, for this reason (kept as refused).
+    ``screened``: violations the caller found in the change's files (a tainted run's
+    participant scan), refused with validation's own.
 
     ``change`` is the run's whole change against ``base``; ``landed`` is what the run's
     earlier checkpoints landed (``increments.landed_by``). ``keep_refused`` False (a mid-run
@@ -148,6 +151,7 @@ def integrate(
         keep_refused=keep_refused and not dry_run,
         receipts=receipts,
         refusal=refusal,
+        screened=screened,
     )
     if isinstance(prepared, LaneResult):
         return prepared

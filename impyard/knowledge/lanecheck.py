@@ -8,6 +8,7 @@ dry run refuses exactly what the lane refuses before its turn.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from impyard.errors import UsageError
@@ -55,6 +56,7 @@ def prepare(
     keep_refused: bool,
     receipts: Receipts | None,
     refusal: Violation | None = None,
+    screened: Sequence[Violation] = (),
 ) -> LaneResult | Prepared:
     """How the change ends without the lane (nothing new, landed already, refused), or
     what the lane replays onto main. See ``lane.integrate`` for the arguments."""
@@ -83,8 +85,8 @@ def prepare(
             limits=limits,
             receipts=receipts,
         )
-    if checked.violations:
-        return outcome.refused("rejected", checked.violations)
+    if checked.violations or screened:
+        return outcome.refused("rejected", [*checked.violations, *screened])
     # Notes an earlier checkpoint landed had their receipts in that checkpoint's commit.
     cited = [c for path in increment.written for c in checked.citations.get(path, ())]
     message = commit_message(increment, trailers, cited)

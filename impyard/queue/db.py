@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     rework_of      TEXT,
     rework_root    TEXT,
     rework_attempt INTEGER,
-    rework         TEXT
+    rework         TEXT,
+    filed_by       TEXT
 );
 CREATE INDEX IF NOT EXISTS tasks_state_seq ON tasks(state, seq);
 CREATE TABLE IF NOT EXISTS leases (
@@ -53,12 +54,14 @@ CREATE TABLE IF NOT EXISTS namespaces (
 #: Columns added to ``tasks`` since it was first created, added to an older file as it is
 #: opened. A rework task names the run it reworks (``rework_of``), the first task of its
 #: chain (``rework_root``), how many reworks the chain holds with it (``rework_attempt``)
-#: and what it starts from (``rework``, JSON).
+#: and what it starts from (``rework``, JSON). A task a run filed through ``impyard-task``
+#: names that run (``filed_by``).
 ADDED_TASK_COLUMNS = (
     ("rework_of", "TEXT"),
     ("rework_root", "TEXT"),
     ("rework_attempt", "INTEGER"),
     ("rework", "TEXT"),
+    ("filed_by", "TEXT"),
 )
 
 

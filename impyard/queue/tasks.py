@@ -45,6 +45,8 @@ class Task:
     rework_root: str | None = None
     rework_attempt: int | None = None
     rework: dict[str, Any] | None = None
+    #: The tainted run that filed this task through ``impyard-task`` (it runs clean).
+    filed_by: str | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Task:
@@ -65,6 +67,7 @@ class Task:
             rework_root=row["rework_root"],
             rework_attempt=row["rework_attempt"],
             rework=json.loads(row["rework"]) if row["rework"] else None,
+            filed_by=row["filed_by"],
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -94,7 +97,31 @@ def add(
     reorganize: bool = False,
     channel: str | None = None,
     rework: ReworkLink | None = None,
+    filed_by: str | None = None,
 ) -> Task:
+    with transaction(conn):
+        return add_in(
+            conn,
+            imp,
+            prompt,
+            reorganize=reorganize,
+            channel=channel,
+            rework=rework,
+            filed_by=filed_by,
+        )
+
+
+def add_in(
+    conn: sqlite3.Connection,
+    imp: str,
+    prompt: str,
+    *,
+    reorganize: bool = False,
+    channel: str | None = None,
+    rework: ReworkLink | None = None,
+    filed_by: str | None = None,
+) -> Task:
+    """``add`` inside the caller's transaction (one that read what decides the add)."""
     if not prompt.strip():
         raise UsageError("the task prompt is empty")
     check_channel(channel)
@@ -103,15 +130,20 @@ def add(
     if rework is not None:
         details = json.dumps(rework.details, sort_keys=True)
         link = (rework.of, rework.root or task_id, rework.attempt, details)
-    with transaction(conn):
-        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks").fetchone()[0]
-        conn.execute(
-            "INSERT INTO tasks (id, imp, prompt, reorganize, channel, state, created_at, seq,"
-            " rework_of, rework_root, rework_attempt, rework)"
-            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
-            (task_id, imp, prompt, int(reorganize), channel, utc_now(), seq, *link),
-        )
+    seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks").fetchone()[0]
+    conn.execute(
+        "INSERT INTO tasks (id, imp, prompt, reorganize, channel, state, created_at, seq,"
+        " rework_of, rework_root, rework_attempt, rework, filed_by)"
+        " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+        (task_id, imp, prompt, int(reorganize), channel, utc_now(), seq, *link, filed_by),
+    )
     return get(conn, task_id)
+
+
+def filed_by(conn: sqlite3.Connection, run_id: str) -> list[Task]:
+    """The tasks run ``run_id`` filed through ``impyard-task``, oldest first."""
+    rows = conn.execute("SELECT * FROM tasks WHERE filed_by = ? ORDER BY seq", (run_id,))
+    return [Task.from_row(row) for row in rows.fetchall()]
 
 
 def reworks_of(conn: sqlite3.Connection, run_id: str) -> list[Task]:

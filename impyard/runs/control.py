@@ -1,6 +1,7 @@
 """What a running box may ask of its host through its gateway: a check of its checkout
-as it is now (nothing is written), a mid-run checkpoint through the lane, and a report
-of its agent's step count (recorded in the manifest, shown by ``runs show``).
+as it is now (nothing is written), a mid-run checkpoint through the lane, a report
+of its agent's step count (recorded in the manifest, shown by ``runs show``), and, from
+a tainted run, a task filed for its imp (``runs.bridge``).
 
 Both take the same snapshot as the exit checkpoint, while the box runs. A
 checkpoint is recorded in the manifest as ``pending`` before the lane acts and
@@ -12,12 +13,13 @@ for one in progress.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from impyard import backup, names
 from impyard.gateway.control import ControlRefused
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
-from impyard.runs.taint import READ_ONLY, read_only_knowledge
+from impyard.runs.taint import READ_ONLY, participant_violations, read_only_knowledge
 
 if TYPE_CHECKING:
     from impyard.knowledge.change import Change
@@ -36,6 +38,7 @@ class BoxControl:
     def __init__(self, run: ActiveRun) -> None:
         self.run = run
         self._landed: LandedCache | None = None
+        self._filing = threading.Lock()
 
     @property
     def landed(self) -> LandedCache:
@@ -79,6 +82,7 @@ class BoxControl:
                 receipts=run_receipts(run.home, m.run_id),
             )
             violations += parts.touched
+            violations += participant_violations(run.home, m, change)  # tainted, any-run
             # What landed on main since the base, read only: a collision shows now.
             violations += recheck(
                 repo, m.base_commit, parts.increment, m.namespace, m.mode, m.run_id
@@ -176,6 +180,27 @@ class BoxControl:
             m.agent_steps = agent_steps
             run.save()
         return {"agent_steps": agent_steps}
+
+    def file_task(self, body: bytes) -> dict[str, Any]:
+        """File the task a tainted run asks for (the prompt is the body); a refusal is an
+        answer with every reason, journaled, never an error: the box tool shows it."""
+        from impyard.runs.bridge import file_task
+
+        run = self.run
+        m = run.manifest
+        if m.state != "running":
+            raise ControlRefused(409, f"the run is {m.state}; it files no task now")
+        with self._filing:  # one at a time: the run's count is read, then added to
+            filed = file_task(run.home, m, body)
+            if filed.task_id is None:
+                run.event("task.refused", reasons=list(filed.reasons), named=list(filed.named))
+                return {"task": None, "reasons": list(filed.reasons)}
+            with run.manifest_lock:
+                m.filed_tasks.append(filed.task_id)
+                run.save()
+        prompt = body.decode()
+        run.event("task.filed", task=filed.task_id, prompt=prompt, chars=len(prompt))
+        return {"task": filed.task_id, "reasons": []}
 
     def _running(self) -> Manifest:
         m = self.run.manifest

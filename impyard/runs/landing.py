@@ -16,7 +16,7 @@ from impyard.knowledge.increments import Landed, LandedFile, landed_by
 from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.runs.active import ActiveRun
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
-from impyard.runs.taint import tainted_refusal
+from impyard.runs.taint import participant_violations, tainted_refusal
 
 
 def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:
@@ -61,6 +61,7 @@ def integrate_run(
     refuses is kept as a candidate only at exit (default): mid-run, the box can still fix
     it, and an owner's retry leaves every ref as it was. ``dry_run``: what the lane would
     answer now, writing nothing (``lane.integrate``)."""
+    refusal = tainted_refusal(m, limits)
     return integrate(
         home,
         m.imp,
@@ -74,7 +75,8 @@ def integrate_run(
         keep_refused=at_exit if keep_refused is None else keep_refused,
         receipts=run_receipts(home, m.run_id),
         dry_run=dry_run,
-        refusal=tainted_refusal(m, limits),
+        refusal=refusal,
+        screened=participant_violations(home, m, change) if refusal is None else (),
     )
 
 

@@ -154,6 +154,8 @@ class Manifest(BaseModel):
     #: room its checkout is read-only and it lands nothing.
     tainted: bool = False
     taint: str | None = None
+    #: The tasks the run filed through ``impyard-task`` (the bridge out of a tainted run).
+    filed_tasks: list[str] = Field(default_factory=list)
     image: str | None = None
     image_id: str | None = None
     #: The engine runtime the box runs under (runc or runsc), fixed when the run is admitted;

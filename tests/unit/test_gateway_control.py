@@ -49,6 +49,12 @@ class Answers:
         self.asked.append(f"report {agent_steps}")
         return {"agent_steps": agent_steps}
 
+    def file_task(self, body: bytes) -> Mapping[str, Any]:
+        self.asked.append(f"task {body.decode()}")
+        if "Bea" in body.decode():
+            return {"task": None, "reasons": ["names a conversation participant", "too long"]}
+        return {"task": "task-0123456789ab", "reasons": []}
+
     def checkpoint(self) -> Mapping[str, Any]:
         self.asked.append("checkpoint")
         return {
@@ -261,4 +267,27 @@ def test_a_large_report_is_refused_unread_and_a_report_is_posted(served: Served)
     assert status == 413 and b"at most 1024 bytes" in body
     status, _, body = ask(served.port, "GET", "/impyard/report")
     assert status == 405 and b"answers POST only" in body
+    assert served.answers.asked == []
+
+
+def test_a_filed_task_is_its_prompt_as_the_body_and_its_answer_says_ok_or_every_reason(
+    served: Served,
+) -> None:
+    status, _, body = ask(served.port, "POST", "/impyard/task?format=text", "Résumé SSO".encode())
+    assert status == 200
+    assert body.decode() == "ok\nimpyard-task: filed task-0123456789ab (it runs clean)\n"
+    status, _, body = ask(served.port, "POST", "/impyard/task", b"ask Bea")
+    assert status == 200 and json.loads(body)["task"] is None
+    status, _, body = ask(served.port, "POST", "/impyard/task?format=text", b"ask Bea")
+    assert body.decode() == (
+        "fail\nnames a conversation participant\ntoo long\nimpyard-task: nothing filed\n"
+    )
+    assert served.answers.asked == ["task Résumé SSO", "task ask Bea", "task ask Bea"]
+
+
+def test_a_task_prompt_past_four_thousand_characters_of_utf8_is_refused_unread(
+    served: Served,
+) -> None:
+    status, _, body = ask(served.port, "POST", "/impyard/task", "é".encode() * 8001)
+    assert status == 413 and b"at most 4000 characters" in body
     assert served.answers.asked == []
