@@ -37,6 +37,7 @@ STATE_STYLES = {
     "failed": "red",
     "failing": "red",
     "conflict": "yellow",
+    "held": "yellow",
 }
 #: The SGR code of each style name.
 SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}

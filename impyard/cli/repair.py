@@ -103,10 +103,7 @@ def _group(kind: Kind) -> typer.Typer:
         result = retry_change(state(ctx).settings, kind, run_id, from_ref=from_ref, dry_run=dry)
         for message in result.warnings:
             warn(message)
-        if as_json:
-            print_json(result.as_dict())
-        else:
-            print_retry(result.as_dict())
+        print_json(result.as_dict()) if as_json else print_retry(result.as_dict())
         raise typer.Exit(result.exit_code)
 
     if kind == "candidate":
@@ -146,6 +143,35 @@ def _group(kind: Kind) -> typer.Typer:
             conflict, 1 nothing to land (everything stays as it was in all three); 0 for a
             dry run."""
             retry(ctx, run_id, as_json, from_ref, dry)
+
+    @group.command("approve")
+    def approve_command(
+        ctx: typer.Context,
+        run_id: str = typer.Argument(..., help=complete.RUN_HELP, autocompletion=complete.runs),
+        as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+        dry: bool = typer.Option(
+            False, "--dry-run", help="List what would land and what would go; change nothing."
+        ),
+    ) -> None:
+        """Land a change held for its deletions (more than knowledge.max_deletions).
+
+        The owner's decision, journaled with their name: the change goes through the lane
+        and its checks as any retry, with the deletion gate lifted for it alone. Exit 0
+        landed (or approved and landed before: nothing changes), 3 rejected, 5 conflict;
+        0 for a dry run."""
+        from impyard.cli.repair_print import print_approved, print_retry
+        from impyard.repair.approve import AlreadyApproved, approve
+        from impyard.repair.preserved import preserved_run
+
+        run_id = preserved_run(initialized_home(ctx), run_id, kind)
+        result = approve(state(ctx).settings, kind, run_id, dry_run=dry)
+        if isinstance(result, AlreadyApproved):
+            print_json(result.as_dict()) if as_json else print_approved(result.as_dict())
+            return
+        for message in result.warnings:
+            warn(message)
+        print_json(result.as_dict()) if as_json else print_retry(result.as_dict())
+        raise typer.Exit(result.exit_code)
 
     @group.command("rework")
     def rework_command(
@@ -256,7 +282,7 @@ def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
             r["run_id"],
             r["imp"],
             r["created_at"],
-            r["checkpoint"] or "-",
+            "held" if r["held"] else r["checkpoint"] or "-",
             f"+{r['written']} -{r['deleted']}",
         ]
         if kind == "quarantine":

@@ -31,6 +31,15 @@ def print_retry(result: dict[str, Any]) -> None:
         echo(result["advice"])
 
 
+def print_approved(earlier: dict[str, Any]) -> None:
+    """A second approval: what the first one did, and that nothing changed now."""
+    landed = f" as {earlier['commit']}" if earlier["commit"] else ""
+    echo(
+        f"{earlier['run_id']} was approved by {visible(earlier['by'])} at {earlier['at']} "
+        f"and landed{landed}; nothing changed"
+    )
+
+
 def _print_retry_dry_run(result: dict[str, Any]) -> None:
     where = f"checkpoint {result['checkpoint']}, from the {result['source']}"
     if result["would_land"]:

@@ -133,6 +133,9 @@ class KnowledgeLimits:
     #: Which runs may land anything: under ``clean-room`` a tainted run (one carrying
     #: conversation content) lands nothing (``tainted_refusal``).
     write_from: str = "clean-room"
+    #: Most files a run's change may delete and land without the owner's approval (None:
+    #: no gate, an approved change; ``bulkdelete``).
+    max_deletions: int | None = 20
 
     @classmethod
     def of(cls, policy: KnowledgePolicy) -> KnowledgeLimits:
@@ -143,6 +146,7 @@ class KnowledgeLimits:
             max_repo_bytes=policy.max_repo_bytes,
             candidate_max_bytes=min(policy.candidate_max_bytes, policy.max_repo_bytes),
             write_from=policy.write_from,
+            max_deletions=policy.max_deletions,
         )
 
     @property

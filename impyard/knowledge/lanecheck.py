@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from impyard.errors import UsageError
 from impyard.home import Home
+from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Receipts
 from impyard.knowledge.imps import require_imp
@@ -85,8 +86,14 @@ def prepare(
             limits=limits,
             receipts=receipts,
         )
-    if checked.violations or screened:
-        return outcome.refused("rejected", [*checked.violations, *screened])
+    # A bulk deletion is held for the owner, and named among a refusal's other reasons.
+    every = [
+        *checked.violations,
+        *screened,
+        *bulkdelete.hold(parts.effective, limits, trailers.run),
+    ]
+    if every:
+        return outcome.refused("rejected", every)
     # Notes an earlier checkpoint landed had their receipts in that checkpoint's commit.
     cited = [c for path in increment.written for c in checked.citations.get(path, ())]
     message = commit_message(increment, trailers, cited)

@@ -148,6 +148,11 @@ class KnowledgePolicy(_Strict):
     reorganization_requires_exclusive_lease: Annotated[bool, REQUIRE] = Field(
         default=True, description="A reorganize run holds the imp's one exclusive lease."
     )
+    max_deletions: Annotated[int, Field(ge=0), LOWER] = Field(
+        default=20,
+        description="Most files one run may delete and still land on its own; a run deleting "
+        "more waits, held, for the owner's `candidates approve`.",
+    )
     write_from: Annotated[Literal["any-run", "clean-room"], HARDEN_WRITE_FROM] = Field(
         default="clean-room",
         description="Which runs may write knowledge: clean-room (a run carrying conversation "

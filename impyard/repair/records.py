@@ -29,6 +29,7 @@ from impyard.runs.owner import RunOwnership
 #: Journal event of each repair action.
 EVENTS: dict[RepairAction, str] = {
     "retry": "repair.retried",
+    "approve": "repair.approved",
     "drop": "repair.dropped",
     "export": "repair.exported",
 }

@@ -37,13 +37,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pygit2
 
 from impyard import backup
-from impyard.errors import ImpyardError, LeaseHeldError
+from impyard.errors import ImpyardError, LeaseHeldError, UsageError
 from impyard.home import Home
+from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Violation
 from impyard.knowledge.lane import LaneCheckpoint, LaneResult, candidate_ref, keep_candidate
 from impyard.queue import leases
@@ -62,6 +63,24 @@ RETRY_ADVICE = (
     "policy change (edit the policy, then `impyard deploy`); to fix the content, re-run the "
     "task, or queue a rework for the imp to fix it: `impyard {noun} rework {run}`"
 )
+
+#: What the owner of a change held for its deletions is told.
+APPROVE_ADVICE = (
+    "the change is held only for its deletions: `impyard {noun} approve {run} --dry-run` "
+    "lists what lands and what goes, and `impyard {noun} approve {run}` lands it"
+)
+
+
+def check_held(m: Manifest) -> None:
+    """Approval is for a change held for its deletions alone; anything else is refused
+    with what to do instead."""
+    if bulkdelete.held(list(m.validation_errors)) is None:
+        why = m.reason or (m.validation_errors[0].rule if m.validation_errors else m.checkpoint)
+        raise UsageError(
+            f"run {m.run_id} is not held for approval ({why}): only a change held for its "
+            "deletions (bulk-delete) is approved; `retry` lands one refused under a policy "
+            "since changed, `rework` has its imp fix one"
+        )
 
 
 @dataclass
@@ -99,6 +118,8 @@ class RetryResult:
         if self.outcome != "rejected":
             return None
         noun = "candidates" if self.kind == "candidate" else "quarantine"
+        if bulkdelete.held(self.violations):
+            return APPROVE_ADVICE.format(noun=noun, run=self.run_id)
         return RETRY_ADVICE.format(noun=noun, run=self.run_id)
 
     @property
@@ -134,21 +155,25 @@ def retry(
     *,
     from_ref: bool = False,
     dry_run: bool = False,
+    action: Literal["retry", "approve"] = "retry",
 ) -> RetryResult:
     """Re-validate the run's preserved change against main and land it, or say why not;
-    ``dry_run``: say which, and do nothing."""
+    ``dry_run``: say which, and do nothing. ``approve``: the owner's approval of a change
+    held for its deletions (``repair.approve``), which lands it past that gate alone."""
     home = Home(settings.home)
     with records.owning(home, run_id, claim=not dry_run) as m:
-        r = read_change(settings, m, kind, from_ref=from_ref)
+        if action == "approve":
+            check_held(m)
+        r = read_change(settings, m, kind, from_ref=from_ref, action=action)
         if dry_run:
             _lease_free(home, m, settings.lease_ttl_seconds)
             return _result(r, _integrate(home, r, dry_run=True), dry_run=True)
         if r.earlier is None:
-            record = records.new_record("retry", kind, r.ref, checkpoint=r.number, detail=r.source)
+            record = records.new_record(action, kind, r.ref, checkpoint=r.number, detail=r.source)
             records.begin(home, m, record)
         else:  # a retry a dead host left: the same number, now by whoever finishes it
             record = r.earlier
-            fresh = records.new_record("retry", kind, r.ref)
+            fresh = records.new_record(action, kind, r.ref)
             record.by, record.at, record.detail = fresh.by, fresh.at, r.source
 
         exit_trailers = trailers(m, r.number, at_exit=True)
@@ -229,6 +254,8 @@ def _settle_landed(
     until then."""
     record.outcome, record.commit = result.outcome, result.commit
     record.violations = len(result.violations) or None
+    if record.action == "approve":
+        m.reason = None  # held no more: landed
     if result.commit is not None:
         m.checkpoint, m.produced_commit = "integrated", result.commit
     elif m.checkpoint != "integrated":

@@ -9,11 +9,13 @@ Reading writes nothing: a retry records and integrates after it, a dry run does 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import pygit2
 
 from impyard.errors import ImpyardError, KnowledgeError, NotFoundError
 from impyard.home import Home
+from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.imps import open_repo
@@ -51,9 +53,17 @@ class Reading:
     parts: Split
 
 
-def read_change(settings: Settings, m: Manifest, kind: Kind, *, from_ref: bool) -> Reading:
+def read_change(
+    settings: Settings,
+    m: Manifest,
+    kind: Kind,
+    *,
+    from_ref: bool,
+    action: Literal["retry", "approve"] = "retry",
+) -> Reading:
     """Read run ``m``'s preserved ``kind``, or raise why a retry of it cannot even start
-    (no ref, knowledge disabled, another base, nothing to land)."""
+    (no ref, knowledge disabled, another base, nothing to land). An ``approve`` reads
+    it under today's limits with the deletion gate lifted (``bulkdelete.approved``)."""
     home = Home(settings.home)
     ref = ref_of(kind, m.run_id)
     repo = open_repo(home, m.imp)
@@ -66,11 +76,13 @@ def read_change(settings: Settings, m: Manifest, kind: Kind, *, from_ref: bool) 
             f"false): nothing is integrated; {ref} is kept"
         )
     limits = KnowledgeLimits.of(policy.knowledge)
+    if action == "approve":
+        limits = bulkdelete.approved(limits)
     sha = str(repo.lookup_reference(ref).peel(pygit2.Commit).id)
     if base_of(repo, sha) != m.base_commit:
         raise KnowledgeError(f"{ref} is not built on run {m.run_id}'s base {m.base_commit}")
 
-    earlier = records.pending(m, "retry", kind)
+    earlier = records.pending(m, action, kind)
     number = earlier.checkpoint if earlier and earlier.checkpoint else _next_number(repo, m)
     landed = _landed(repo, m, excluding=number)
     change, source = _change(repo, m, kind, sha, limits, landed, from_ref=from_ref)

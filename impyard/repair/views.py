@@ -8,6 +8,7 @@ from typing import Any
 
 import pygit2
 
+from impyard.knowledge import bulkdelete
 from impyard.knowledge.repo import main_commit
 from impyard.repair import kept
 from impyard.repair.compare import MAX_FILES, against_main, diff_against_main
@@ -27,6 +28,8 @@ def row(found: Preserved, repo: pygit2.Repository) -> dict[str, Any]:
         "base": found.base,
         "created_at": found.created_at,
         "checkpoint": m.checkpoint if m is not None else None,
+        #: ``bulk-delete (N files)``: held for the owner's approval, not refused.
+        "held": bulkdelete.held(found.violations) if found.kind == "candidate" else None,
         "reason": found.reason,
         "written": len(change.written),
         "deleted": len(change.deleted),

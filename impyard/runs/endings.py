@@ -16,6 +16,7 @@ from impyard.box.launch import kill_box, remove_box
 from impyard.box.volumes import remove_volume
 from impyard.contract import parse_user
 from impyard.errors import ImpyardError
+from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Violation
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import split
@@ -88,9 +89,10 @@ def checkpoint(run: ActiveRun) -> None:
         run.event(
             "knowledge.integrated", commit=result.commit, base=m.base_commit, checkpoint=number
         )
-    elif result.checkpoint in ("rejected", "conflict"):
+    held = bulkdelete.held(result.violations) if result.checkpoint == "rejected" else None
+    if result.checkpoint in ("rejected", "conflict"):
         run.event(
-            f"knowledge.{result.checkpoint}",
+            "knowledge.held" if held else f"knowledge.{result.checkpoint}",
             candidate=result.candidate_ref,
             violations=found.kept,
             **found.summary_fields(),
@@ -110,14 +112,20 @@ def checkpoint(run: ActiveRun) -> None:
         checkpoint=outcome,
         produced_commit=produced,
         candidate_ref=result.candidate_ref,
-        reason="integration conflict" if outcome == "conflict" else None,
+        reason=_reason(outcome, held),
         **digest_fields(found),
     )
     backup.notify(run.home, m.imp)  # queued: a remote that is down never holds the lane
-    if outcome == "rejected":
+    if outcome == "rejected" and held is None:  # a held change waits for its owner
         queue_rework(run)
     if next_base is not None:
         next_base.result()
+
+
+def _reason(outcome: str, held: str | None) -> str | None:
+    if outcome == "conflict":
+        return "integration conflict"
+    return f"held: {held}" if held else None
 
 
 def queue_rework(run: ActiveRun) -> None:

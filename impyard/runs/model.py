@@ -86,7 +86,7 @@ class CheckpointRecord(BaseModel):
 #: How many paths a checkpoint record lists in the manifest (all count in file_count).
 MAX_LISTED = 1000
 
-RepairAction = Literal["retry", "drop", "export", "rework"]
+RepairAction = Literal["retry", "approve", "drop", "export", "rework"]
 
 
 class RepairRecord(BaseModel):

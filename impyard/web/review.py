@@ -2,7 +2,7 @@
 functions ``impyard candidates|quarantine list|show|diff`` use, and the repair actions
 they have, each recorded as done by ``web``.
 
-Previews: retry, drop and rework show their dry run (the same functions, writing
+Previews: retry, approve, drop and rework show their dry run (the same functions, writing
 nothing): whether the retry would land, the files it would write and delete on main or
 every violation it would be refused for; what drop would remove; the task rework would
 queue, with the task file its run would read (the owner's note included). Export's
@@ -21,6 +21,7 @@ from impyard.home import Home
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.names import utc_now
 from impyard.repair import records
+from impyard.repair.approve import approve
 from impyard.repair.drop import drop
 from impyard.repair.export import export
 from impyard.repair.preserved import Kind, find_preserved, list_preserved
@@ -29,8 +30,8 @@ from impyard.repair.rework import rework
 from impyard.repair.views import details, diff, row
 from impyard.settings import Settings
 
-Action = Literal["retry", "drop", "rework", "export"]
-ACTIONS: tuple[Action, ...] = ("retry", "drop", "rework", "export")
+Action = Literal["retry", "approve", "drop", "rework", "export"]
+ACTIONS: tuple[Action, ...] = ("retry", "approve", "drop", "rework", "export")
 KINDS: tuple[Kind, ...] = ("candidate", "quarantine")
 #: Who the journal and the run's manifest name for a repair made in the console.
 ACTOR = "web"
@@ -69,6 +70,11 @@ def item(home: Home, kind: Kind, run_id: str) -> Item:
     return Item(details(found, repo), diff(found, repo))
 
 
+def actions_for(shown: Item) -> list[Action]:
+    """The item's buttons: approve only for a change held for its deletions."""
+    return [a for a in ACTIONS if a != "approve" or shown.shown.get("held")]
+
+
 def preview(
     home: Home,
     settings: Settings,
@@ -96,6 +102,14 @@ def preview(
             "if they pass; if they do not, nothing changes. Below: its dry run now.",
             RETRY_ADVICE.format(noun=f"{kind}s" if kind == "candidate" else kind, run=run_id) + ".",
         ]
+    elif action == "approve":
+        lines = [
+            f"Lands {d['ref']}, held for its {d['deleted']} deletion(s) (more than "
+            "knowledge.max_deletions), with its written file(s), through the lane and its "
+            "checks with the deletion gate lifted for this change alone; recorded and "
+            "journaled as your decision. Below: its dry run now, every file it lands and "
+            "every file it deletes."
+        ]
     elif action == "drop":
         lines = [f"Deletes {d['ref']} ({d['commit'][:12]}); main is untouched."]
         if d.get("checkout_kept"):
@@ -112,7 +126,7 @@ def preview(
             f"Writes the {d['written']} file(s) and {d['deleted']} deletion(s) of {d['ref']} "
             f"as plain files, with export.json, under {home.exports_dir}/{run_id}/."
         ]
-    stays = action == "retry" and dry is not None and not dry["would_land"]
+    stays = action in ("retry", "approve") and dry is not None and not dry.get("would_land")
     return {
         "action": action,
         "lines": lines,
@@ -137,10 +151,12 @@ def _repair(
     *,
     dry_run: bool,
 ) -> dict[str, Any]:
-    """Retry, drop or rework, or their dry run: one call, so the preview and the action
+    """Retry, approve, drop or rework, or their dry run: one call, so the preview and the action
     can never be two different computations."""
     if action == "retry":
         return retry(settings, kind, run_id, dry_run=dry_run).as_dict()
+    if action == "approve":
+        return approve(settings, kind, run_id, dry_run=dry_run).as_dict()
     if action == "drop":
         return drop(home, kind, run_id, dry_run=dry_run).as_dict()
     if dry_run:  # rework's two forms return two types

@@ -32,7 +32,8 @@ def routes(console: Console) -> list[Route]:
             found = await run_in_threadpool(review.item, home, kind, run_id)
         except NotFoundError as exc:
             raise HTTPException(404, exc.message) from exc
-        return console.pages.page(request, "review_item.html", i=found, actions=review.ACTIONS)
+        actions = review.actions_for(found)
+        return console.pages.page(request, "review_item.html", i=found, actions=actions)
 
     async def confirm_page(request: Request) -> Response:
         kind, run_id = _target(request)
