@@ -1,9 +1,9 @@
-"""``impyard knowledge <imp>`` (the repo path), ``impyard knowledge provenance`` and
-``impyard knowledge check``.
+"""``impyard knowledge <imp>`` (the repo path), ``impyard knowledge provenance``,
+``impyard knowledge check`` and ``impyard knowledge purge``.
 
 ``knowledge <imp>`` predates the sub-commands, and scripts rely on it printing the
 path and nothing else, so the group reads its first word as an imp unless it is
-``provenance`` or ``check`` followed by more words: an imp literally named
+``provenance``, ``check`` or ``purge`` followed by more words: an imp literally named
 ``provenance`` still gets its path from ``impyard knowledge provenance``.
 """
 
@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 
 from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json
+from impyard.cli.purge import purge_command
 from impyard.errors import UsageError
 
 if TYPE_CHECKING:
@@ -177,9 +178,11 @@ def register(app: typer.Typer) -> None:
     def knowledge() -> None:
         """An imp's knowledge: `impyard knowledge IMP` prints its canonical bare repository
         path; `impyard knowledge provenance IMP PATH` shows where a note came from;
-        `impyard knowledge check IMP` names what the lane would never write."""
+        `impyard knowledge check IMP` names what the lane would never write;
+        `impyard knowledge purge IMP ...` removes a leak from everywhere."""
 
     knowledge_app.command(PATH_SLOT, hidden=True)(path_command)
     knowledge_app.command("provenance")(provenance_command)
     knowledge_app.command("check")(check_command)
+    knowledge_app.command("purge")(purge_command)
     app.add_typer(knowledge_app, name="knowledge")

@@ -80,6 +80,13 @@ def read_change(
         limits = bulkdelete.approved(limits)
     sha = str(repo.lookup_reference(ref).peel(pygit2.Commit).id)
     if base_of(repo, sha) != m.base_commit:
+        if not repo.odb.exists(m.base_commit):
+            noun = "candidates" if kind == "candidate" else "quarantine"
+            raise KnowledgeError(
+                f"run {m.run_id}'s base {m.base_commit} is gone from the history (a "
+                f"knowledge purge rewrote it): `impyard {noun} rework {m.run_id}` has its "
+                "imp redo the change on today's main"
+            )
         raise KnowledgeError(f"{ref} is not built on run {m.run_id}'s base {m.base_commit}")
 
     earlier = records.pending(m, action, kind)
