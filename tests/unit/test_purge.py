@@ -180,3 +180,26 @@ def test_purge_refuses_while_a_run_of_the_imp_is_unfinished(tmp_path: Path) -> N
     assert refused.code != 0 and "has not finished" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert holders(home.root, SECRET.encode())  # nothing was touched
+
+
+def test_the_console_previews_a_purge_with_the_purges_own_counts(
+    leaked: tuple[Home, pygit2.Repository, Path],
+) -> None:
+    from tests.helpers.web import console_for, log_in
+
+    home, _, _ = leaked
+    console, client = console_for(home.root)
+    csrf = log_in(console, client)
+    assert 'href="/knowledge/yuko/purge"' in client.get("/knowledge/yuko").text
+    assert 'id="purge-form"' in client.get("/knowledge/yuko/purge").text
+    form = {"kind": "text", "value": SECRET}
+    assert client.post("/knowledge/yuko/purge", data=form).status_code == 403
+    page = client.post("/knowledge/yuko/purge", data=form | {"csrf": csrf}).text
+    c = purge(home, "yuko", Selector("text", SECRET), dry_run=True).counts()
+    assert f"would remove {c['files']} file version(s) at {c['paths']} path(s) from " in page
+    assert f"{c['commits']} commit(s)" in page
+    assert "impyard knowledge purge yuko --text -" in page
+    assert SECRET not in page  # the text is not echoed back
+    assert holders(home.root, SECRET.encode())  # nothing changed
+    bad = client.post("/knowledge/yuko/purge", data={"kind": "text", "value": "ab", "csrf": csrf})
+    assert "Refused: --text needs at least 4 characters" in bad.text
