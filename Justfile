@@ -37,11 +37,12 @@ box-gemini:
 node-image:
     bash scripts/build-node-image.sh
 
-# Lint and type-check the package
+# Lint, type-check, and check the layers between packages (pyproject's import contracts)
 lint:
     {{venv}}/ruff check impyard tests bench
     {{venv}}/ruff format --check impyard tests bench
     {{venv}}/mypy
+    {{venv}}/lint-imports --no-cache
 
 # Lint, then the whole test suite: unit tests in parallel, then the docker tests, three at a
 # time on the one engine (each counts only the boxes of its own data root), once with boxes

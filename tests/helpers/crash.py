@@ -100,6 +100,7 @@ def _at_start(point: str) -> None:
 
 def _in_check() -> None:
     from impyard.box import check_isolation, engine
+    from impyard.box.enginehttp import EngineHTTPError
 
     record = os.environ.get("IMPYARD_CRASH_RECORD")
 
@@ -107,7 +108,10 @@ def _in_check() -> None:
         # The check starts its box with the docker CLI: find it by its first process.
         api = engine.api()
         for row in api.containers(all=True) if record is not None else []:
-            info = api.inspect_container(str(row["Id"]))
+            try:
+                info = api.inspect_container(str(row["Id"]))
+            except EngineHTTPError:
+                continue  # another test's box, removed since the listing
             if (info.get("State") or {}).get("Pid") == pid:
                 labels = (info.get("Config") or {}).get("Labels") or {}
                 line = {"id": info["Id"], "kind": "check-box", "labels": labels}

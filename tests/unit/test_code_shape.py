@@ -1,5 +1,7 @@
 """The package's shape holds: no import loops between modules or between sibling packages,
-the box layer knows no git, and no module grows past what one reader takes in.
+and no module grows past what one reader takes in. Which package may import which is
+declared once, as import contracts in pyproject.toml (``lint-imports``, run by ``just
+lint``); this keeps what a contract cannot say.
 
 The import graph is grimp's (the graph import-linter checks contracts on): every import
 statement counts, at module level, inside functions and under ``TYPE_CHECKING`` alike,
@@ -37,14 +39,6 @@ def test_no_two_sibling_packages_import_each_other(graph: grimp.ImportGraph) -> 
     edges = _package_edges(graph)
     both_ways = sorted(f"{a} <-> {b}" for a, b in edges if (b, a) in edges and a < b)
     assert both_ways == [], both_ways
-
-
-def test_the_box_layer_imports_nothing_of_knowledge(graph: grimp.ImportGraph) -> None:
-    """Boxes are containers and files; git is the host's knowledge layer's alone."""
-    found = graph.find_matching_direct_imports(
-        import_expression="impyard.box.** -> impyard.knowledge.**"
-    )
-    assert found == [], found
 
 
 def test_no_module_is_longer_than_one_reader_takes_in() -> None:
