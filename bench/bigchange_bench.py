@@ -48,11 +48,11 @@ from impyard.knowledge.change import FileState, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.packs import ObjectBatch
-from impyard.knowledge.repo import MAIN, main_commit
 from impyard.knowledge.sizes import tree_bytes
 from impyard.knowledge.snapshot import snapshot
-from impyard.knowledge.trees import build_tree
+from impyard.knowledge.store.packs import ObjectBatch
+from impyard.knowledge.store.repo import MAIN, main_commit
+from impyard.knowledge.store.trees import build_tree
 
 IMP = "bench"
 NAMESPACE = "n_00000000beef"

@@ -126,7 +126,7 @@ def _unsynced_git_objects() -> Iterator[None]:
     """
     import pygit2
 
-    from impyard.knowledge.repo import configure_libgit2
+    from impyard.knowledge.store.repo import configure_libgit2
 
     configure_libgit2()  # what the product sets, first, so it does not turn fsync back on
     pygit2.settings.enable_fsync_gitdir(False)

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pygit2
 
 from impyard.knowledge.imps import ImpSettings
-from impyard.knowledge.repo import FILE_MODE, HOST_EMAIL, HOST_NAME
+from impyard.knowledge.store.repo import FILE_MODE, HOST_EMAIL, HOST_NAME
 
 SETTINGS_REF = "refs/impyard/settings"
 SETTINGS_FILE = "imp.json"

@@ -29,7 +29,7 @@ from impyard.backup.transport import Callbacks, configure_transport
 from impyard.errors import BackupError, ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo, read_imp_settings
-from impyard.knowledge.repo import MAIN
+from impyard.knowledge.store.repo import MAIN
 
 #: Ref namespaces a backup mirrors exactly (created, moved and deleted with ours).
 MIRRORED = ("refs/candidates/", "refs/quarantine/")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pygit2
 
 from impyard.errors import BackupError
-from impyard.knowledge.repo import configure_libgit2
+from impyard.knowledge.store.repo import configure_libgit2
 from impyard.names import IMP_NAME, check_imp_name
 
 # ``user@host:path`` or ``host:path`` (what git calls scp-like syntax); a drive letter or a

@@ -11,7 +11,7 @@ from impyard.backup.sync import configured_remotes
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, open_repo
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 
 
 @dataclass(frozen=True)

@@ -47,12 +47,12 @@ from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.gitcalls import Repository
 from impyard.knowledge.imps import ImpSettings, list_imps, read_imp_settings, strip_templates
 from impyard.knowledge.origin import sync_origin
-from impyard.knowledge.repo import MAIN
 from impyard.knowledge.repogate import check_repository
 from impyard.knowledge.sizes import tree_bytes
+from impyard.knowledge.store.gitcalls import Repository
+from impyard.knowledge.store.repo import MAIN
 from impyard.knowledge.treegate import GateLimits, Problems
 from impyard.policy.compile import policy_for_run
 

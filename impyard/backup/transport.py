@@ -8,7 +8,7 @@ import pygit2
 from pygit2.enums import CredentialType
 
 from impyard.errors import BackupError
-from impyard.knowledge.repo import configure_libgit2
+from impyard.knowledge.store.repo import configure_libgit2
 
 #: A remote that never answers must not hold the backup worker (or a flush) for ever.
 CONNECT_TIMEOUT_MS = 10_000

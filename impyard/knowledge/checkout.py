@@ -143,7 +143,7 @@ def prefill_copy(home: Home, imp: str, base: str, into: Path, owner: str | Owner
 
 
 def _write_copy(home: Home, imp: str, checkout: Checkout, own: Owner) -> None:
-    from impyard.knowledge.gitobj import commit_at
+    from impyard.knowledge.store.gitobj import commit_at
 
     repo = open_repo(home, imp)
     tree = commit_at(repo, checkout.base, CheckoutError).tree

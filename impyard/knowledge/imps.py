@@ -117,9 +117,9 @@ def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Pat
     import pygit2
 
     from impyard.knowledge.origin import sync_origin
-    from impyard.knowledge.repo import MAIN, configure_libgit2, host_signature
     from impyard.knowledge.sizes import tree_bytes_full, write_size_cache_entry
-    from impyard.knowledge.trees import build_tree
+    from impyard.knowledge.store.repo import MAIN, configure_libgit2, host_signature
+    from impyard.knowledge.store.trees import build_tree
 
     check_imp_name(imp)
     if not home.knowledge_dir.is_dir():
@@ -210,6 +210,6 @@ def read_imp_settings(home: Home, imp: str) -> ImpSettings:
 
 def open_repo(home: Home, imp: str) -> pygit2.Repository:
     """The canonical repository of ``imp``, which must exist."""
-    from impyard.knowledge.repo import open_repo_at
+    from impyard.knowledge.store.repo import open_repo_at
 
     return open_repo_at(require_imp(home, imp), f"imp {imp!r}: ")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from impyard.knowledge.change import RULES, Change, FileState, Violation
-from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
+from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 
 _EXECUTABLE = pygit2.enums.FileMode.BLOB_EXECUTABLE
 

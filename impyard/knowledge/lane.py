@@ -53,8 +53,6 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Receipts
 from impyard.knowledge.clashes import carry_name_forms
-from impyard.knowledge.headtree import Directory, HeadTree
-from impyard.knowledge.history import Added, checkpoint_number, lane_commit, remember_added
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed
 from impyard.knowledge.lanecarry import carry, take_carried
@@ -74,10 +72,12 @@ from impyard.knowledge.lanerecord import (
 )
 from impyard.knowledge.origin import sync_origin
 from impyard.knowledge.rechecks import LandedSince
-from impyard.knowledge.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.sizes import blob_size, record_tree_bytes, tree_bytes
-from impyard.knowledge.staging import MemoryObjects, staged
-from impyard.knowledge.trees import PathConflict
+from impyard.knowledge.store.headtree import Directory, HeadTree
+from impyard.knowledge.store.history import Added, checkpoint_number, lane_commit, remember_added
+from impyard.knowledge.store.repo import MAIN, host_signature, imp_signature, main_commit
+from impyard.knowledge.store.staging import MemoryObjects, staged
+from impyard.knowledge.store.trees import PathConflict
 from impyard.knowledge.validate import REPO_PATH
 
 __all__ = [

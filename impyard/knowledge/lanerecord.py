@@ -18,12 +18,12 @@ from impyard.errors import KnowledgeError, UsageError
 from impyard.home import Home
 from impyard.knowledge.change import Change, Mode, Violation
 from impyard.knowledge.citations import Citation, trailer_lines
-from impyard.knowledge.history import lane_commits_since
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Split
 from impyard.knowledge.quarantine import deleted_trailers, preserved_commit
-from impyard.knowledge.refnames import candidate_ref
-from impyard.knowledge.repo import imp_signature, main_commit
+from impyard.knowledge.store.history import lane_commits_since
+from impyard.knowledge.store.refnames import candidate_ref
+from impyard.knowledge.store.repo import imp_signature, main_commit
 from impyard.knowledge.violations import digest
 
 LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]

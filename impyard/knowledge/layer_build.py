@@ -55,7 +55,7 @@ SQUASH_LIMIT = 2000
 def build_layer(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
     """Write the layer of ``commit`` for ``owner`` under a temporary name, then rename it
     into place. The caller holds ``layers_lock`` and knows the layer is missing."""
-    from impyard.knowledge.gitobj import commit_at
+    from impyard.knowledge.store.gitobj import commit_at
 
     repo = open_repo(home, imp)
     target = commit_at(repo, commit, CheckoutError)
@@ -130,7 +130,7 @@ def _delta_base(
         return None
     if parent.depth + 1 < chain_limit(home, imp):
         return parent
-    from impyard.knowledge.gitobj import changed_paths, commit_at
+    from impyard.knowledge.store.gitobj import changed_paths, commit_at
 
     full = layer_chain(home, imp, parent)[-1]
     changed = changed_paths(commit_at(repo, full.commit, CheckoutError).tree, target.tree)

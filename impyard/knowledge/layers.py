@@ -143,8 +143,8 @@ def _nearest_layered_commit(home: Home, imp: str, layered: set[str]) -> list[str
     """``main`` or its closest first-parent ancestor that has a layer (empty if none)."""
     # Git objects (pygit2) are imported only where main's line is walked: a run whose
     # base layer is ready reads layer records alone before its box starts.
-    from impyard.knowledge.gitobj import commit_at
-    from impyard.knowledge.repo import main_commit
+    from impyard.knowledge.store.gitobj import commit_at
+    from impyard.knowledge.store.repo import main_commit
 
     repo = open_repo(home, imp)
     try:

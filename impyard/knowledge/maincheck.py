@@ -84,9 +84,9 @@ def _check(
     path: Path,
     checked: _Checked | None,
 ) -> None:
-    from impyard.knowledge.gitobj import commit_at
     from impyard.knowledge.imps import open_repo
     from impyard.knowledge.sizes import record_tree_bytes
+    from impyard.knowledge.store.gitobj import commit_at
     from impyard.knowledge.treegate import CHECKOUT_RULES, GateLimits, Problems, TreeWalk
 
     repo = open_repo(home, imp)

@@ -32,10 +32,16 @@ import pygit2
 
 from impyard.fsutil import fsync_dir, locked
 from impyard.home import Home
-from impyard.knowledge.gitcalls import Repository
-from impyard.knowledge.history import Added
-from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
-from impyard.knowledge.repo import MAIN, TREE_MODE, configure_libgit2, main_commit, open_repo_at
+from impyard.knowledge.store.gitcalls import Repository
+from impyard.knowledge.store.history import Added
+from impyard.knowledge.store.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
+from impyard.knowledge.store.repo import (
+    MAIN,
+    TREE_MODE,
+    configure_libgit2,
+    main_commit,
+    open_repo_at,
+)
 from impyard.names import check_imp_name
 
 _BLOB_MODES = frozenset(

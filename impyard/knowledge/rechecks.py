@@ -20,10 +20,10 @@ import pygit2
 
 from impyard.knowledge.change import Change, Mode, Violation
 from impyard.knowledge.clashes import landed_name_clashes
-from impyard.knowledge.history import LaneCommit, changed_by, lane_commits_since
 from impyard.knowledge.pathnames import normalize_segment
 from impyard.knowledge.records import ORGANIZATION, RECORDS, parse_record_path
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.history import LaneCommit, changed_by, lane_commits_since
+from impyard.knowledge.store.repo import main_commit
 
 _ORG_PREFIX = ORGANIZATION + "/"
 _RECORDS_PREFIX = RECORDS + "/"

@@ -18,9 +18,9 @@ import pygit2
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.gitfsck import parse_commit
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.repo import MAIN
+from impyard.knowledge.store.gitfsck import parse_commit
+from impyard.knowledge.store.repo import MAIN
 from impyard.knowledge.treegate import (
     KEPT_RULES,
     MAIN_RULES,

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import pygit2
 
 from impyard.knowledge.checkout_record import Checkout
-from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.pathnames import path_violations
 from impyard.knowledge.records import RECORDS
+from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.treefs import CheckoutError, Owner, is_blob
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -15,8 +15,8 @@ import pygit2
 
 from impyard.fsutil import atomic_write_bytes, locked
 from impyard.knowledge.change import FileState
-from impyard.knowledge.gitobj import lookup_entry
-from impyard.knowledge.repo import TREE_MODE
+from impyard.knowledge.store.gitobj import lookup_entry
+from impyard.knowledge.store.repo import TREE_MODE
 
 # How many commits' tree sizes the cache remembers; bases of live runs are recent commits.
 # Each imp's file is parsed again after every change to it, so its length is also what

@@ -42,9 +42,9 @@ from impyard.errors import KnowledgeError
 from impyard.knowledge.change import RULES, Change, FileState, Violation
 from impyard.knowledge.change import KnowledgeLimits as Limits
 from impyard.knowledge.checkout import Checkout, read_identities
-from impyard.knowledge.gitobj import commit_at, lookup_entry
-from impyard.knowledge.packs import ExistenceProbe, ObjectBatch
 from impyard.knowledge.pathnames import MAX_DEPTH
+from impyard.knowledge.store.gitobj import commit_at, lookup_entry
+from impyard.knowledge.store.packs import ExistenceProbe, ObjectBatch
 from impyard.knowledge.treefs import OPAQUE_XATTR, Identity, entries, is_executable
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -237,7 +237,7 @@ class _Plan:
     def _walk(self, first: _Frame) -> None:
         import pygit2
 
-        from impyard.knowledge.gitobj import lookup_entry
+        from impyard.knowledge.store.gitobj import lookup_entry
 
         stack = [first]
         while stack:

@@ -44,7 +44,6 @@ from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.citations import Citation, Receipts, cite
 from impyard.knowledge.clashes import landed_name_clashes, name_clashes
-from impyard.knowledge.gitobj import lookup_entry
 from impyard.knowledge.pathnames import (
     INSTRUCTION_DIRS,
     INSTRUCTION_FILES,
@@ -59,8 +58,9 @@ from impyard.knowledge.records import (
     parse_record_path,
     record_name_shape,
 )
-from impyard.knowledge.repo import TREE_MODE
 from impyard.knowledge.sizes import size_delta, tree_bytes
+from impyard.knowledge.store.gitobj import lookup_entry
+from impyard.knowledge.store.repo import TREE_MODE
 
 REPO_PATH = "."  # the path a repository-wide violation names
 

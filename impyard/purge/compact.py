@@ -20,8 +20,8 @@ from pathlib import Path
 import pygit2
 
 from impyard.fsutil import fsync_dir
-from impyard.knowledge.packfile import PackWriter
-from impyard.knowledge.packs import pack_dir
+from impyard.knowledge.store.packfile import PackWriter
+from impyard.knowledge.store.packs import pack_dir
 
 _LOOSE_DIR = re.compile(r"^[0-9a-f]{2}$")
 _GITLINK = pygit2.enums.FileMode.COMMIT

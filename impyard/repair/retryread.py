@@ -17,12 +17,12 @@ from impyard.errors import ImpyardError, KnowledgeError, NotFoundError
 from impyard.home import Home
 from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
-from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, Split, landed_by, split
 from impyard.knowledge.lane import checkpoint_number, run_commits
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
+from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.policy.compile import policy_for_run
 from impyard.repair import kept, records

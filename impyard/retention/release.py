@@ -22,7 +22,7 @@ from impyard.errors import ImpyardError, NotFoundError
 from impyard.fsutil import fsync_dir, remove_tree
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.refnames import candidate_ref, quarantine_ref
+from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.retention.model import GcItem, GcOutcome
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest

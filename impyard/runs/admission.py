@@ -18,8 +18,8 @@ from impyard.knowledge import runspace
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import read_imp_settings, require_imp
 from impyard.knowledge.maincheck import check_base
-from impyard.knowledge.mainref import read_main
 from impyard.knowledge.runspace import RunSpace
+from impyard.knowledge.store.mainref import read_main
 from impyard.loopspace import loop_supported
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import EffectivePolicy

@@ -23,9 +23,9 @@ from impyard.knowledge.increments import split
 from impyard.knowledge.lane import keep_candidate
 from impyard.knowledge.layers import collect_layers, ensure_layer
 from impyard.knowledge.quarantine import quarantine
-from impyard.knowledge.refnames import quarantine_ref
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.store.refnames import quarantine_ref
+from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.violations import ViolationDigest, digest
 from impyard.runs import rework
 from impyard.runs.active import ActiveRun

@@ -24,8 +24,8 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.refnames import candidate_ref, quarantine_ref
 from impyard.knowledge.seed import SeedFile, SeedPlan, plan_seed, rename_into, seed_checkout
+from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.knowledge.treefs import parse_owner
 from impyard.queue import tasks
 from impyard.queue.db import opened

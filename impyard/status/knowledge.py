@@ -9,7 +9,7 @@ from __future__ import annotations
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.repo import MAIN
+from impyard.knowledge.store.repo import MAIN
 from impyard.status.model import ImpKnowledge
 
 QUARANTINE_PREFIX = "refs/quarantine/"

@@ -12,7 +12,7 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, Mode
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.lane import Trailers
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 
 NS = "n_7f3c91a2d0e4"

@@ -16,7 +16,7 @@ from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkout import prepare_checkout
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
 from tests.helpers.repo import NS, RUN

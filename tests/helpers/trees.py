@@ -7,7 +7,7 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.trees import PathConflict
+from impyard.knowledge.store.trees import PathConflict
 
 # Names whose git order differs from plain string order once directories count as "name/".
 segment = st.sampled_from(["a", "a.b", "a-b", "a0", "b", "B", "\u00e9"])

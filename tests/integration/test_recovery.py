@@ -20,7 +20,7 @@ from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp, open_repo
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.runs import manifest as manifests
 from impyard.runs.admission import execute
 from impyard.runs.context import RunContext

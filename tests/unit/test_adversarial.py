@@ -20,8 +20,8 @@ from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import LaneResult, integrate
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,

@@ -11,7 +11,7 @@ import pytest
 from impyard import backup
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from tests.helpers.backup import backed_up, land_note, set_remotes
 from tests.helpers.cli import Cli
 from tests.helpers.gitdaemon import free_port

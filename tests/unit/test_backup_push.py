@@ -27,7 +27,7 @@ from impyard.journal import Journal
 from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.quarantine import quarantine
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.runs import endings
 from impyard.runs.control import BoxControl
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes

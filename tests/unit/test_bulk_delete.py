@@ -14,7 +14,7 @@ import pytest
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.lane import candidate_ref, integrate
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
 from tests.helpers.cli import Cli

@@ -11,11 +11,11 @@ import pygit2
 
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode
-from impyard.knowledge.gitobj import changed_paths
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.increments import Landed, landed_by, split
 from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.gitobj import changed_paths
+from impyard.knowledge.store.repo import main_commit
 from impyard.repair.preserved import tree_change
 from impyard.runs import manifest as manifests
 from impyard.runs.landing import LandedCache, landed_files

@@ -9,8 +9,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.knowledge.gitcalls import Repository, builder_get, builder_remove, tree_has
-from impyard.knowledge.gitobj import lookup_entry
+from impyard.knowledge.store.gitcalls import Repository, builder_get, builder_remove, tree_has
+from impyard.knowledge.store.gitobj import lookup_entry
 
 SIG = pygit2.Signature("Test", "test@example.invalid", 1_700_000_000, 0)
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.gitobj import changed_paths, commit_at, lookup_entry
+from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from tests.helpers.checkout import build_tree
 
 # Small path alphabet so that files and directories collide (a/b as file vs a/b/c).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from impyard.knowledge import history
-from impyard.knowledge.history import Added
+from impyard.knowledge.store import history
+from impyard.knowledge.store.history import Added
 
 
 def added(n: int) -> Added:

@@ -22,9 +22,9 @@ from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import LaneResult, find_landed_commit, integrate
 from impyard.knowledge.lanequeue import waiting
 from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.sizes import tree_bytes, tree_bytes_full
-from impyard.knowledge.staging import MemoryObjects
+from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.store.staging import MemoryObjects
 from tests.helpers.git import git
 from tests.helpers.repo import (
     assert_fsck_clean,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import LaneResult, integrate
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (
     assert_fsck_clean,

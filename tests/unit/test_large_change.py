@@ -22,9 +22,9 @@ from impyard.knowledge.checkout import Checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import LaneResult, integrate
 from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.packs import PACK_THRESHOLD
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.store.packs import PACK_THRESHOLD
+from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,

@@ -10,8 +10,8 @@ import pygit2
 import pytest
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.mainref import read_main
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.mainref import read_main
+from impyard.knowledge.store.repo import main_commit
 
 
 def _repo(tmp_path: Path) -> tuple[Path, str]:

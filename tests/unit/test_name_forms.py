@@ -16,7 +16,7 @@ from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.lane import integrate
 from impyard.knowledge.pathnames import normalize_segment
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validate import validate
 from tests.helpers.repo import change_of, make_imp, namespace, run_id, trailers
 

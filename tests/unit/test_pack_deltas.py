@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impyard.knowledge import packfile
-from impyard.knowledge.gitdelta import delta
-from impyard.knowledge.packfile import PackWriter
-from impyard.knowledge.packs import object_id
-from impyard.knowledge.staging import MemoryObjects
+from impyard.knowledge.store import packfile
+from impyard.knowledge.store.gitdelta import delta
+from impyard.knowledge.store.packfile import PackWriter
+from impyard.knowledge.store.packs import object_id
+from impyard.knowledge.store.staging import MemoryObjects
 from tests.helpers.git import git
 
 TREE = pygit2.enums.ObjectType.TREE

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge import packfile, packs
 from impyard.knowledge.change import FileState
-from impyard.knowledge.packfile import PackWriter
-from impyard.knowledge.packs import ObjectBatch, object_id, pack_object_ids
-from impyard.knowledge.trees import _apply, _build_packed, plan_change
+from impyard.knowledge.store import packfile, packs
+from impyard.knowledge.store.packfile import PackWriter
+from impyard.knowledge.store.packs import ObjectBatch, object_id, pack_object_ids
+from impyard.knowledge.store.trees import _apply, _build_packed, plan_change
 from tests.helpers.git import git
 from tests.helpers.repo import assert_fsck_clean
 from tests.helpers.trees import outcome, path

@@ -14,7 +14,7 @@ from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import create_imp
 from impyard.knowledge.lane import integrate
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.runs.landing import run_receipts
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, trailers

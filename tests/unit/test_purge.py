@@ -18,7 +18,7 @@ from impyard.journal import Journal
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.lane import candidate_ref, integrate
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.purge.purge import purge
 from impyard.purge.selector import Selector
 from impyard.queue import tasks

@@ -14,7 +14,7 @@ from impyard.knowledge import readers
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.lane import LaneResult, integrate
 from impyard.knowledge.readers import validation_reader
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from tests.helpers.repo import change_of, make_imp, namespace, note, run_id, trailers
 
 

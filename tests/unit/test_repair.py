@@ -22,8 +22,8 @@ from impyard.knowledge.imps import create_imp
 from impyard.knowledge.increments import landed_by
 from impyard.knowledge.lane import Trailers, candidate_ref, integrate, keep_candidate
 from impyard.knowledge.quarantine import quarantine, quarantine_ref
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.store.repo import main_commit
 from impyard.loopspace import loop_supported
 from impyard.runs import manifest as manifests
 from impyard.runs.model import CheckpointRecord, Manifest

@@ -13,8 +13,8 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.seed import plan_seed
+from impyard.knowledge.store.repo import main_commit
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs.rework import origin_of, task_text

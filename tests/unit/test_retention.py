@@ -29,8 +29,8 @@ from impyard.knowledge import runspace
 from impyard.knowledge.checkout_record import Checkout
 from impyard.knowledge.lane import candidate_ref
 from impyard.knowledge.quarantine import quarantine_ref
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.runspace import RunSpace
+from impyard.knowledge.store.repo import main_commit
 from impyard.names import utc_epoch
 from impyard.policy.compile import deploy
 from impyard.queue import namespaces, tasks

@@ -17,7 +17,6 @@ from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits, Violation
 from impyard.knowledge.checkout import CheckoutKind, prepare_checkout
 from impyard.knowledge.lane import candidate_ref, integrate
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.seed import (
     SeedFile,
     SeedPlan,
@@ -27,6 +26,7 @@ from impyard.knowledge.seed import (
     seed_checkout,
 )
 from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.violations import digest
 from impyard.queue import tasks
 from impyard.queue.db import connect

@@ -18,7 +18,7 @@ from impyard.home import Home
 from impyard.knowledge.change import RULES, KnowledgeLimits
 from impyard.knowledge.citations import Citation, Receipts, parse_trailers, trailer_lines
 from impyard.knowledge.lane import LaneResult, Trailers, integrate
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validate import validate
 from impyard.runs import endings
 from impyard.runs.control import BoxControl

@@ -23,7 +23,7 @@ import pytest
 from impyard.errors import EngineError
 from impyard.home import Home
 from impyard.knowledge.imps import ImpSettings, create_imp, open_repo
-from impyard.knowledge.repo import MAIN
+from impyard.knowledge.store.repo import MAIN
 from impyard.policy.compile import deploy
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened

@@ -17,7 +17,7 @@ from impyard.home import Home
 from impyard.knowledge.checkout import prepare_checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.layers import ensure_layer
-from impyard.knowledge.repo import main_commit
+from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.treefs import UnsafeTreeError
 from tests.helpers.checkout import OWNER
 from tests.helpers.cli import Cli

@@ -9,8 +9,8 @@ import pytest
 
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import RULES, Change, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.repo import main_commit
 from impyard.knowledge.sizes import tree_bytes
+from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validate import (
     INSTRUCTION_FILES,
     is_storable_path,

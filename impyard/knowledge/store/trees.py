@@ -11,9 +11,9 @@ import pygit2
 
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import FileState
-from impyard.knowledge.gitcalls import builder_get, builder_remove
-from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch
-from impyard.knowledge.repo import EXEC_MODE, FILE_MODE, TREE_MODE
+from impyard.knowledge.store.gitcalls import builder_get, builder_remove
+from impyard.knowledge.store.packs import PACK_THRESHOLD, ObjectBatch
+from impyard.knowledge.store.repo import EXEC_MODE, FILE_MODE, TREE_MODE
 
 
 class PathConflict(KnowledgeError):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pygit2
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.gitcalls import Repository
-from impyard.knowledge.refnames import MAIN as MAIN  # one definition, shared with mainref
+from impyard.knowledge.store.gitcalls import Repository
+from impyard.knowledge.store.refnames import MAIN as MAIN  # one definition, shared with mainref
 
 HOST_NAME = "impyard"
 HOST_EMAIL = "impyard@localhost"

@@ -26,7 +26,7 @@ from typing import cast
 import pygit2
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.gitobj import changed_paths
+from impyard.knowledge.store.gitobj import changed_paths
 
 #: How many commits' facts, and how many changed paths in all, the process remembers:
 #: serve's working window, not all of history. The lane asks about the commits between a

@@ -24,10 +24,10 @@ from contextlib import contextmanager
 
 import pygit2
 
-from impyard.knowledge.gitcalls import Repository
-from impyard.knowledge.gitdelta import delta
-from impyard.knowledge.packfile import PackWriter
-from impyard.knowledge.packs import PACK_THRESHOLD, ObjectBatch, pack_dir
+from impyard.knowledge.store.gitcalls import Repository
+from impyard.knowledge.store.gitdelta import delta
+from impyard.knowledge.store.packfile import PackWriter
+from impyard.knowledge.store.packs import PACK_THRESHOLD, ObjectBatch, pack_dir
 
 # Ahead of libgit2's own backends (loose 1, packed 2), so writes land here.
 _PRIORITY = 1000

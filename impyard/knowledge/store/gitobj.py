@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pygit2
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.gitcalls import tree_entry
+from impyard.knowledge.store.gitcalls import tree_entry
 
 
 def lookup_entry(tree: pygit2.Tree | None, path: str) -> pygit2.Object | None:

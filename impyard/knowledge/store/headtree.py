@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import pygit2
 
 from impyard.knowledge.change import FileState
-from impyard.knowledge.history import Added
-from impyard.knowledge.trees import (
+from impyard.knowledge.store.history import Added
+from impyard.knowledge.store.trees import (
     EXEC_MODE_BYTES,
     FILE_MODE_BYTES,
     TREE_MODE_BYTES,

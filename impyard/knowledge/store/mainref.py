@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from impyard.errors import KnowledgeError
-from impyard.knowledge.refnames import MAIN
+from impyard.knowledge.store.refnames import MAIN
 
 _OID = re.compile(r"[0-9a-f]{40}")
 
@@ -47,6 +47,6 @@ def _read(path: Path) -> str | None:
 
 def _with_pygit2(repo_path: Path) -> str:
     # Imported here, not above: loading pygit2 is the cost this module exists to avoid.
-    from impyard.knowledge.repo import main_commit, open_repo_at
+    from impyard.knowledge.store.repo import main_commit, open_repo_at
 
     return main_commit(open_repo_at(repo_path))

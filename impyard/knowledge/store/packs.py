@@ -18,7 +18,7 @@ from types import TracebackType
 
 import pygit2
 
-from impyard.knowledge.packfile import IDX_HEADER, IDX_MAGIC, PackWriter
+from impyard.knowledge.store.packfile import IDX_HEADER, IDX_MAGIC, PackWriter
 
 # From this many objects a batch is written as one pack. Measured with fsync on: a
 # loose object costs ~0.5-1 ms, a pack ~1-2 ms whatever its size, so a pack wins
