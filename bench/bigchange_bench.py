@@ -43,16 +43,16 @@ from bench.common import median, print_table, scratch_dir
 from bench.lane_bench import note_bytes
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.knowledge import lane, lanecheck
 from impyard.knowledge.change import FileState, KnowledgeLimits
-from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.checkouts.checkout import Checkout
+from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import create_imp, open_repo
-from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.sizes import tree_bytes
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.integration import lane, lanecheck
+from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.packs import ObjectBatch
 from impyard.knowledge.store.repo import MAIN, main_commit
 from impyard.knowledge.store.trees import build_tree
+from impyard.knowledge.validation.sizes import tree_bytes
 
 IMP = "bench"
 NAMESPACE = "n_00000000beef"

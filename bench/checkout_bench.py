@@ -24,10 +24,10 @@ import pygit2
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.checkout import prepare_checkout, release_checkout
-from impyard.knowledge.layer_store import chain_limit
-from impyard.knowledge.layers import ensure_layer
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.checkouts.checkout import prepare_checkout, release_checkout
+from impyard.knowledge.checkouts.layer_store import chain_limit
+from impyard.knowledge.checkouts.layers import ensure_layer
+from impyard.knowledge.checkouts.snapshot import snapshot
 
 IMP = "bench"
 OWNER = (65532, 65532)

@@ -116,8 +116,8 @@ def setup(records: int) -> Path:
     main's size cached as the lane leaves it (the fixture bypasses the lane; a cold cache
     costs the first validation a walk of the whole tree, ~0.8 s at 100,000 records)."""
     from impyard.knowledge.imps import open_repo
-    from impyard.knowledge.origin import publish_origin
-    from impyard.knowledge.sizes import tree_bytes
+    from impyard.knowledge.integration.origin import publish_origin
+    from impyard.knowledge.validation.sizes import tree_bytes
 
     home = scratch_dir("impyard-controlbench-")
     impyard(home, "init")

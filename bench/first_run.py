@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.common import add_records, impyard, scratch_dir
 from impyard.home import Home
-from impyard.knowledge.origin import publish_origin
+from impyard.knowledge.integration.origin import publish_origin
 
 NOTE = 'printf "a fact\\n" | impyard-note bench one-note --source https://example.com'
 

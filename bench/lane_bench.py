@@ -54,15 +54,15 @@ from bench.common import add_records, print_table, scratch_dir
 from bench.first_run import first_run
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.knowledge import lane
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.imps import create_imp, open_repo
-from impyard.knowledge.lane import LaneResult, Trailers, integrate
-from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.sizes import tree_bytes
+from impyard.knowledge.integration import lane
+from impyard.knowledge.integration.lane import LaneResult, Trailers, integrate
+from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.gitobj import changed_paths
 from impyard.knowledge.store.repo import FILE_MODE, MAIN, TREE_MODE, host_signature, main_commit
-from impyard.knowledge.validate import validate
+from impyard.knowledge.validation.sizes import tree_bytes
+from impyard.knowledge.validation.validate import validate
 
 TOPICS = 100
 LIMITS = KnowledgeLimits()

@@ -79,7 +79,7 @@ def impyard_run(home: Path) -> None:
 def setup(records: int, command: str | None = None, runtime: str = "runc") -> Path:
     """A data root with imp `bench` holding ``records`` notes (and its own command), whose
     boxes run under ``runtime``."""
-    from impyard.knowledge.origin import publish_origin
+    from impyard.knowledge.integration.origin import publish_origin
 
     home = scratch_dir("impyard-runbench-")
     impyard(home, "init", env={"IMPYARD_INIT_RUNTIME": runtime})

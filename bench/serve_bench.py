@@ -201,7 +201,7 @@ def report_landing(home: Path, queued: dict[str, Queued], problems: list[str]) -
 
 
 def mixed_setup(imps: list[str], records: int) -> Path:
-    from impyard.knowledge.origin import publish_origin
+    from impyard.knowledge.integration.origin import publish_origin
 
     home = scratch_dir("impyard-servebench-mixed-")
     impyard(home, "init")

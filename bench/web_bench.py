@@ -27,7 +27,7 @@ from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.imps import create_imp, open_repo
-from impyard.knowledge.lane import Trailers, integrate
+from impyard.knowledge.integration.lane import Trailers, integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.settings import load_settings
 from impyard.web.app import build_app

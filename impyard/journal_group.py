@@ -23,7 +23,7 @@ from typing import Any
 
 from impyard.fsutil import locked_append_file
 from impyard.journal import Journal
-from impyard.knowledge.lanequeue import Ticket, take_turn
+from impyard.knowledge.integration.lanequeue import Ticket, take_turn
 from impyard.names import utc_now
 
 

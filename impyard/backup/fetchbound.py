@@ -30,7 +30,7 @@ import pygit2
 
 from impyard.backup.transport import Callbacks
 from impyard.errors import BackupError
-from impyard.knowledge.treegate import Problems, TreeProblem
+from impyard.knowledge.gates.treegate import Problems, TreeProblem
 
 RULE = "object-too-large"
 #: libgit2's indexer writes a pack it receives to ``objects/pack/pack_git2_XXXXXX``.

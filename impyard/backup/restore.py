@@ -47,13 +47,13 @@ from impyard.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.gates.repogate import check_repository
+from impyard.knowledge.gates.treegate import GateLimits, Problems
 from impyard.knowledge.imps import ImpSettings, list_imps, read_imp_settings, strip_templates
-from impyard.knowledge.origin import sync_origin
-from impyard.knowledge.repogate import check_repository
-from impyard.knowledge.sizes import tree_bytes
+from impyard.knowledge.integration.origin import sync_origin
 from impyard.knowledge.store.gitcalls import Repository
 from impyard.knowledge.store.repo import MAIN
-from impyard.knowledge.treegate import GateLimits, Problems
+from impyard.knowledge.validation.sizes import tree_bytes
 from impyard.policy.compile import policy_for_run
 
 FETCHED = [f"+{MAIN}:{MAIN}", *(f"+{ns}*:{ns}*" for ns in MIRRORED)]

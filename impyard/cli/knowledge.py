@@ -21,7 +21,7 @@ from impyard.errors import UsageError
 
 if TYPE_CHECKING:
     from impyard.gateway.receipts import Receipt
-    from impyard.knowledge.provenance import NoteProvenance
+    from impyard.knowledge.validation.provenance import NoteProvenance
 
 PATH_SLOT = "IMP"
 
@@ -72,7 +72,7 @@ def provenance_command(
 
     Its sources, the commit and run that landed it, and the receipts that commit records.
     """
-    from impyard.knowledge.provenance import note_provenance
+    from impyard.knowledge.validation.provenance import note_provenance
     from impyard.runs.landing import run_receipts
 
     home = initialized_home(ctx)
@@ -98,7 +98,7 @@ def check_command(
     found: no run of the imp starts until main is fixed.
     """
     from impyard.knowledge.change import KnowledgeLimits
-    from impyard.knowledge.repogate import check_imp
+    from impyard.knowledge.gates.repogate import check_imp
     from impyard.policy.compile import policy_for_run
 
     home = initialized_home(ctx)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from impyard.cli import complete
 from impyard.cli._common import echo, initialized_home, print_json, warn
 from impyard.errors import UsageError
 from impyard.textsafe import visible
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def purge_command(
     ctx: typer.Context,
-    imp: str = typer.Argument(..., help="Imp name."),
+    imp: str = typer.Argument(..., help="Imp name.", autocompletion=complete.imps),
     run: str | None = typer.Option(None, "--run", help="What this run wrote."),
     source: str | None = typer.Option(None, "--source", help="Records citing this URL."),
     path: str | None = typer.Option(None, "--path", help="Files whose path matches GLOB."),
@@ -37,7 +38,7 @@ def purge_command(
     serve first. Exit 0 when nothing is left anywhere (0 for a dry run), 1 when a file
     or a remote still holds it (the report names each)."""
     from impyard.knowledge.change import KnowledgeLimits
-    from impyard.knowledge.repogate import check_imp
+    from impyard.knowledge.gates.repogate import check_imp
     from impyard.policy.compile import policy_for_run
     from impyard.purge.purge import purge
 

@@ -116,10 +116,10 @@ def create_imp(home: Home, imp: str, settings: ImpSettings | None = None) -> Pat
     """
     import pygit2
 
-    from impyard.knowledge.origin import sync_origin
-    from impyard.knowledge.sizes import tree_bytes_full, write_size_cache_entry
+    from impyard.knowledge.integration.origin import sync_origin
     from impyard.knowledge.store.repo import MAIN, configure_libgit2, host_signature
     from impyard.knowledge.store.trees import build_tree
+    from impyard.knowledge.validation.sizes import tree_bytes_full, write_size_cache_entry
 
     check_imp_name(imp)
     if not home.knowledge_dir.is_dir():

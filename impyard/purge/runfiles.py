@@ -22,9 +22,9 @@ from impyard.errors import UsageError
 from impyard.fsutil import atomic_write_bytes
 from impyard.gateway.archive import Archive
 from impyard.home import Home
+from impyard.knowledge.checkouts.layer_store import layers_lock, list_layers, trash, trash_layer
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.layer_store import layers_lock, list_layers, trash, trash_layer
-from impyard.knowledge.origin import sync_origin
+from impyard.knowledge.integration.origin import sync_origin
 from impyard.purge.datafiles import FileAction
 from impyard.purge.remotes import compact_repository
 from impyard.purge.selector import Selector

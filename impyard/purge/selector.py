@@ -18,7 +18,7 @@ from typing import Literal
 import pygit2
 
 from impyard.errors import UsageError
-from impyard.knowledge.frontmatter import parse_frontmatter
+from impyard.knowledge.validation.frontmatter import parse_frontmatter
 from impyard.names import check_run_id
 
 Kind = Literal["run", "source", "path", "text"]

@@ -21,8 +21,8 @@ from impyard.errors import UsageError
 from impyard.fsutil import fsync_dir
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.pathnames import is_storable_path
 from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.validation.pathnames import is_storable_path
 from impyard.repair import records
 from impyard.repair.compare import against_main
 from impyard.repair.preserved import Kind, Preserved, find_preserved

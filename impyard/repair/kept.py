@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from impyard.home import Home
-from impyard.knowledge import runspace
-from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.checkouts import runspace
+from impyard.knowledge.checkouts.checkout import Checkout
 from impyard.runs.model import Manifest
 from impyard.runs.space import drop_run_space
 

@@ -19,11 +19,11 @@ import pygit2
 from impyard.errors import NotFoundError
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, Violation
+from impyard.knowledge.checkouts.treefs import is_blob, is_executable
 from impyard.knowledge.imps import list_imps, open_repo
-from impyard.knowledge.quarantine import deleted_by_trailers, not_kept_lines
+from impyard.knowledge.integration.quarantine import deleted_by_trailers, not_kept_lines
 from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
-from impyard.knowledge.treefs import is_blob, is_executable
 from impyard.names import RUN_ID, check_run_id
 from impyard.runs import manifest as manifests
 from impyard.runs.lookup import LAST, STAMP_CHARS, resolve_run

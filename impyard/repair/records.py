@@ -20,7 +20,7 @@ from impyard import names
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.violations import digest
+from impyard.knowledge.validation.violations import digest
 from impyard.repair.preserved import Kind
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest, RepairAction, RepairRecord

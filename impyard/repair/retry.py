@@ -44,9 +44,14 @@ import pygit2
 from impyard import backup
 from impyard.errors import ImpyardError, LeaseHeldError, UsageError
 from impyard.home import Home
-from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Violation
-from impyard.knowledge.lane import LaneCheckpoint, LaneResult, candidate_ref, keep_candidate
+from impyard.knowledge.integration import bulkdelete
+from impyard.knowledge.integration.lane import (
+    LaneCheckpoint,
+    LaneResult,
+    candidate_ref,
+    keep_candidate,
+)
 from impyard.queue import leases
 from impyard.queue.db import opened
 from impyard.repair import kept, records

@@ -15,15 +15,15 @@ import pygit2
 
 from impyard.errors import ImpyardError, KnowledgeError, NotFoundError
 from impyard.home import Home
-from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
+from impyard.knowledge.checkouts.snapshot import snapshot
+from impyard.knowledge.checkouts.treefs import is_blob, is_executable
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import Landed, Split, landed_by, split
-from impyard.knowledge.lane import checkpoint_number, run_commits
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.integration import bulkdelete
+from impyard.knowledge.integration.lane import checkpoint_number, run_commits
 from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.treefs import is_blob, is_executable
+from impyard.knowledge.validation.increments import Landed, Split, landed_by, split
 from impyard.policy.compile import policy_for_run
 from impyard.repair import kept, records
 from impyard.repair.preserved import Kind, base_of, misplaced, ref_of, tree_change

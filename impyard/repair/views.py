@@ -8,7 +8,7 @@ from typing import Any
 
 import pygit2
 
-from impyard.knowledge import bulkdelete
+from impyard.knowledge.integration import bulkdelete
 from impyard.knowledge.store.repo import main_commit
 from impyard.repair import kept
 from impyard.repair.compare import MAX_FILES, against_main, diff_against_main

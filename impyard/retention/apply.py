@@ -24,7 +24,7 @@ from impyard.errors import ImpyardError
 from impyard.gateway.archive import Archive
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.layers import collect_layers
+from impyard.knowledge.checkouts.layers import collect_layers
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import (

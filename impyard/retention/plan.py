@@ -19,9 +19,9 @@ from pathlib import Path
 from impyard.errors import ImpyardError
 from impyard.gateway.archive import Archive
 from impyard.home import Home
+from impyard.knowledge.checkouts.layers import unneeded_layers
+from impyard.knowledge.checkouts.runspace import spares_dir
 from impyard.knowledge.imps import list_imps
-from impyard.knowledge.layers import unneeded_layers
-from impyard.knowledge.runspace import spares_dir
 from impyard.names import utc_epoch, utc_stamp
 from impyard.policy.compile import deployed_org_policy
 from impyard.queue import tasks

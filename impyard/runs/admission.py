@@ -14,11 +14,11 @@ from impyard import names
 from impyard.box.volumes import select_checkout_kind
 from impyard.errors import ConfigError, UsageError
 from impyard.fsutil import locked, remove_tree
-from impyard.knowledge import runspace
 from impyard.knowledge.change import KnowledgeLimits
+from impyard.knowledge.checkouts import runspace
+from impyard.knowledge.checkouts.runspace import RunSpace
+from impyard.knowledge.gates.maincheck import check_base
 from impyard.knowledge.imps import read_imp_settings, require_imp
-from impyard.knowledge.maincheck import check_base
-from impyard.knowledge.runspace import RunSpace
 from impyard.knowledge.store.mainref import read_main
 from impyard.loopspace import loop_supported
 from impyard.policy.compile import policy_for_run

@@ -15,9 +15,9 @@ from impyard.fsutil import atomic_write_text
 from impyard.gateway.boxside import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV, proxy_env
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.checkouts.checkout import Checkout
+from impyard.knowledge.checkouts.seed import SeedPlan
 from impyard.knowledge.imps import read_imp_settings
-from impyard.knowledge.seed import SeedPlan
 from impyard.memory.block import memory_block
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.model import Manifest, RunRequest

@@ -51,13 +51,13 @@ class BoxControl:
     def check(self) -> dict[str, Any]:
         # The snapshot and lane machinery load on a box's first request (and beside the
         # box's start, see ``Run.beside_box_start``), never before a box starts.
+        from impyard.knowledge.checkouts.snapshot import CheckTooLarge, snapshot
         from impyard.knowledge.imps import open_repo
-        from impyard.knowledge.increments import split
-        from impyard.knowledge.rechecks import recheck
-        from impyard.knowledge.records import ORGANIZATION, RECORDS
-        from impyard.knowledge.snapshot import CheckTooLarge, snapshot
-        from impyard.knowledge.validate import validate
-        from impyard.knowledge.violations import digest
+        from impyard.knowledge.validation.increments import split
+        from impyard.knowledge.validation.rechecks import recheck
+        from impyard.knowledge.validation.records import ORGANIZATION, RECORDS
+        from impyard.knowledge.validation.validate import validate
+        from impyard.knowledge.validation.violations import digest
         from impyard.runs.landing import run_receipts
 
         run = self.run
@@ -109,9 +109,9 @@ class BoxControl:
             run.checkpoint_lock.release()
 
     def _checkpoint(self) -> dict[str, Any]:
+        from impyard.knowledge.checkouts.snapshot import snapshot
         from impyard.knowledge.imps import open_repo
-        from impyard.knowledge.snapshot import snapshot
-        from impyard.knowledge.violations import digest
+        from impyard.knowledge.validation.violations import digest
         from impyard.runs.landing import integrate_run, landed_paths, record_landed
 
         run = self.run

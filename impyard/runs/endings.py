@@ -16,17 +16,17 @@ from impyard.box.launch import kill_box, remove_box
 from impyard.box.volumes import remove_volume
 from impyard.contract import parse_user
 from impyard.errors import ImpyardError
-from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Violation
+from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer
+from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import split
-from impyard.knowledge.lane import keep_candidate
-from impyard.knowledge.layers import collect_layers, ensure_layer
-from impyard.knowledge.quarantine import quarantine
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.integration import bulkdelete
+from impyard.knowledge.integration.lane import keep_candidate
+from impyard.knowledge.integration.quarantine import quarantine
 from impyard.knowledge.store.refnames import quarantine_ref
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.violations import ViolationDigest, digest
+from impyard.knowledge.validation.increments import split
+from impyard.knowledge.validation.violations import ViolationDigest, digest
 from impyard.runs import rework
 from impyard.runs.active import ActiveRun
 from impyard.runs.beside import Beside

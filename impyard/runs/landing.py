@@ -11,9 +11,9 @@ from impyard.gateway.receipts import Receipt, read_receipts
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import Landed, LandedFile, landed_by
-from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
+from impyard.knowledge.integration.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.knowledge.store.gitobj import changed_paths, commit_at
+from impyard.knowledge.validation.increments import Landed, LandedFile, landed_by
 from impyard.runs.active import ActiveRun
 from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
 from impyard.runs.taint import participant_violations, tainted_refusal

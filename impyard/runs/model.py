@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from impyard.box.spec import BoxExit, Runtime
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.checkout_record import Checkout
-from impyard.knowledge.runspace import RunSpace
+from impyard.knowledge.checkouts.checkout_record import Checkout
+from impyard.knowledge.checkouts.runspace import RunSpace
 
 # The manifest's ``state`` names the step about to happen (written before it starts).
 RunState = Literal[

@@ -18,7 +18,7 @@ from impyard import names
 from impyard.box.helpers import sweep_helpers
 from impyard.box.launch import box_pid, find_boxes
 from impyard.errors import EngineError, ImpyardError
-from impyard.knowledge import runspace
+from impyard.knowledge.checkouts import runspace
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import Policy
 from impyard.queue import leases, tasks
@@ -261,7 +261,7 @@ def republish_origins(ctx: RunContext) -> None:
     """A host that died between moving main and refreshing the published origin leaves
     boxes a stale origin; refreshing is idempotent and cheap."""
     from impyard.knowledge.imps import list_imps
-    from impyard.knowledge.origin import publish_origin
+    from impyard.knowledge.integration.origin import publish_origin
 
     for imp in list_imps(ctx.home):
         try:

@@ -22,11 +22,17 @@ from impyard import names
 from impyard.errors import ImpyardError, NotFoundError
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.checkout_record import Checkout
+from impyard.knowledge.checkouts.checkout_record import Checkout
+from impyard.knowledge.checkouts.seed import (
+    SeedFile,
+    SeedPlan,
+    plan_seed,
+    rename_into,
+    seed_checkout,
+)
+from impyard.knowledge.checkouts.treefs import parse_owner
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.seed import SeedFile, SeedPlan, plan_seed, rename_into, seed_checkout
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
-from impyard.knowledge.treefs import parse_owner
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs.model import Manifest, RepairRecord, ReworkOrigin, RunRequest

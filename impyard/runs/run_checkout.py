@@ -20,8 +20,13 @@ from impyard.box.volumes import (
     remove_volume,
     select_checkout_kind,
 )
-from impyard.knowledge.checkout import Checkout, CheckoutKind, mount_options, prepare_checkout
-from impyard.knowledge.seed import SeedPlan
+from impyard.knowledge.checkouts.checkout import (
+    Checkout,
+    CheckoutKind,
+    mount_options,
+    prepare_checkout,
+)
+from impyard.knowledge.checkouts.seed import SeedPlan
 from impyard.runs import rework
 from impyard.runs.active import ActiveRun
 from impyard.runs.model import RunRequest

@@ -7,9 +7,9 @@ import functools
 import logging
 
 from impyard.home import Home
-from impyard.knowledge import runspace
-from impyard.knowledge.checkout import release_checkout
-from impyard.knowledge.runspace import RunSpace
+from impyard.knowledge.checkouts import runspace
+from impyard.knowledge.checkouts.checkout import release_checkout
+from impyard.knowledge.checkouts.runspace import RunSpace
 from impyard.runs.beside import Beside
 from impyard.runs.model import Manifest
 from impyard.runs.warmpool import forget_box_dir

@@ -38,8 +38,8 @@ from impyard.contract import parse_user
 from impyard.fsutil import atomic_write_text, locked, remove_tree
 from impyard.gateway.boxside import BOX_SIGNAL_DIR
 from impyard.home import Home
-from impyard.knowledge import runspace
-from impyard.knowledge.runspace import RunSpace
+from impyard.knowledge.checkouts import runspace
+from impyard.knowledge.checkouts.runspace import RunSpace
 from impyard.runs import manifest
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
 from impyard.runs.warmgate import CLAIM_FILE, gate_command

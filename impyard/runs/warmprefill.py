@@ -22,7 +22,7 @@ from pathlib import Path
 
 from impyard.fsutil import atomic_write_text
 from impyard.home import Home
-from impyard.knowledge.checkout import prefill_copy
+from impyard.knowledge.checkouts.checkout import prefill_copy
 from impyard.knowledge.store.mainref import read_main
 from impyard.libc import syscall
 from impyard.runs.boxspec import BOX_KNOWLEDGE

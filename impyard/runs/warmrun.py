@@ -26,7 +26,7 @@ from impyard.box.spec import BoxMount, BoxSpec, StartedBox
 from impyard.fsutil import atomic_write_text
 from impyard.gateway.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home
-from impyard.knowledge import runspace
+from impyard.knowledge.checkouts import runspace
 from impyard.runs import warmpool, warmprefill
 from impyard.runs.active import ActiveRun
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec

@@ -29,7 +29,7 @@ from impyard import backup
 from impyard.errors import EngineError, ImpyardError, LeaseHeldError
 from impyard.journal import Journal
 from impyard.journal_group import GroupJournal
-from impyard.knowledge.runspace import DiskSpaceError
+from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult

@@ -13,10 +13,10 @@ import pygit2
 from impyard.errors import NotFoundError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, open_repo
-from impyard.knowledge.provenance import note_provenance
-from impyard.knowledge.records import RECORDS, parse_frontmatter
 from impyard.knowledge.store.gitobj import lookup_entry
 from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.validation.provenance import note_provenance
+from impyard.knowledge.validation.records import RECORDS, parse_frontmatter
 from impyard.runs.landing import run_receipts
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.model import ImpKnowledge

@@ -1,6 +1,6 @@
 """What ``/metrics`` counts from the journal, kept up to date by one reader: gateway
 requests (``gateway.request`` events) and lane passes (``lane.pass``: each pass's batch
-size and each change's seconds in the lane, ``impyard.knowledge.lanepass``).
+size and each change's seconds in the lane, ``impyard.knowledge.integration.lanepass``).
 
 The journal is read whole on the first scrape, then only what was appended since the
 one before. Label values are bounded: past ``MAX_SERIES`` distinct ones, ``other``.
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from impyard.home import Home
 from impyard.journal_query import JournalQuery
 from impyard.journal_tail import Entry, JournalTail
-from impyard.knowledge.lanepass import LANE_PASS_EVENT
+from impyard.knowledge.integration.lanepass import LANE_PASS_EVENT
 
 MAX_SERIES = 200
 OTHER = "other"

@@ -9,7 +9,7 @@ from pathlib import Path
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import LaneResult, integrate
+from impyard.knowledge.integration.lane import LaneResult, integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.policy.compile import deploy
 from tests.helpers.git import git

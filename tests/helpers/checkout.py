@@ -13,7 +13,7 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.checkout import Checkout, mount_options
+from impyard.knowledge.checkouts.checkout import Checkout, mount_options
 
 IMP = "yuko"
 OWNER = (65532, 65532)

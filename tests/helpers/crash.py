@@ -30,7 +30,7 @@ import threading
 from typing import Any
 
 from impyard.box.engineapi import EngineAPI
-from impyard.knowledge import lane
+from impyard.knowledge.integration import lane
 
 CHECKPOINT_POINTS = ("before-ref", "after-ref")
 START_POINTS = ("probe-created", "roots-created", "roots-removed", "box-created")

@@ -11,7 +11,7 @@ from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, Mode
 from impyard.knowledge.imps import create_imp, open_repo
-from impyard.knowledge.lane import Trailers
+from impyard.knowledge.integration.lane import Trailers
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.checkout import prepare_checkout
+from impyard.knowledge.checkouts.checkout import prepare_checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs import manifest as manifests

@@ -17,10 +17,10 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits
-from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.checkouts.checkout import Checkout
+from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import LaneResult, integrate
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.integration.lane import LaneResult, integrate
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (

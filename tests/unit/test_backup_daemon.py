@@ -13,7 +13,7 @@ from impyard.backup.status import read_status
 from impyard.home import Home
 from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.quarantine import quarantine
+from impyard.knowledge.integration.quarantine import quarantine
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
 from tests.helpers.cli import Cli

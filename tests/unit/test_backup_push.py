@@ -26,7 +26,7 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.quarantine import quarantine
+from impyard.knowledge.integration.quarantine import quarantine
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs import endings
 from impyard.runs.control import BoxControl

@@ -19,11 +19,11 @@ from impyard.backup.sync import backup_imp
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import MESSAGE_CHARS, Change, KnowledgeLimits
+from impyard.knowledge.gates.repogate import MAX_COMMIT_LINE
+from impyard.knowledge.gates.treegate import GateLimits
 from impyard.knowledge.imps import open_repo, read_imp_settings
-from impyard.knowledge.quarantine import quarantine
-from impyard.knowledge.repogate import MAX_COMMIT_LINE
+from impyard.knowledge.integration.quarantine import quarantine
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.treegate import GateLimits
 from impyard.policy.compile import policy_for_run
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
 from tests.helpers.bombs import GIB, bomb_backup, peak_rss

@@ -13,7 +13,7 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.lane import candidate_ref, integrate
+from impyard.knowledge.integration.lane import candidate_ref, integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.checkout import (
+from impyard.knowledge.checkouts.checkout import (
     Checkout,
     CheckoutError,
     mount_options,

@@ -12,10 +12,10 @@ import pygit2
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import Landed, landed_by, split
-from impyard.knowledge.lane import LaneResult, Trailers, find_landed_commit, integrate
+from impyard.knowledge.integration.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.knowledge.store.gitobj import changed_paths
 from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.validation.increments import Landed, landed_by, split
 from impyard.repair.preserved import tree_change
 from impyard.runs import manifest as manifests
 from impyard.runs.landing import LandedCache, landed_files

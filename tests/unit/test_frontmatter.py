@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impyard.knowledge.records import (
+from impyard.knowledge.validation.records import (
     Frontmatter,
     check_frontmatter,
     frontmatter_errors,

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impyard.knowledge.change import FileState
-from impyard.knowledge.sizes import blob_size, size_delta
 from impyard.knowledge.store.gitobj import changed_paths, lookup_entry
 from impyard.knowledge.store.headtree import HeadTree
 from impyard.knowledge.store.trees import _apply, plan_change
+from impyard.knowledge.validation.sizes import blob_size, size_delta
 from tests.helpers.trees import outcome, path
 
 TREE = pygit2.enums.ObjectType.TREE

@@ -15,7 +15,7 @@ from impyard import journal_group
 from impyard.fsutil import locked_append_file
 from impyard.journal import Journal
 from impyard.journal_group import GroupJournal
-from impyard.knowledge import lanequeue
+from impyard.knowledge.integration import lanequeue
 
 
 def test_records_that_wait_together_are_written_together(

@@ -13,9 +13,9 @@ from impyard.errors import UsageError
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import LaneResult, find_landed_commit, integrate
-from impyard.knowledge.sizes import tree_bytes, tree_bytes_full
+from impyard.knowledge.integration.lane import LaneResult, find_landed_commit, integrate
 from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.validation.sizes import tree_bytes, tree_bytes_full
 from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,

@@ -16,15 +16,15 @@ import pytest
 from impyard.errors import KnowledgeError
 from impyard.fsutil import locked
 from impyard.home import Home
-from impyard.knowledge import lane as lane_module
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import LaneResult, find_landed_commit, integrate
-from impyard.knowledge.lanequeue import waiting
-from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.sizes import tree_bytes, tree_bytes_full
+from impyard.knowledge.integration import lane as lane_module
+from impyard.knowledge.integration.lane import LaneResult, find_landed_commit, integrate
+from impyard.knowledge.integration.lanequeue import waiting
+from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.staging import MemoryObjects
+from impyard.knowledge.validation.sizes import tree_bytes, tree_bytes_full
 from tests.helpers.git import git
 from tests.helpers.repo import (
     assert_fsck_clean,
@@ -432,7 +432,7 @@ def test_a_host_dying_mid_group_loses_and_doubles_nothing(
 def test_a_pass_takes_up_what_the_last_pass_knew_landed_since_a_base(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from impyard.knowledge.rechecks import LandedSince
+    from impyard.knowledge.validation.rechecks import LandedSince
 
     home, repo = make_imp(tmp_path)
     reads: list[tuple[str, str]] = []

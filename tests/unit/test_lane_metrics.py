@@ -15,9 +15,9 @@ from impyard.errors import KnowledgeError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge import lane as lane_module
-from impyard.knowledge.lane import integrate
-from impyard.knowledge.lanequeue import waiting
+from impyard.knowledge.integration import lane as lane_module
+from impyard.knowledge.integration.lane import integrate
+from impyard.knowledge.integration.lanequeue import waiting
 from impyard.web.tallies import MAX_SERIES, OTHER, LaneTally
 from tests.helpers.repo import change_of, make_imp, note_text, run_id, trailers
 from tests.helpers.web import console_for

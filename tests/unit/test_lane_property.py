@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import LaneResult, integrate
+from impyard.knowledge.integration.lane import LaneResult, integrate
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (

@@ -15,14 +15,14 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge import lane as lane_module
-from impyard.knowledge import origin as origin_module
 from impyard.knowledge.change import Change, KnowledgeLimits
-from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.checkouts.checkout import Checkout
+from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import LaneResult, integrate
-from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.integration import lane as lane_module
+from impyard.knowledge.integration import origin as origin_module
+from impyard.knowledge.integration.lane import LaneResult, integrate
+from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.packs import PACK_THRESHOLD
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
@@ -243,7 +243,7 @@ def test_the_size_cache_forgets_its_oldest_entries_first(
 ) -> None:
     """Entries are facts about immutable commits, kept newest last: past the limit the
     oldest go, whatever their ids sort as."""
-    from impyard.knowledge import sizes
+    from impyard.knowledge.validation import sizes
 
     repo = pygit2.init_repository(str(tmp_path / "repo.git"), bare=True)
     monkeypatch.setattr(sizes, "SIZE_CACHE_ENTRIES", 3)

@@ -14,11 +14,11 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge import layer_build
-from impyard.knowledge.checkout import prepare_checkout, release_checkout
-from impyard.knowledge.layer_store import chain_limit, layer_chain, list_layers
-from impyard.knowledge.layers import collect_layers, ensure_layer
-from impyard.knowledge.treefs import CheckoutError
+from impyard.knowledge.checkouts import layer_build
+from impyard.knowledge.checkouts.checkout import prepare_checkout, release_checkout
+from impyard.knowledge.checkouts.layer_store import chain_limit, layer_chain, list_layers
+from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer
+from impyard.knowledge.checkouts.treefs import CheckoutError
 from tests.helpers.checkout import (
     BASE_FILES,
     IMP,

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from impyard.knowledge import clashes
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import integrate
-from impyard.knowledge.pathnames import normalize_segment
+from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.validate import validate
+from impyard.knowledge.validation import clashes
+from impyard.knowledge.validation.clashes import carry_name_forms
+from impyard.knowledge.validation.pathnames import normalize_segment
+from impyard.knowledge.validation.validate import validate
 from tests.helpers.repo import change_of, make_imp, namespace, run_id, trailers
 
 NAMES = ["a.md", "A.md", "b.md", "B.MD", "\u00e9.md", "e\u0301.md", "c", "C", "d", "d."]

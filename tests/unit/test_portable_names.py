@@ -10,10 +10,10 @@ import pytest
 from impyard.home import Home
 from impyard.knowledge.change import RULES, Change, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.lane import integrate
+from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.trees import build_tree
-from impyard.knowledge.validate import is_storable_path, path_violations, validate
+from impyard.knowledge.validation.validate import is_storable_path, path_violations, validate
 from tests.helpers.repo import (
     NS,
     change_of,

@@ -13,7 +13,7 @@ from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import create_imp
-from impyard.knowledge.lane import integrate
+from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs.landing import run_receipts
 from tests.helpers.cli import Cli

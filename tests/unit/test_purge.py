@@ -16,8 +16,8 @@ from impyard.backup.sync import backup_imp
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.lane import candidate_ref, integrate
-from impyard.knowledge.quarantine import quarantine, quarantine_ref
+from impyard.knowledge.integration.lane import candidate_ref, integrate
+from impyard.knowledge.integration.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.purge.purge import purge
 from impyard.purge.selector import Selector

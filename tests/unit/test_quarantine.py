@@ -9,7 +9,7 @@ import pytest
 
 from impyard.errors import UsageError
 from impyard.knowledge.change import Violation
-from impyard.knowledge.quarantine import not_kept_lines, quarantine, quarantine_ref
+from impyard.knowledge.integration.quarantine import not_kept_lines, quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (

@@ -10,10 +10,10 @@ from pathlib import Path
 import pygit2
 
 from impyard.home import Home
-from impyard.knowledge import readers
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.lane import LaneResult, integrate
-from impyard.knowledge.readers import validation_reader
+from impyard.knowledge.integration import readers
+from impyard.knowledge.integration.lane import LaneResult, integrate
+from impyard.knowledge.integration.readers import validation_reader
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.repo import change_of, make_imp, namespace, note, run_id, trailers
 

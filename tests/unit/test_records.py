@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from impyard.credentials import CREDENTIAL_PATTERNS, find_credentials
-from impyard.knowledge.records import (
+from impyard.knowledge.validation.records import (
     claimed_namespace,
     frontmatter_errors,
     parse_frontmatter,

@@ -15,15 +15,15 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge import runspace
 from impyard.knowledge.change import Change, KnowledgeLimits, Violation
-from impyard.knowledge.checkout import Checkout
+from impyard.knowledge.checkouts import runspace
+from impyard.knowledge.checkouts.checkout import Checkout
+from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import create_imp
-from impyard.knowledge.increments import landed_by
-from impyard.knowledge.lane import Trailers, candidate_ref, integrate, keep_candidate
-from impyard.knowledge.quarantine import quarantine, quarantine_ref
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.integration.lane import Trailers, candidate_ref, integrate, keep_candidate
+from impyard.knowledge.integration.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.validation.increments import landed_by
 from impyard.loopspace import loop_supported
 from impyard.runs import manifest as manifests
 from impyard.runs.model import CheckpointRecord, Manifest

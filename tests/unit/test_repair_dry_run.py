@@ -13,7 +13,7 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.seed import plan_seed
+from impyard.knowledge.checkouts.seed import plan_seed
 from impyard.knowledge.store.repo import main_commit
 from impyard.queue import tasks
 from impyard.queue.db import opened

@@ -13,10 +13,10 @@ from impyard.errors import KnowledgeError, NotFoundError, UsageError
 from impyard.home import Home
 from impyard.knowledge.change import FileState
 from impyard.knowledge.imps import ImpSettings, create_imp, list_imps, open_repo, read_imp_settings
-from impyard.knowledge.origin import publish_origin
-from impyard.knowledge.sizes import size_cache_path, tree_bytes, tree_bytes_full
+from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.trees import PathConflict, build_tree
+from impyard.knowledge.validation.sizes import size_cache_path, tree_bytes, tree_bytes_full
 from tests.helpers.git import git
 from tests.helpers.repo import assert_fsck_clean, make_imp, tree_paths
 

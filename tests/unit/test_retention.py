@@ -25,11 +25,11 @@ from impyard.errors import NotFoundError
 from impyard.gateway.archive import Archive
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge import runspace
-from impyard.knowledge.checkout_record import Checkout
-from impyard.knowledge.lane import candidate_ref
-from impyard.knowledge.quarantine import quarantine_ref
-from impyard.knowledge.runspace import RunSpace
+from impyard.knowledge.checkouts import runspace
+from impyard.knowledge.checkouts.checkout_record import Checkout
+from impyard.knowledge.checkouts.runspace import RunSpace
+from impyard.knowledge.integration.lane import candidate_ref
+from impyard.knowledge.integration.quarantine import quarantine_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.names import utc_epoch
 from impyard.policy.compile import deploy
@@ -400,9 +400,9 @@ def test_helpers_their_creator_left_go_container_first(yard: Yard) -> None:
 
 
 def test_layers_no_chain_needs_go_and_needed_ones_stay(yard: Yard) -> None:
-    from impyard.knowledge.checkout import prepare_checkout
-    from impyard.knowledge.layer_store import list_layers
-    from impyard.knowledge.layers import ensure_layer
+    from impyard.knowledge.checkouts.checkout import prepare_checkout
+    from impyard.knowledge.checkouts.layer_store import list_layers
+    from impyard.knowledge.checkouts.layers import ensure_layer
     from tests.helpers.checkout import OWNER, commit, need_root
 
     need_root()  # layers are chowned to the box user

@@ -15,9 +15,8 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits, Violation
-from impyard.knowledge.checkout import CheckoutKind, prepare_checkout
-from impyard.knowledge.lane import candidate_ref, integrate
-from impyard.knowledge.seed import (
+from impyard.knowledge.checkouts.checkout import CheckoutKind, prepare_checkout
+from impyard.knowledge.checkouts.seed import (
     SeedFile,
     SeedPlan,
     plan_seed,
@@ -25,9 +24,10 @@ from impyard.knowledge.seed import (
     rewrite_id,
     seed_checkout,
 )
-from impyard.knowledge.snapshot import snapshot
+from impyard.knowledge.checkouts.snapshot import snapshot
+from impyard.knowledge.integration.lane import candidate_ref, integrate
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.violations import digest
+from impyard.knowledge.validation.violations import digest
 from impyard.queue import tasks
 from impyard.queue.db import connect
 from impyard.runs.endings import digest_fields

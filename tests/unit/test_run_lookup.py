@@ -223,8 +223,9 @@ def test_completion_offers_imp_names(cli: Cli, home: Home) -> None:
     assert complete(cli, f"{line} runs list --imp ") == ["pia", "yuko"]
     assert complete(cli, f"{line} candidates list --imp p") == ["pia"]
     assert complete(cli, f"{line} policy show ") == ["pia", "yuko"]
-    assert complete(cli, f"{line} knowledge ") == ["provenance", "check", "pia", "yuko"]
+    assert complete(cli, f"{line} knowledge ") == ["provenance", "check", "purge", "pia", "yuko"]
     assert complete(cli, f"{line} knowledge provenance ") == ["pia", "yuko"]
+    assert complete(cli, f"{line} knowledge purge p") == ["pia"]
     assert complete(cli, f"{line} memory ") == ["migrate", "pia", "yuko"]
     assert complete(cli, f"{line} notes p") == ["pia"]
     assert complete(cli, f"{line} backup now ") == ["pia", "yuko"]
@@ -235,7 +236,7 @@ def test_completion_without_a_data_root_offers_nothing(cli: Cli, tmp_path: Path)
     line = f"impyard --home {tmp_path / 'nowhere'}"
     assert complete(cli, f"{line} runs show ") == []
     assert complete(cli, f"{line} run ") == []
-    assert complete(cli, f"{line} knowledge ") == ["provenance", "check"]
+    assert complete(cli, f"{line} knowledge ") == ["provenance", "check", "purge"]
     assert not (tmp_path / "nowhere").exists()
 
 

@@ -16,10 +16,10 @@ from impyard.runs.pipeline import ENDING_MODULES
 #: Loaded only for a box's exit: none may be pulled in by the CLI or a run's admission.
 EXIT_ONLY = (
     "impyard.runs.endings",
-    "impyard.knowledge.lane",
-    "impyard.knowledge.lanecheck",
-    "impyard.knowledge.quarantine",
-    "impyard.knowledge.validate",
+    "impyard.knowledge.integration.lane",
+    "impyard.knowledge.integration.lanecheck",
+    "impyard.knowledge.integration.quarantine",
+    "impyard.knowledge.validation.validate",
 )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.knowledge import runspace
+from impyard.knowledge.checkouts import runspace
 from impyard.loopspace import loop_supported
 
 
@@ -130,7 +130,7 @@ def test_a_space_mounts_nosuid_nodev_and_its_loop_device_goes_with_the_mount(
 ) -> None:
     """Mounted directly (ioctl + mount(2)) or, where that route is missing, with the
     ``mount`` tool: the same options, one loop device, detached when unmounted."""
-    from impyard.knowledge import loopmount
+    from impyard.knowledge.checkouts import loopmount
 
     if route == "tool":
         monkeypatch.setattr(loopmount, "LOOP_CONTROL", tmp_path / "no-loop-control")

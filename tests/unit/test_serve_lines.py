@@ -18,8 +18,8 @@ from impyard.errors import EngineError, UsageError
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import Violation
+from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.knowledge.imps import create_imp
-from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs import manifest as manifests

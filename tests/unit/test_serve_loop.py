@@ -14,8 +14,8 @@ from impyard.errors import EngineError
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.journal_group import GroupJournal
+from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.knowledge.imps import create_imp
-from impyard.knowledge.runspace import DiskSpaceError
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction
 from impyard.runs.context import RunContext

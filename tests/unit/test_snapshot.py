@@ -14,8 +14,8 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
-from impyard.knowledge.checkout import Checkout, prepare_checkout, release_checkout
-from impyard.knowledge.snapshot import MAX_DEPTH, snapshot
+from impyard.knowledge.checkouts.checkout import Checkout, prepare_checkout, release_checkout
+from impyard.knowledge.checkouts.snapshot import MAX_DEPTH, snapshot
 from tests.helpers.checkout import (
     BASE_FILES,
     IMP,

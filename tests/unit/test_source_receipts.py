@@ -16,10 +16,10 @@ from impyard.errors import KnowledgeError
 from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import RULES, KnowledgeLimits
-from impyard.knowledge.citations import Citation, Receipts, parse_trailers, trailer_lines
-from impyard.knowledge.lane import LaneResult, Trailers, integrate
+from impyard.knowledge.integration.lane import LaneResult, Trailers, integrate
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.validate import validate
+from impyard.knowledge.validation.citations import Citation, Receipts, parse_trailers, trailer_lines
+from impyard.knowledge.validation.validate import validate
 from impyard.runs import endings
 from impyard.runs.control import BoxControl
 from impyard.runs.landing import run_receipts
@@ -357,7 +357,7 @@ def test_a_note_without_citations_adds_no_receipt_trailer(tmp_path: Path) -> Non
 
 
 def test_each_checkpoint_records_only_the_receipts_of_the_notes_it_lands(tmp_path: Path) -> None:
-    from impyard.knowledge.increments import landed_by
+    from impyard.knowledge.validation.increments import landed_by
 
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)

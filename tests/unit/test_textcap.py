@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from impyard.knowledge.change import MESSAGE_CHARS, Violation
-from impyard.knowledge.violations import digest
+from impyard.knowledge.validation.violations import digest
 from impyard.textcap import cut, cut_at_line, cut_lines, marker
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, make_imp

@@ -14,11 +14,11 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.checkout import prepare_checkout
+from impyard.knowledge.checkouts.checkout import prepare_checkout
+from impyard.knowledge.checkouts.layers import ensure_layer
+from impyard.knowledge.checkouts.treefs import UnsafeTreeError
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.layers import ensure_layer
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.treefs import UnsafeTreeError
 from tests.helpers.checkout import OWNER
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
@@ -187,7 +187,7 @@ def test_a_run_check_reuses_what_it_found_and_still_sees_a_new_bad_tree(
     """The base check remembers clean trees; a later owner's commit is still refused, and a
     torn record of what was checked is only a slower check."""
     from impyard.knowledge.change import KnowledgeLimits
-    from impyard.knowledge.maincheck import UnsafeMainError, check_base
+    from impyard.knowledge.gates.maincheck import UnsafeMainError, check_base
     from tests.helpers.backup import land_note
 
     assert cli("init").code == 0
@@ -270,7 +270,7 @@ def test_the_plain_name_shortcut_decides_as_the_full_rules_do(
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from impyard.knowledge import pathnames
+    from impyard.knowledge.validation import pathnames
 
     full = pathnames.name_rules
     names = st.text(alphabet="aZ09_-.~ :$<", min_size=1, max_size=8) | st.sampled_from(
@@ -294,7 +294,7 @@ def test_what_the_lane_keeps_off_main_passes_the_gate(cli: Cli, tmp_path: Path) 
     of its backup take it as the lane kept it."""
     from impyard import backup
     from impyard.knowledge.change import KnowledgeLimits
-    from impyard.knowledge.lane import integrate
+    from impyard.knowledge.integration.lane import integrate
     from tests.helpers.backup import set_remotes
     from tests.helpers.policy import edit_org
     from tests.helpers.repo import NS, change_of, note_path, note_text, trailers
@@ -342,9 +342,9 @@ def test_a_base_check_leaves_the_size_the_lane_checks_against(
 ) -> None:
     """A run's base that nothing had sized is sized by its check, not by a second walk of
     every record at the run's checkpoint."""
-    from impyard.knowledge import sizes
     from impyard.knowledge.change import KnowledgeLimits
-    from impyard.knowledge.maincheck import check_base
+    from impyard.knowledge.gates.maincheck import check_base
+    from impyard.knowledge.validation import sizes
     from tests.helpers.backup import land_note
 
     assert cli("init").code == 0

@@ -9,9 +9,9 @@ import pytest
 
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import RULES, Change, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.sizes import tree_bytes
 from impyard.knowledge.store.repo import main_commit
-from impyard.knowledge.validate import (
+from impyard.knowledge.validation.sizes import tree_bytes
+from impyard.knowledge.validation.validate import (
     INSTRUCTION_FILES,
     is_storable_path,
     path_violations,

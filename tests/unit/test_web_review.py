@@ -11,7 +11,7 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.lane import candidate_ref
+from impyard.knowledge.integration.lane import candidate_ref
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs import manifest as manifests

@@ -25,7 +25,7 @@ from impyard.errors import ImpyardError
 from impyard.fsutil import remove_tree
 from impyard.gateway.boxside import BOX_SIGNAL_DIR
 from impyard.gateway.control import ControlRefused
-from impyard.knowledge.checkout import forget_identities
+from impyard.knowledge.checkouts.checkout import forget_identities
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, BOX_TASK, box_spec
 from impyard.runs.context import RunContext

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 
 from impyard.fsutil import locked
 from impyard.home import Home
-from impyard.knowledge.treefs import CheckoutError, Owner, parse_owner
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, parse_owner
 
 if TYPE_CHECKING:
     import pygit2

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from impyard.errors import ImpyardError
 from impyard.fsutil import remove_tree
 from impyard.home import Home
-from impyard.knowledge import loopmount
+from impyard.knowledge.checkouts import loopmount
 from impyard.libc import syscall
 
 SpaceKind = Literal["loop", "plain"]

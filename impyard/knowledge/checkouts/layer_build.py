@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 
 from impyard.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
-from impyard.knowledge.imps import open_repo
-from impyard.knowledge.layer_store import (
+from impyard.knowledge.checkouts.layer_store import (
     META_FORMAT,
     TMP_PREFIX,
     Layer,
@@ -32,7 +31,7 @@ from impyard.knowledge.layer_store import (
     layer_id,
     read_layer,
 )
-from impyard.knowledge.treefs import (
+from impyard.knowledge.checkouts.treefs import (
     CheckoutError,
     Owner,
     format_owner,
@@ -40,6 +39,7 @@ from impyard.knowledge.treefs import (
     write_delta,
     write_tree,
 )
+from impyard.knowledge.imps import open_repo
 
 if TYPE_CHECKING:
     import pygit2

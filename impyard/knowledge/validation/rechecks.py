@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import pygit2
 
 from impyard.knowledge.change import Change, Mode, Violation
-from impyard.knowledge.clashes import landed_name_clashes
-from impyard.knowledge.pathnames import normalize_segment
-from impyard.knowledge.records import ORGANIZATION, RECORDS, parse_record_path
 from impyard.knowledge.store.history import LaneCommit, changed_by, lane_commits_since
 from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.validation.clashes import landed_name_clashes
+from impyard.knowledge.validation.pathnames import normalize_segment
+from impyard.knowledge.validation.records import ORGANIZATION, RECORDS, parse_record_path
 
 _ORG_PREFIX = ORGANIZATION + "/"
 _RECORDS_PREFIX = RECORDS + "/"

@@ -42,25 +42,25 @@ import pygit2
 from impyard.credentials import find_credentials
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.citations import Citation, Receipts, cite
-from impyard.knowledge.clashes import landed_name_clashes, name_clashes
-from impyard.knowledge.pathnames import (
+from impyard.knowledge.store.gitobj import lookup_entry
+from impyard.knowledge.store.repo import TREE_MODE
+from impyard.knowledge.validation.citations import Citation, Receipts, cite
+from impyard.knowledge.validation.clashes import landed_name_clashes, name_clashes
+from impyard.knowledge.validation.pathnames import (
     INSTRUCTION_DIRS,
     INSTRUCTION_FILES,
     is_storable_path,
     normalize_segment,
     path_violations,
 )
-from impyard.knowledge.records import (
+from impyard.knowledge.validation.records import (
     ORGANIZATION,
     RECORDS,
     check_frontmatter,
     parse_record_path,
     record_name_shape,
 )
-from impyard.knowledge.sizes import size_delta, tree_bytes
-from impyard.knowledge.store.gitobj import lookup_entry
-from impyard.knowledge.store.repo import TREE_MODE
+from impyard.knowledge.validation.sizes import size_delta, tree_bytes
 
 REPO_PATH = "."  # the path a repository-wide violation names
 

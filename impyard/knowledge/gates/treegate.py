@@ -28,10 +28,10 @@ from typing import Literal, NamedTuple
 import pygit2
 
 from impyard.knowledge.change import MESSAGE_CHARS, KnowledgeLimits
-from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules, normalize_segment
+from impyard.knowledge.checkouts.treefs import MAX_FILES
 from impyard.knowledge.store.gitfsck import TreeEntry, parse_tree
 from impyard.knowledge.store.repo import TREE_CACHE_LIMIT
-from impyard.knowledge.treefs import MAX_FILES
+from impyard.knowledge.validation.pathnames import MAX_DEPTH, entry_name_rules, normalize_segment
 from impyard.textcap import cut
 from impyard.textsafe import visible
 

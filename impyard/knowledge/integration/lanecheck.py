@@ -13,20 +13,20 @@ from dataclasses import dataclass
 
 from impyard.errors import UsageError
 from impyard.home import Home
-from impyard.knowledge import bulkdelete
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.citations import Receipts
 from impyard.knowledge.imps import require_imp
-from impyard.knowledge.increments import Landed, Split, split
-from impyard.knowledge.lanerecord import (
+from impyard.knowledge.integration import bulkdelete
+from impyard.knowledge.integration.lanerecord import (
     LaneResult,
     Outcome,
     Trailers,
     commit_message,
     find_landed_commit,
 )
-from impyard.knowledge.readers import validation_reader
-from impyard.knowledge.validate import check_change
+from impyard.knowledge.integration.readers import validation_reader
+from impyard.knowledge.validation.citations import Receipts
+from impyard.knowledge.validation.increments import Landed, Split, split
+from impyard.knowledge.validation.validate import check_change
 from impyard.names import check_run_id
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from impyard.journal import Journal
-from impyard.knowledge.lanequeue import Ticket, take_turn
+from impyard.knowledge.integration.lanequeue import Ticket, take_turn
 
 if TYPE_CHECKING:  # the console reads the event's name without loading the lane (pygit2)
-    from impyard.knowledge.lanerecord import LaneResult
+    from impyard.knowledge.integration.lanerecord import LaneResult
 
 LANE_PASS_EVENT = "lane.pass"
 ERROR = "error"

@@ -18,15 +18,14 @@ from pathlib import Path
 from impyard.checkoutkind import CheckoutKind
 from impyard.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
 from impyard.home import Home
-from impyard.knowledge.checkout_record import Checkout
-from impyard.knowledge.imps import open_repo
-from impyard.knowledge.layers import (
+from impyard.knowledge.checkouts.checkout_record import Checkout
+from impyard.knowledge.checkouts.layers import (
     MOUNT_DATA_LIMIT,
     ensure_layer_locked,
     layer_chain,
     layers_lock,
 )
-from impyard.knowledge.treefs import (
+from impyard.knowledge.checkouts.treefs import (
     CheckoutError,
     Identity,
     Owner,
@@ -34,6 +33,7 @@ from impyard.knowledge.treefs import (
     parse_owner,
     write_tree,
 )
+from impyard.knowledge.imps import open_repo
 
 __all__ = [
     "Checkout",

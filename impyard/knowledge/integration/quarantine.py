@@ -23,11 +23,11 @@ import pygit2
 
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, Violation
-from impyard.knowledge.pathnames import is_storable_path
 from impyard.knowledge.store.refnames import quarantine_ref
 from impyard.knowledge.store.repo import host_signature
 from impyard.knowledge.store.trees import PathConflict, build_tree
-from impyard.knowledge.violations import digest
+from impyard.knowledge.validation.pathnames import is_storable_path
+from impyard.knowledge.validation.violations import digest
 from impyard.names import check_run_id
 
 DELETED_TRAILER = "Impyard-Deleted"

@@ -41,11 +41,11 @@ import pygit2
 from impyard.errors import KnowledgeError
 from impyard.knowledge.change import RULES, Change, FileState, Violation
 from impyard.knowledge.change import KnowledgeLimits as Limits
-from impyard.knowledge.checkout import Checkout, read_identities
-from impyard.knowledge.pathnames import MAX_DEPTH
+from impyard.knowledge.checkouts.checkout import Checkout, read_identities
+from impyard.knowledge.checkouts.treefs import OPAQUE_XATTR, Identity, entries, is_executable
 from impyard.knowledge.store.gitobj import commit_at, lookup_entry
 from impyard.knowledge.store.packs import ExistenceProbe, ObjectBatch
-from impyard.knowledge.treefs import OPAQUE_XATTR, Identity, entries, is_executable
+from impyard.knowledge.validation.pathnames import MAX_DEPTH
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC

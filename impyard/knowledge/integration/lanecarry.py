@@ -23,8 +23,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from impyard.knowledge.rechecks import LandedSince
 from impyard.knowledge.store.headtree import Directory
+from impyard.knowledge.validation.rechecks import LandedSince
 
 CARRIED_IMPS = 16
 CARRIED_ENTRIES = 400_000

@@ -17,11 +17,11 @@ import pygit2
 
 from impyard.errors import NotFoundError
 from impyard.home import Home
-from impyard.knowledge.citations import Citation, parse_trailers
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.records import parse_frontmatter
 from impyard.knowledge.store.gitobj import lookup_entry
 from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.validation.citations import Citation, parse_trailers
+from impyard.knowledge.validation.records import parse_frontmatter
 
 if TYPE_CHECKING:
     from impyard.gateway.receipts import Receipt

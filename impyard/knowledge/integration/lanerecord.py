@@ -17,14 +17,14 @@ import pygit2
 from impyard.errors import KnowledgeError, UsageError
 from impyard.home import Home
 from impyard.knowledge.change import Change, Mode, Violation
-from impyard.knowledge.citations import Citation, trailer_lines
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import Split
-from impyard.knowledge.quarantine import deleted_trailers, preserved_commit
+from impyard.knowledge.integration.quarantine import deleted_trailers, preserved_commit
 from impyard.knowledge.store.history import lane_commits_since
 from impyard.knowledge.store.refnames import candidate_ref
 from impyard.knowledge.store.repo import imp_signature, main_commit
-from impyard.knowledge.violations import digest
+from impyard.knowledge.validation.citations import Citation, trailer_lines
+from impyard.knowledge.validation.increments import Split
+from impyard.knowledge.validation.violations import digest
 
 LaneCheckpoint = Literal["integrated", "empty", "rejected", "conflict"]
 

@@ -18,10 +18,7 @@ import pygit2
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.imps import open_repo
-from impyard.knowledge.store.gitfsck import parse_commit
-from impyard.knowledge.store.repo import MAIN
-from impyard.knowledge.treegate import (
+from impyard.knowledge.gates.treegate import (
     KEPT_RULES,
     MAIN_RULES,
     GateLimits,
@@ -29,6 +26,9 @@ from impyard.knowledge.treegate import (
     TreeProblem,
     TreeWalk,
 )
+from impyard.knowledge.imps import open_repo
+from impyard.knowledge.store.gitfsck import parse_commit
+from impyard.knowledge.store.repo import MAIN
 
 #: Commits a check reads at most (an imp lands a few hundred a day).
 MAX_COMMITS = 1_000_000

@@ -19,8 +19,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from impyard.knowledge.frontmatter import Frontmatter, is_utc_timestamp, parse_frontmatter
-from impyard.knowledge.frontmatter_check import (
+from impyard.knowledge.validation.frontmatter import (
+    Frontmatter,
+    is_utc_timestamp,
+    parse_frontmatter,
+)
+from impyard.knowledge.validation.frontmatter_check import (
     FrontmatterCheck,
     check_frontmatter,
     frontmatter_errors,

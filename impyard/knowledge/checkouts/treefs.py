@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from impyard.contract import parse_user
 from impyard.errors import KnowledgeError
-from impyard.knowledge.pathnames import MAX_DEPTH, entry_name_rules
+from impyard.knowledge.validation.pathnames import MAX_DEPTH, entry_name_rules
 from impyard.textsafe import visible
 
 if TYPE_CHECKING:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 from impyard.errors import KnowledgeError
 from impyard.home import Home
-from impyard.knowledge.imps import open_repo
-from impyard.knowledge.layer_build import build_layer
-from impyard.knowledge.layer_store import (
+from impyard.knowledge.checkouts.layer_build import build_layer
+from impyard.knowledge.checkouts.layer_store import (
     MOUNT_DATA_LIMIT,
     Layer,
     check_commit,
@@ -32,7 +31,8 @@ from impyard.knowledge.layer_store import (
     trash,
     trash_layer,
 )
-from impyard.knowledge.treefs import CheckoutError, Owner, parse_owner
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, parse_owner
+from impyard.knowledge.imps import open_repo
 
 # Checkout mounts a chain under this lock: the names it needs come with the entry points.
 __all__ = [

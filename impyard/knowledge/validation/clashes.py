@@ -17,9 +17,9 @@ from collections.abc import Iterable, Iterator, Mapping
 import pygit2
 
 from impyard.knowledge.change import Change, Violation
-from impyard.knowledge.pathnames import normalize_segment
 from impyard.knowledge.store.gitcalls import tree_has
 from impyard.knowledge.store.gitobj import lookup_entry
+from impyard.knowledge.validation.pathnames import normalize_segment
 
 
 def _names_by_directory(paths: Iterable[str]) -> dict[str, set[str]]:

@@ -51,15 +51,12 @@ from impyard.errors import KnowledgeError
 from impyard.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
-from impyard.knowledge.citations import Receipts
-from impyard.knowledge.clashes import carry_name_forms
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.increments import Landed
-from impyard.knowledge.lanecarry import carry, take_carried
-from impyard.knowledge.lanecheck import Prepared, prepare
-from impyard.knowledge.lanepass import take_recorded_turn
-from impyard.knowledge.lanequeue import Ticket
-from impyard.knowledge.lanerecord import (
+from impyard.knowledge.integration.lanecarry import carry, take_carried
+from impyard.knowledge.integration.lanecheck import Prepared, prepare
+from impyard.knowledge.integration.lanepass import take_recorded_turn
+from impyard.knowledge.integration.lanequeue import Ticket
+from impyard.knowledge.integration.lanerecord import (
     LaneCheckpoint,
     LaneResult,
     Outcome,
@@ -70,15 +67,18 @@ from impyard.knowledge.lanerecord import (
     keep_candidate,
     run_commits,
 )
-from impyard.knowledge.origin import sync_origin
-from impyard.knowledge.rechecks import LandedSince
-from impyard.knowledge.sizes import blob_size, record_tree_bytes, tree_bytes
+from impyard.knowledge.integration.origin import sync_origin
 from impyard.knowledge.store.headtree import Directory, HeadTree
 from impyard.knowledge.store.history import Added, checkpoint_number, lane_commit, remember_added
 from impyard.knowledge.store.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.store.staging import MemoryObjects, staged
 from impyard.knowledge.store.trees import PathConflict
-from impyard.knowledge.validate import REPO_PATH
+from impyard.knowledge.validation.citations import Receipts
+from impyard.knowledge.validation.clashes import carry_name_forms
+from impyard.knowledge.validation.increments import Landed
+from impyard.knowledge.validation.rechecks import LandedSince
+from impyard.knowledge.validation.sizes import blob_size, record_tree_bytes, tree_bytes
+from impyard.knowledge.validation.validate import REPO_PATH
 
 __all__ = [
     "LaneCheckpoint",

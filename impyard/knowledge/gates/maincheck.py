@@ -25,10 +25,10 @@ from impyard.errors import KnowledgeError
 from impyard.fsutil import atomic_write_bytes
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.treefs import MAX_FILES
+from impyard.knowledge.checkouts.treefs import MAX_FILES
 
 if TYPE_CHECKING:
-    from impyard.knowledge.treegate import Totals
+    from impyard.knowledge.gates.treegate import Totals
 
 # pygit2 and the gate load only when main moved since the last check: a run from the
 # same main starts without them, as it does without a check.
@@ -84,10 +84,10 @@ def _check(
     path: Path,
     checked: _Checked | None,
 ) -> None:
+    from impyard.knowledge.gates.treegate import CHECKOUT_RULES, GateLimits, Problems, TreeWalk
     from impyard.knowledge.imps import open_repo
-    from impyard.knowledge.sizes import record_tree_bytes
     from impyard.knowledge.store.gitobj import commit_at
-    from impyard.knowledge.treegate import CHECKOUT_RULES, GateLimits, Problems, TreeWalk
+    from impyard.knowledge.validation.sizes import record_tree_bytes
 
     repo = open_repo(home, imp)
     root = commit_at(repo, base).tree_id.raw
@@ -132,7 +132,7 @@ def _read_header(path: Path) -> _Checked | None:
 
 
 def _read_trees(path: Path, checked: _Checked | None) -> dict[bytes, Totals]:
-    from impyard.knowledge.treegate import Totals
+    from impyard.knowledge.gates.treegate import Totals
 
     if checked is None:
         return {}

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from impyard.knowledge.frontmatter import (
+from impyard.knowledge.validation.frontmatter import (
     Frontmatter,
     is_utc_timestamp,
     parse_frontmatter,

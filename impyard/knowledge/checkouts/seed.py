@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from impyard.knowledge.checkout_record import Checkout
-from impyard.knowledge.pathnames import path_violations
-from impyard.knowledge.records import RECORDS
+from impyard.knowledge.checkouts.checkout_record import Checkout
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, is_blob
 from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
-from impyard.knowledge.treefs import CheckoutError, Owner, is_blob
+from impyard.knowledge.validation.pathnames import path_violations
+from impyard.knowledge.validation.records import RECORDS
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
