@@ -162,3 +162,12 @@ def _stdin(text: str) -> Iterator[None]:
         yield
     finally:
         sys.stdin = saved
+
+
+def run_json(cli: Cli, command: str, *extra: str, prompt: str = "p") -> tuple[int, dict[str, Any]]:
+    """``impyard run yuko --prompt PROMPT --json --command COMMAND [extra]``: its exit
+    status and the run record it printed (never a traceback)."""
+    result = cli("run", "yuko", "--prompt", prompt, "--json", "--command", command, *extra)
+    assert "Traceback" not in result.stderr, result.stderr
+    record: dict[str, Any] = json.loads(result.stdout)
+    return result.code, record

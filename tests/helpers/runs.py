@@ -74,16 +74,14 @@ def running(home: Home, imp: str = "yuko") -> tuple[FakeRun, Path]:
 
 def write_run(home: Home, run_id: str, imp: str = "yuko", **fields: Any) -> Manifest:
     """A run record on disk, as the pipeline writes it: ``runs/<run_id>/manifest.json``."""
-    manifest = Manifest(
-        run_id=run_id,
-        imp=imp,
-        task_id=None,
-        channel=None,
-        mode="append",
-        base_commit="0" * 40,
-        namespace=NS,
-        **fields,
-    )
+    defaults: dict[str, Any] = {
+        "task_id": None,
+        "channel": None,
+        "mode": "append",
+        "base_commit": "0" * 40,
+        "namespace": NS,
+    }
+    manifest = Manifest(run_id=run_id, imp=imp, **(defaults | fields))
     home.run_dir(run_id).mkdir(parents=True, exist_ok=True)
     manifests.write(home, manifest)
     return manifest

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.cli import Cli, json_lines
+from tests.helpers.cli import run_json as run
 from tests.helpers.git import git
 from tests.helpers.policy import edit_org
 
@@ -34,13 +35,6 @@ def yard(cli: Cli) -> Cli:
     )
     assert added.code == 0, added.stderr
     return cli
-
-
-def run(cli: Cli, command: str, *extra: str) -> tuple[int, dict[str, Any]]:
-    result = cli("run", "yuko", "--prompt", "p", "--json", "--command", command, *extra)
-    assert "Traceback" not in result.stderr, result.stderr
-    record: dict[str, Any] = json.loads(result.stdout)
-    return result.code, record
 
 
 def tasks(cli: Cli) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, run_json
 from tests.helpers.git import git
 
 pytestmark = pytest.mark.docker
@@ -21,10 +21,7 @@ DELETE = 'rm "$IMPYARD_KNOWLEDGE_DIR"/organization/t-*.md'
 
 
 def reorganize(cli: Cli, command: str) -> tuple[int, dict[str, Any]]:
-    result = cli("run", "yuko", "--reorganize", "--prompt", "p", "--json", "--command", command)
-    assert "Traceback" not in result.stderr, result.stderr
-    record: dict[str, Any] = json.loads(result.stdout)
-    return result.code, record
+    return run_json(cli, command, "--reorganize")
 
 
 def organization(cli: Cli) -> list[str]:

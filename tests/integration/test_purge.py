@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.helpers.cli import Cli
+from tests.helpers.cli import run_json as run
 from tests.helpers.git import git
 from tests.helpers.policy import edit_org
 from tests.helpers.scan import fsck, holders
@@ -27,13 +27,6 @@ LEAK = "https://leak.example/paste"
 def note(slug: str, body: str, *sources: str) -> str:
     cited = " ".join(f"--source {url}" for url in sources or ("https://example.com/r",))
     return f'printf "{body}\\n" | impyard-note vendors {slug} {cited}'
-
-
-def run(cli: Cli, command: str, prompt: str = "p") -> tuple[int, dict[str, Any]]:
-    result = cli("run", "yuko", "--prompt", prompt, "--json", "--command", command)
-    assert "Traceback" not in result.stderr, result.stderr
-    record: dict[str, Any] = json.loads(result.stdout)
-    return result.code, record
 
 
 def records(cli: Cli) -> list[str]:

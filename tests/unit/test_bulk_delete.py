@@ -13,12 +13,12 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.integration.lane import candidate_ref, integrate
+from impyard.knowledge.integration.lane import LaneResult, candidate_ref, integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, change_of, make_imp, run_id, trailers, tree_paths
+from tests.helpers.runs import write_run
 
 OWNER = {"USER": "alice"}
 INDEXES = [f"organization/topic-{n:02}.md" for n in range(25)]
@@ -38,6 +38,14 @@ def reorganize(home: Home, repo: pygit2.Repository, run: str, **change: Any) -> 
     )
 
 
+def record_refusal(home: Home, result: LaneResult, *, base: str, **fields: Any) -> None:
+    """The record of run RUN, whose exit the lane refused with ``result``."""
+    write_run(
+        home, RUN, base_commit=base, state="finished", checkpoint="rejected",
+        candidate_ref=result.candidate_ref, validation_errors=result.violations, **fields,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def held(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli, str]:
     """25 indexes on main, then a reorganize run that deleted them all, held."""
@@ -47,16 +55,9 @@ def held(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli, str]:
     before = main_commit(repo)
     result = reorganize(home, repo, RUN, deleted=INDEXES)
     assert result.checkpoint == "rejected" and result.candidate_ref == candidate_ref(RUN)
-    home.run_dir(RUN).mkdir(parents=True)
-    manifests.write(
-        home,
-        Manifest(
-            run_id=RUN, imp="yuko", task_id=None, channel=None, mode="reorganize",
-            base_commit=before, namespace=NS, state="finished", checkpoint="rejected",
-            candidate_ref=result.candidate_ref, validation_errors=result.violations,
-            reason="held: bulk-delete (25 files)",
-        ),
-    )  # fmt: skip
+    record_refusal(
+        home, result, base=before, mode="reorganize", reason="held: bulk-delete (25 files)"
+    )
     return home, repo, Cli(home=home.root), before
 
 
@@ -142,15 +143,7 @@ def test_only_a_held_change_is_approved(tmp_path: Path) -> None:
         trailers=trailers(base),
     )
     assert result.checkpoint == "rejected"
-    home.run_dir(RUN).mkdir(parents=True)
-    manifests.write(
-        home,
-        Manifest(
-            run_id=RUN, imp="yuko", task_id=None, channel=None, mode="append",
-            base_commit=base, namespace=NS, state="finished", checkpoint="rejected",
-            candidate_ref=result.candidate_ref, validation_errors=result.violations,
-        ),
-    )  # fmt: skip
+    record_refusal(home, result, base=base, mode="append")
     refused = Cli(home=home.root)("candidates", "approve", RUN)
     assert refused.code == 2 and "is not held for approval" in refused.stderr
     assert "Traceback" not in refused.stderr

@@ -23,8 +23,6 @@ from impyard.purge.purge import purge
 from impyard.purge.selector import Selector
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
 from tests.helpers.backup import set_remotes
 from tests.helpers.cli import Cli
 from tests.helpers.repo import (
@@ -37,6 +35,7 @@ from tests.helpers.repo import (
     trailers,
     tree_paths,
 )
+from tests.helpers.runs import write_run
 from tests.helpers.scan import fsck, holders
 
 SECRET = "sk-live-4f9a2c"
@@ -61,16 +60,9 @@ def land(home: Home, repo: pygit2.Repository, n: int, body: str, **note: object)
 
 
 def a_run(home: Home, n: int, **fields: object) -> str:
-    rid = run_id(n)
-    home.run_dir(rid).mkdir(parents=True, exist_ok=True)
-    manifests.write(
-        home,
-        Manifest(
-            run_id=rid, imp="yuko", task_id=None, channel=None, mode="append",
-            base_commit="0" * 40, namespace=namespace(n), **({"state": "finished"} | fields),
-        ),
-    )  # fmt: skip
-    return rid
+    """A run record of run ``n`` (finished, unless ``state`` says otherwise)."""
+    write_run(home, run_id(n), namespace=namespace(n), **({"state": "finished"} | fields))
+    return run_id(n)
 
 
 @pytest.fixture
