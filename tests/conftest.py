@@ -189,6 +189,14 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
     return Cli(home=tmp_path / "home", in_process=not (docker or integration))
 
 
+@pytest.fixture
+def yuko(cli: Cli) -> Cli:
+    """``cli`` on a data root holding one imp, yuko (``init``, then ``imp create yuko``)."""
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    return cli
+
+
 @pytest.fixture(params=["in-process", "subprocess"])
 def both_cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
     """The CLI both ways: the in-process form must answer as the real console command."""

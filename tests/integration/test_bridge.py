@@ -27,9 +27,9 @@ def note(body: str) -> str:
 
 
 @pytest.fixture
-def yard(cli: Cli) -> Cli:
-    assert cli("init").code == 0
-    assert cli("imp", "create", "yuko").code == 0
+def yard(yuko: Cli) -> Cli:
+    """Imp yuko, with a memory entry of channel support by a participant."""
+    cli = yuko
     added = cli(
         "memory", "yuko", "add", "wants SSO prices", "--channel", "support", "--user", PARTICIPANT
     )

@@ -30,9 +30,8 @@ def organization(cli: Cli) -> list[str]:
     return [path for path in listed.splitlines() if "/t-" in path]
 
 
-def test_twenty_five_deletions_wait_for_the_owner_and_land_once_approved(cli: Cli) -> None:
-    assert cli("init").code == 0
-    assert cli("imp", "create", "yuko").code == 0
+def test_twenty_five_deletions_wait_for_the_owner_and_land_once_approved(yuko: Cli) -> None:
+    cli = yuko
     code, written = reorganize(cli, WRITE)
     assert code == 0 and written["checkpoint"] == "integrated", written
     indexes = organization(cli)

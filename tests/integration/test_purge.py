@@ -35,9 +35,9 @@ def records(cli: Cli) -> list[str]:
 
 
 @pytest.fixture
-def yard(cli: Cli, tmp_path: Path) -> tuple[Cli, Path]:
-    assert cli("init").code == 0
-    assert cli("imp", "create", "yuko").code == 0
+def yard(yuko: Cli, tmp_path: Path) -> tuple[Cli, Path]:
+    """Imp yuko, backed up to a remote on this machine."""
+    cli = yuko
     remote = tmp_path / "backups"
     edit_org(cli.home, "remotes = []", f"remotes = {json.dumps([str(remote)])}")
     assert cli("deploy").code == 0

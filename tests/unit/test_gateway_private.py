@@ -53,13 +53,6 @@ def route(upstream: str, *extra: str) -> str:
     return "\n" + "\n".join(lines) + "\n"
 
 
-@pytest.fixture
-def yuko(cli: Cli) -> Cli:
-    assert cli("init").code == 0
-    assert cli("imp", "create", "yuko").code == 0
-    return cli
-
-
 @pytest.mark.parametrize("host", NON_PUBLIC)
 def test_preflight_and_deploy_refuse_every_spelling_of_a_private_upstream(
     yuko: Cli, host: str

@@ -32,13 +32,6 @@ def route(upstream: str, *extra: str) -> str:
     return "\n" + "\n".join(lines) + "\n"
 
 
-@pytest.fixture
-def yuko(cli: Cli) -> Cli:
-    assert cli("init").code == 0
-    assert cli("imp", "create", "yuko").code == 0
-    return cli
-
-
 def with_route(cli: Cli, text: str) -> None:
     org = cli.home / "policy" / "org.toml"
     org.write_text(org.read_text() + text)
