@@ -34,12 +34,12 @@ from impyard.runs.context import RunContext
 from impyard.runs.exits import record_exit
 from impyard.runs.image import resolve_run_image
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.preload import warm_imports
+from impyard.runs.ready.claim import WarmClaim, claim_warm
 from impyard.runs.record import RunRecord
 from impyard.runs.run_checkout import RunCheckout
 from impyard.runs.run_gateway import GATEWAY_MODULES, RunGateway
 from impyard.runs.space import release_run_space, spare_beside
-from impyard.runs.warm import warm_imports
-from impyard.runs.warmrun import WarmClaim, claim_warm
 
 #: Loaded beside a box's start: the exit checkpoint, the lane and what they use.
 ENDING_MODULES = ("impyard.runs.endings",)

@@ -33,7 +33,7 @@ from impyard.runs.model import RunRequest
 from impyard.settings import Settings
 
 if TYPE_CHECKING:
-    from impyard.runs.warmrun import WarmClaim
+    from impyard.runs.ready.claim import WarmClaim
 
 
 class RunCheckout:

@@ -12,7 +12,7 @@ from impyard.knowledge.checkouts.checkout import release_checkout
 from impyard.knowledge.checkouts.runspace import RunSpace
 from impyard.runs.beside import Beside
 from impyard.runs.model import Manifest
-from impyard.runs.warmpool import forget_box_dir
+from impyard.runs.ready.pool import forget_box_dir
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,10 @@ from impyard.box.launch import resolve_image
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.policy.compile import deployed_policy
-from impyard.runs import warmpool, warmprefill
-from impyard.runs.warmpool import PoolShape
-from impyard.runs.warmrun import POOL_CLAIMED, record_want, wants, wants_dir
+from impyard.runs.ready import pool as warmpool
+from impyard.runs.ready import prefill as warmprefill
+from impyard.runs.ready.claim import POOL_CLAIMED, record_want, wants, wants_dir
+from impyard.runs.ready.pool import PoolShape
 
 log = logging.getLogger(__name__)
 

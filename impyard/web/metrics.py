@@ -38,7 +38,7 @@ from impyard.backup.remotes import label
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.policy.compile import deployed_org_policy
-from impyard.runs.warmpool import ready_boxes
+from impyard.runs.ready.pool import ready_boxes
 from impyard.status.backup import backup_section
 from impyard.status.cluster import cluster_section
 from impyard.status.knowledge import imp_knowledge

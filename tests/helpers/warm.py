@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from impyard.box.spec import LABEL_ROOT, root_label
-from impyard.runs.warmpool import LABEL_WARM
+from impyard.runs.ready.pool import LABEL_WARM
 from tests.helpers.git import GIT_ENV
 
 #: How long a pool may take to reach its size (boxes start one after another).

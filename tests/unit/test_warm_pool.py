@@ -14,9 +14,9 @@ from impyard.box.spec import BoxMount, BoxSpec, box_labels
 from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.policy import PolicyError, deploy
-from impyard.runs import warmpool
-from impyard.runs.warmpool import PoolShape
-from impyard.runs.warmrun import record_want
+from impyard.runs.ready import pool as warmpool
+from impyard.runs.ready.claim import record_want
+from impyard.runs.ready.pool import PoolShape
 from impyard.status.warm import warm_section
 from tests.helpers.policy import edit_org
 from tests.helpers.runs import write_run
@@ -160,7 +160,7 @@ def test_status_counts_hits_misses_and_claim_times_of_recent_runs_and_each_pools
 
 
 def test_a_prefilled_box_fits_only_a_run_of_its_imp_on_its_base(tmp_path: Path) -> None:
-    from impyard.runs.warmprefill import PREFILL_FILE, fits
+    from impyard.runs.ready.prefill import PREFILL_FILE, fits
 
     box = warmpool.PoolBox("k", "impyard-warm-k-1", tmp_path, "cid", 0.0)
     assert fits(box, "yuko", "a" * 40)  # no prefill: any run of the shape copies

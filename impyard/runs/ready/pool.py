@@ -42,7 +42,7 @@ from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.runspace import RunSpace
 from impyard.runs import manifest
 from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
-from impyard.runs.warmgate import CLAIM_FILE, gate_command
+from impyard.runs.ready.gate import CLAIM_FILE, gate_command
 
 LABEL_WARM = "impyard.warm"
 #: Fills a new box's knowledge dir (box dir, knowledge dir) before the box starts.
