@@ -8,13 +8,15 @@ layers. Text files have every occurrence, raw or JSON-escaped, replaced by
 ``[purged]`` (an atomic rewrite); archived bodies (content-addressed), space images
 and other binary copies under runs, exports and the archive are deleted; the database
 has its rows rewritten, then is vacuumed and its write-ahead log truncated, so no freed
-page keeps the old text. Anything else that holds it is named as left, never skipped
-in silence. Nothing here follows a link, opens a fifo, or reads a file whole past a
-bound; mount points and live runs' directories are not entered.
+page keeps the old text; a gzip file (a rotated journal) is inflated to look and, when
+it holds the text, rewritten redacted. Anything else that holds it is named as left,
+never skipped in silence. Nothing here follows a link, opens a fifo, or reads a file
+whole past a bound; mount points and live runs' directories are not entered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from impyard.fsutil import atomic_write_bytes
+from impyard.fsutil import atomic_write_bytes, locked_append_file
 from impyard.home import Home
 from impyard.purge.selector import REDACTED
 
@@ -61,13 +63,13 @@ def sweep(home: Home, value: str, skip: Callable[[Path], bool], *, write: bool) 
     db_hit = False
     for path, size in _files(home.root, skip):
         relative = str(path.relative_to(home.root))
-        hit, binary = _holds(path, forms, inflate=relative.startswith("archive/"))
+        hit, kind = _holds(path, forms)
         if not hit:
             continue
         if path.name in _DB_FILES and path.parent == home.root:
             db_hit = True
             continue
-        action, why = _act(path, relative, size, forms, binary=binary, write=write)
+        action, why = _act(path, relative, size, forms, kind=kind, write=write)
         actions.append(FileAction(relative, action, why))
     if db_hit:
         rows = scrub_database(home, value, write=write)
@@ -76,23 +78,37 @@ def sweep(home: Home, value: str, skip: Callable[[Path], bool], *, write: bool) 
 
 
 def _act(
-    path: Path, relative: str, size: int, forms: list[bytes], *, binary: bool, write: bool
+    path: Path, relative: str, size: int, forms: list[bytes], *, kind: str, write: bool
 ) -> tuple[Action, str]:
+    """What becomes of one file holding the text: ``kind`` is text, gzip or binary."""
     top = relative.split("/", 1)[0]
-    if binary or path.name.endswith(".img") or top == "archive":
+    if top == "archive" or path.name.endswith(".img") or kind == "binary":
         if top not in _COPIES and not relative.startswith("knowledge/"):
             return "left", "a binary file outside Impyard's copies: remove it by hand"
         if write:
             path.unlink()
         return "deleted", "a binary copy (a space image, an archived body, a layer file)"
     if size > MAX_REWRITE_BYTES:
-        return "left", f"a text file over {MAX_REWRITE_BYTES >> 20} MiB: redact it by hand"
-    if write:
-        data = path.read_bytes()
+        return "left", f"a file over {MAX_REWRITE_BYTES >> 20} MiB: redact it by hand"
+    if write and not _redact(path, forms, gzipped=kind == "gzip"):
+        return "left", f"inflates past {MAX_INFLATE_BYTES >> 20} MiB: redact it by hand"
+    return "redacted", "every occurrence replaced by [purged]"
+
+
+def _redact(path: Path, forms: list[bytes], *, gzipped: bool) -> bool:
+    """Rewrite the file without the text, atomically, under the lock every appender takes
+    (an append waiting on it goes to the new file, never the one replaced); False when a
+    gzip file inflates past the bound (left as it is)."""
+    with contextlib.suppress(FileNotFoundError), locked_append_file(path, create=False):
+        with path.open("rb") as handle:
+            data = b"".join(_inflated(handle)) if gzipped else handle.read()
+        if gzipped and len(data) >= MAX_INFLATE_BYTES:
+            return False
         for form in forms:
             data = data.replace(form, REDACTED)
-        atomic_write_bytes(path, data, stat.S_IMODE(os.lstat(path).st_mode))
-    return "redacted", "every occurrence replaced by [purged]"
+        out = gzip.compress(data, mtime=0) if gzipped else data
+        atomic_write_bytes(path, out, stat.S_IMODE(os.lstat(path).st_mode))
+    return True
 
 
 def scrub_database(home: Home, value: str, *, write: bool) -> int:
@@ -139,22 +155,25 @@ def _files(root: Path, skip: Callable[[Path], bool]) -> Iterator[tuple[Path, int
                 yield path, entry.stat(follow_symlinks=False).st_size
 
 
-def _holds(path: Path, forms: list[bytes], *, inflate: bool) -> tuple[bool, bool]:
-    """Whether the file holds any form, read in chunks (a gzip body, inflated, too), and
-    whether it is binary (a NUL in its first 8 KiB)."""
+def _holds(path: Path, forms: list[bytes]) -> tuple[bool, str]:
+    """Whether the file holds any form, read in chunks (a gzip file inflated, bounded),
+    and what it is: ``gzip``, ``binary`` (a NUL in its first 8 KiB) or ``text``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False, False
+        return False, "text"
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return False, False
+            return False, "text"
         head = handle.read(8192)
         handle.seek(0)
-        binary = b"\0" in head
-        if inflate and head[:2] == b"\x1f\x8b":
-            return _found(_inflated(handle), forms), True
-        return _found(iter(lambda: handle.read(_CHUNK), b""), forms), binary
+        if head[:2] == b"\x1f\x8b":
+            inflated = _found(_inflated(handle), forms)
+            handle.seek(0)
+            raw = _found(iter(lambda: handle.read(_CHUNK), b""), forms)
+            return inflated or raw, "gzip"
+        kind = "binary" if b"\0" in head else "text"
+        return _found(iter(lambda: handle.read(_CHUNK), b""), forms), kind
 
 
 def _found(chunks: Iterator[bytes], forms: list[bytes]) -> bool:

@@ -1,11 +1,15 @@
 """Where a string rests under a directory, found without Impyard's code: every file's
-bytes, and every object of every Git repository (``git cat-file``, packs and loose
-objects alike, reachable or not), so a purge is judged by what is on disk."""
+bytes (a gzip file's inflated too), and every object of every Git repository (``git
+cat-file``, packs and loose objects alike, reachable or not), so a purge is judged by
+what is on disk."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import os
 import subprocess
+import zlib
 from pathlib import Path
 
 
@@ -28,7 +32,11 @@ def holders(root: Path, needle: bytes) -> list[str]:
             path = here / name
             if path.is_symlink() or not path.is_file():
                 continue
-            if needle in path.read_bytes():
+            data = path.read_bytes()
+            if data[:2] == b"\x1f\x8b":  # a gzip file (a rotated journal): what it holds
+                with contextlib.suppress(OSError, EOFError, zlib.error):
+                    data += gzip.decompress(data)
+            if needle in data:
                 found.append(str(path.relative_to(root)))
     return sorted(found)
 

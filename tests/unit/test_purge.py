@@ -6,6 +6,7 @@ source purge keeps a record that rests on other sources too, naming it."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -92,6 +93,8 @@ def leaked(tmp_path: Path) -> tuple[Home, pygit2.Repository, Path]:
     home.box_log(logged).write_text(f"agent: found {SECRET} in the page\n")
     home.run_task(logged).write_text(f"Research {SECRET}\n")
     Journal(home.journal).record("note.seen", text=f"quoted: {SECRET}")
+    rotated = json.dumps({"event": "note.seen", "text": SECRET}) + "\n"
+    (home.root / "journal.1.jsonl.gz").write_bytes(gzip.compress(rotated.encode()))
     with opened(home.db) as conn:
         tasks.add(conn, "yuko", f"Look up {SECRET} again")
     remote = tmp_path / "backups"
@@ -128,6 +131,8 @@ def test_a_purged_string_is_nowhere_and_the_preview_counted_it_right(
     [purged] = [e for e in events if e["event"] == "knowledge.purged"]
     assert purged["selector"] == f"text ({len(SECRET)} characters)" and purged["complete"]
     assert "[purged]" in home.box_log(run_id(7)).read_text()
+    rotated_back = gzip.decompress((home.root / "journal.1.jsonl.gz").read_bytes())
+    assert json.loads(rotated_back) == {"event": "note.seen", "text": "[purged]"}
     # A candidate built on the old history is refused with why, and can be reworked.
     cli = Cli(home=home.root)
     retried = cli("candidates", "retry", run_id(5))
