@@ -22,6 +22,7 @@ import pygit2
 from impyard.fsutil import fsync_dir
 from impyard.knowledge.store.packfile import PackWriter
 from impyard.knowledge.store.packs import pack_dir
+from impyard.purge.selector import commit_refs
 
 _LOOSE_DIR = re.compile(r"^[0-9a-f]{2}$")
 _GITLINK = pygit2.enums.FileMode.COMMIT
@@ -102,3 +103,12 @@ def drop_all_but(git_dir: Path, keep_pack: str) -> int:
         shutil.rmtree(logs)
     fsync_dir(objects)
     return removed
+
+
+def compact_repository(git_dir: Path) -> None:
+    """Keep only what the repository's refs reach (a bare repository on this machine:
+    the published origin, a local backup remote)."""
+    repo = pygit2.Repository(str(git_dir))
+    name, _ = pack(repo, commit_refs(repo).values())
+    repo.free()
+    drop_all_but(git_dir, name)

@@ -11,7 +11,6 @@ them, unreachable, until its own gc, and the report says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pygit2
 
@@ -19,7 +18,7 @@ from impyard.backup.remotes import Location, locate, scrub
 from impyard.backup.sync import configured_remotes
 from impyard.backup.transport import Callbacks, configure_transport
 from impyard.home import Home
-from impyard.purge.compact import drop_all_but, pack
+from impyard.purge.compact import compact_repository
 
 UNPRUNED = "still holds the purged objects, unreachable, until its own gc"
 
@@ -103,17 +102,3 @@ def _one(
     if write:
         compact_repository(location.path)
     return RemotePurge(location.label, updated, deleted, pruned=True)
-
-
-def compact_repository(git_dir: Path) -> None:
-    """Keep only what the repository's refs reach (a bare repository on this machine)."""
-    repo = pygit2.Repository(str(git_dir))
-    tips = []
-    for name in repo.references:
-        try:
-            tips.append(repo.references[name].peel(pygit2.Commit).id)
-        except (pygit2.GitError, KeyError, ValueError, pygit2.InvalidSpecError):
-            continue
-    name, _ = pack(repo, tips)
-    repo.free()
-    drop_all_but(git_dir, name)

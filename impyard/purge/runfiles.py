@@ -25,8 +25,9 @@ from impyard.home import Home
 from impyard.knowledge.checkouts.layer_store import layers_lock, list_layers, trash, trash_layer
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration.origin import sync_origin
+from impyard.knowledge.store.refnames import quarantine_ref
+from impyard.purge.compact import compact_repository
 from impyard.purge.datafiles import FileAction
-from impyard.purge.remotes import compact_repository
 from impyard.purge.selector import Selector
 from impyard.runs import manifest as manifests
 from impyard.runs.model import Manifest
@@ -40,8 +41,9 @@ def kept_checkouts(
     whose quarantine ref it rewrites or deletes (a text purge's sweep finds the rest)."""
     from impyard.repair.kept import has_space
 
-    runs = {name.rsplit("/", 1)[1] for name in moves if name.startswith("refs/quarantine/")}
-    return [m for m in manifests.each(home, imp) if m.run_id in runs and has_space(m)]
+    return [
+        m for m in manifests.each(home, imp) if quarantine_ref(m.run_id) in moves and has_space(m)
+    ]
 
 
 def layer_count(home: Home, imp: str) -> int:

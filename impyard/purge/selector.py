@@ -18,6 +18,7 @@ from typing import Literal
 import pygit2
 
 from impyard.errors import UsageError
+from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.knowledge.validation.frontmatter import parse_frontmatter
 from impyard.names import check_run_id
 
@@ -109,7 +110,7 @@ class Matcher:
 
 def run_refs(repo: pygit2.Repository, run_id: str) -> list[str]:
     """The run's candidate and quarantine refs: a run purge deletes them whole."""
-    names = (f"refs/candidates/{run_id}", f"refs/quarantine/{run_id}")
+    names = (candidate_ref(run_id), quarantine_ref(run_id))
     return [name for name in names if name in repo.references]
 
 
