@@ -33,6 +33,8 @@ class Filed:
     reasons: tuple[str, ...] = ()
     #: What kind of name a refused prompt held (``user id``, ``email address``, ...).
     named: tuple[str, ...] = ()
+    #: The prompt filed (what the journal records).
+    prompt: str = ""
 
 
 def prompt_problems(body: bytes) -> tuple[str | None, list[str]]:
@@ -75,4 +77,4 @@ def file_task(home: Home, m: Manifest, body: bytes) -> Filed:
         if reasons or prompt is None:
             return Filed(None, tuple(reasons), tuple(named))
         task = tasks.add_in(conn, m.imp, prompt, filed_by=m.run_id)
-    return Filed(task.id)
+    return Filed(task.id, prompt=task.prompt)

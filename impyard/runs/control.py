@@ -198,8 +198,7 @@ class BoxControl:
             with run.manifest_lock:
                 m.filed_tasks.append(filed.task_id)
                 run.save()
-        prompt = body.decode()
-        run.event("task.filed", task=filed.task_id, prompt=prompt, chars=len(prompt))
+        run.event("task.filed", task=filed.task_id, prompt=filed.prompt, chars=len(filed.prompt))
         return {"task": filed.task_id, "reasons": []}
 
     def _running(self) -> Manifest:
