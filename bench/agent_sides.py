@@ -39,7 +39,7 @@ from impyard.gateway.netns import listen_in_netns
 from impyard.home import Home
 from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import BoxPolicy
-from impyard.runs.boxspec import BOX_TASK
+from impyard.runs.provision.boxspec import BOX_TASK
 
 SECRET = "bench-placeholder-key"
 PORT = 3128

@@ -73,7 +73,7 @@ def provenance_command(
     Its sources, the commit and run that landed it, and the receipts that commit records.
     """
     from impyard.knowledge.validation.provenance import note_provenance
-    from impyard.runs.landing import run_receipts
+    from impyard.runs.checkpoints.landing import run_receipts
 
     home = initialized_home(ctx)
     found = note_provenance(home, imp, path)

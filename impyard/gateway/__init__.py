@@ -21,7 +21,7 @@ Modules, one job each:
     netns      sockets created inside the box's network namespace
     outcome    a request's journal record, and the refusal that ends it
 
-How ``impyard.runs.run_gateway`` wires a run whose ``policy.gateway.enabled`` (every step
+How ``impyard.runs.drive.run_gateway`` wires a run whose ``policy.gateway.enabled`` (every step
 fails closed):
 
 1. ``Gateway.start(policy.gateway, home=, imp=, run_id=, journal=)`` before the box exists.

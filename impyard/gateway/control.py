@@ -6,10 +6,11 @@ listener; a box can only ask about itself. Nothing it sends (query, headers,
 body) names a run, imp, base or namespace: all of it is ignored, and a body is
 read and dropped, except a report's, which is one small JSON object with one
 field (``{"agent_steps": N}``, the agent's step count the run records), and a task's,
-which is the prompt of the task a tainted run files (UTF-8 text, ``runs.bridge``). Requests
-are rate-limited per run and journaled like every other gateway request. Answers
-are JSON, or text (``?format=text`` or ``Accept: text/plain``) for the box tools:
-a first line ``ok`` or ``fail``, then one line per violation, then a summary line.
+which is the prompt of the task a tainted run files (UTF-8 text,
+``runs.checkpoints.bridge``). Requests are rate-limited per run and journaled like every
+other gateway request. Answers are JSON, or text (``?format=text`` or
+``Accept: text/plain``) for the box tools: a first line ``ok`` or ``fail``, then one line
+per violation, then a summary line.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class ControlRefused(Exception):
 
 
 class RunControl(Protocol):
-    """What the run behind a gateway answers; implemented by ``impyard.runs.control``."""
+    """What the run behind a gateway answers; implemented by
+    ``impyard.runs.checkpoints.control``."""
 
     def check(self) -> Mapping[str, Any]: ...
 

@@ -21,8 +21,8 @@ from impyard.errors import EngineError, ImpyardError, NotFoundError
 from impyard.home import Home
 from impyard.names import RUN_ID
 from impyard.retention.model import GcItem, GcOutcome, age_days
-from impyard.runs import manifest as manifests
-from impyard.runs.owner import RunOwnership
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.owner import RunOwnership
 
 
 @dataclass(frozen=True)

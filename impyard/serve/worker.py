@@ -34,12 +34,12 @@ from impyard.queue import leases, tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
-from impyard.runs import rework
-from impyard.runs.admission import execute
-from impyard.runs.context import RunContext
-from impyard.runs.manifest import read_or_none
-from impyard.runs.model import Manifest, RunRequest
-from impyard.runs.recovery import Resolution, recover_all
+from impyard.runs.drive.context import RunContext
+from impyard.runs.host.admission import execute
+from impyard.runs.host.recovery import Resolution, recover_all
+from impyard.runs.provision import rework
+from impyard.runs.records.manifest import read_or_none
+from impyard.runs.records.model import Manifest, RunRequest
 from impyard.serve import events as serve_events
 from impyard.serve import heap
 from impyard.serve.events import EventKind, Reporter, ServeEvent, ServeStatus

@@ -21,7 +21,7 @@ from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 from tests.helpers.git import GIT_ENV
 from tests.helpers.images import BOX_IMAGE
 

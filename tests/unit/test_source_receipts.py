@@ -20,9 +20,9 @@ from impyard.knowledge.integration.lane import LaneResult, Trailers, integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.citations import Citation, Receipts, parse_trailers, trailer_lines
 from impyard.knowledge.validation.validate import validate
-from impyard.runs import endings
-from impyard.runs.control import BoxControl
-from impyard.runs.landing import run_receipts
+from impyard.runs.checkpoints.control import BoxControl
+from impyard.runs.checkpoints.landing import run_receipts
+from impyard.runs.drive import endings
 from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,

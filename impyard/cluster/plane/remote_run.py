@@ -27,11 +27,11 @@ from impyard.gateway.boxside import BOX_SIGNAL_DIR
 from impyard.gateway.control import ControlRefused
 from impyard.knowledge.checkouts.checkout import forget_identities
 from impyard.policy.models import EffectivePolicy
-from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, BOX_TASK, box_spec
-from impyard.runs.context import RunContext
-from impyard.runs.control import BoxControl
-from impyard.runs.model import Manifest, RunRequest
-from impyard.runs.pipeline import Run
+from impyard.runs.checkpoints.control import BoxControl
+from impyard.runs.drive.context import RunContext
+from impyard.runs.drive.pipeline import Run
+from impyard.runs.provision.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, BOX_TASK, box_spec
+from impyard.runs.records.model import Manifest, RunRequest
 
 #: The longest a checkout may be when it is packed for a node.
 _MAX_PACKED = 1 << 30

@@ -40,9 +40,9 @@ from impyard.gateway.boxside import BOX_SIGNAL_DIR
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.runspace import RunSpace
-from impyard.runs import manifest
-from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
+from impyard.runs.provision.boxspec import BOX_KNOWLEDGE, BOX_TASK
 from impyard.runs.ready.gate import CLAIM_FILE, gate_command
+from impyard.runs.records import manifest
 
 LABEL_WARM = "impyard.warm"
 #: Fills a new box's knowledge dir (box dir, knowledge dir) before the box starts.

@@ -1,6 +1,6 @@
 """What a run's endings, its landing and its box's requests use of the run driving them.
 
-``impyard.runs.pipeline.Run`` is the one such run; crash recovery drives one too. The
+``impyard.runs.drive.pipeline.Run`` is the one such run; crash recovery drives one too. The
 modules that end a run or answer its box take this, so they never import the pipeline
 that calls them.
 """
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from impyard.home import Home
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits
 from impyard.policy.models import EffectivePolicy
-from impyard.runs.model import Manifest
+from impyard.runs.records.model import Manifest
 
 
 class ActiveRun(Protocol):

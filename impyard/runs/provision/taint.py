@@ -20,8 +20,8 @@ from __future__ import annotations
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Violation
 from impyard.memory.participants import NAMES_A_PARTICIPANT, channel_participants
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest, RunRequest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest, RunRequest
 
 TAINTED_RULE = "tainted-run"
 PARTICIPANT_RULE = "participant-named"

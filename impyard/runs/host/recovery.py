@@ -23,14 +23,14 @@ from impyard.policy.compile import policy_for_run
 from impyard.policy.models import Policy
 from impyard.queue import leases, tasks
 from impyard.queue.db import opened
-from impyard.runs import manifest as manifests
-from impyard.runs import rework
-from impyard.runs.context import RunContext
-from impyard.runs.landing import settle_pending
-from impyard.runs.model import Manifest
-from impyard.runs.owner import RunOwnership
-from impyard.runs.pipeline import Run
-from impyard.runs.space import release_run_space
+from impyard.runs.checkpoints.landing import settle_pending
+from impyard.runs.drive.context import RunContext
+from impyard.runs.drive.pipeline import Run
+from impyard.runs.drive.space import release_run_space
+from impyard.runs.provision import rework
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
+from impyard.runs.records.owner import RunOwnership
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 
 from impyard.box.livelog import LogReader
 from impyard.home import Home
-from impyard.runs import manifest as manifests
-from impyard.runs.model import TERMINAL_STATES, Manifest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import TERMINAL_STATES, Manifest
 
 #: How often an idle follower looks again (the writer appends as the box prints).
 POLL_SECONDS = 0.1

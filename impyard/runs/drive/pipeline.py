@@ -2,7 +2,7 @@
 
 Every step first records its state in the manifest, then acts, so a host that
 dies anywhere leaves a manifest that recovery can resume or quarantine
-(``impyard.runs.recovery``). ``impyard run`` and ``impyard serve`` both admit a run
+(``impyard.runs.host.recovery``). ``impyard run`` and ``impyard serve`` both admit a run
 with ``admission.execute`` and drive it here; there is no second pipeline. What the
 box gets is assembled in ``boxspec``; its checkout in ``run_checkout``, its gateway in
 ``run_gateway``; how a run ends, in ``endings``.
@@ -28,21 +28,21 @@ from impyard.knowledge.change import Checkpoint, KnowledgeLimits
 from impyard.policy.models import EffectivePolicy
 from impyard.queue import leases
 from impyard.queue.db import opened
-from impyard.runs.beside import Beside
-from impyard.runs.boxspec import box_spec, write_task_file
-from impyard.runs.context import RunContext
-from impyard.runs.exits import record_exit
-from impyard.runs.image import resolve_run_image
-from impyard.runs.model import Manifest, RunOutcome, RunRequest
-from impyard.runs.preload import warm_imports
+from impyard.runs.drive.beside import Beside
+from impyard.runs.drive.context import RunContext
+from impyard.runs.drive.exits import record_exit
+from impyard.runs.drive.preload import warm_imports
+from impyard.runs.drive.run_checkout import RunCheckout
+from impyard.runs.drive.run_gateway import GATEWAY_MODULES, RunGateway
+from impyard.runs.drive.space import release_run_space, spare_beside
+from impyard.runs.provision.boxspec import box_spec, write_task_file
+from impyard.runs.provision.image import resolve_run_image
 from impyard.runs.ready.claim import WarmClaim, claim_warm
-from impyard.runs.record import RunRecord
-from impyard.runs.run_checkout import RunCheckout
-from impyard.runs.run_gateway import GATEWAY_MODULES, RunGateway
-from impyard.runs.space import release_run_space, spare_beside
+from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.records.record import RunRecord
 
 #: Loaded beside a box's start: the exit checkpoint, the lane and what they use.
-ENDING_MODULES = ("impyard.runs.endings",)
+ENDING_MODULES = ("impyard.runs.drive.endings",)
 
 
 class Run(RunRecord):
@@ -177,17 +177,17 @@ class Run(RunRecord):
     # start-up speed only: they load beside the box's start (ENDING_MODULES).
 
     def checkpoint(self) -> None:
-        from impyard.runs import endings
+        from impyard.runs.drive import endings
 
         endings.checkpoint(self)
 
     def quarantine(self) -> None:
-        from impyard.runs import endings
+        from impyard.runs.drive import endings
 
         endings.quarantine_run(self)
 
     def quarantine_without_box(self, reason: str) -> None:
-        from impyard.runs import endings
+        from impyard.runs.drive import endings
 
         endings.quarantine_without_box(self, reason)
 

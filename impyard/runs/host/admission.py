@@ -26,12 +26,12 @@ from impyard.policy.models import EffectivePolicy
 from impyard.preflight import run_refusal
 from impyard.queue import leases, namespaces
 from impyard.queue.db import opened
-from impyard.runs.boxspec import box_timeout
-from impyard.runs.context import RunContext
-from impyard.runs.model import Manifest, RunOutcome, RunRequest
-from impyard.runs.owner import RunOwnership
-from impyard.runs.pipeline import Run, drive
-from impyard.runs.taint import taint_of
+from impyard.runs.drive.context import RunContext
+from impyard.runs.drive.pipeline import Run, drive
+from impyard.runs.provision.boxspec import box_timeout
+from impyard.runs.provision.taint import taint_of
+from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.records.owner import RunOwnership
 
 
 def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:

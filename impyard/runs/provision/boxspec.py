@@ -20,9 +20,9 @@ from impyard.knowledge.checkouts.seed import SeedPlan
 from impyard.knowledge.imps import read_imp_settings
 from impyard.memory.block import memory_block
 from impyard.policy.models import EffectivePolicy
-from impyard.runs.model import Manifest, RunRequest
-from impyard.runs.rework import task_text
-from impyard.runs.taint import READ_ONLY, read_only_knowledge
+from impyard.runs.provision.rework import task_text
+from impyard.runs.provision.taint import READ_ONLY, read_only_knowledge
+from impyard.runs.records.model import Manifest, RunRequest
 
 BOX_KNOWLEDGE = "/opt/impyard/knowledge"
 BOX_ORIGIN = "/opt/impyard/origin.git"

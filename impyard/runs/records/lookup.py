@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from impyard.errors import AmbiguousError, NotFoundError
 from impyard.home import Home
 from impyard.names import RUN_ID
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
 
 LAST = "last"
 RUN_PREFIX = "run-"

@@ -1,7 +1,7 @@
 """What a running box may ask of its host through its gateway: a check of its checkout
 as it is now (nothing is written), a mid-run checkpoint through the lane, a report
 of its agent's step count (recorded in the manifest, shown by ``runs show``), and, from
-a tainted run, a task filed for its imp (``runs.bridge``).
+a tainted run, a task filed for its imp (``runs.checkpoints.bridge``).
 
 Both take the same snapshot as the exit checkpoint, while the box runs. A
 checkpoint is recorded in the manifest as ``pending`` before the lane acts and
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from impyard import backup, names
 from impyard.gateway.control import ControlRefused
-from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
-from impyard.runs.taint import READ_ONLY, participant_violations, read_only_knowledge
+from impyard.runs.provision.taint import READ_ONLY, participant_violations, read_only_knowledge
+from impyard.runs.records.model import MAX_LISTED, CheckpointRecord, Manifest
 
 if TYPE_CHECKING:
     from impyard.knowledge.change import Change
-    from impyard.runs.active import ActiveRun
-    from impyard.runs.landing import LandedCache
+    from impyard.runs.checkpoints.landing import LandedCache
+    from impyard.runs.records.active import ActiveRun
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class BoxControl:
 
     @property
     def landed(self) -> LandedCache:
-        from impyard.runs.landing import LandedCache
+        from impyard.runs.checkpoints.landing import LandedCache
 
         if self._landed is None:
             self._landed = LandedCache()
@@ -58,7 +58,7 @@ class BoxControl:
         from impyard.knowledge.validation.records import ORGANIZATION, RECORDS
         from impyard.knowledge.validation.validate import validate
         from impyard.knowledge.validation.violations import digest
-        from impyard.runs.landing import run_receipts
+        from impyard.runs.checkpoints.landing import run_receipts
 
         run = self.run
         if not run.checkpoint_lock.acquire(timeout=CHECK_WAIT_SECONDS):
@@ -112,7 +112,7 @@ class BoxControl:
         from impyard.knowledge.checkouts.snapshot import snapshot
         from impyard.knowledge.imps import open_repo
         from impyard.knowledge.validation.violations import digest
-        from impyard.runs.landing import integrate_run, landed_paths, record_landed
+        from impyard.runs.checkpoints.landing import integrate_run, landed_paths, record_landed
 
         run = self.run
         m = self._running()
@@ -184,7 +184,7 @@ class BoxControl:
     def file_task(self, body: bytes) -> dict[str, Any]:
         """File the task a tainted run asks for (the prompt is the body); a refusal is an
         answer with every reason, journaled, never an error: the box tool shows it."""
-        from impyard.runs.bridge import file_task
+        from impyard.runs.checkpoints.bridge import file_task
 
         run = self.run
         m = run.manifest

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from impyard.gateway.boxside import write_ready
 from impyard.journal import Journal
-from impyard.runs.active import ActiveRun
-from impyard.runs.control import BoxControl
+from impyard.runs.checkpoints.control import BoxControl
+from impyard.runs.records.active import ActiveRun
 
 if TYPE_CHECKING:
     from impyard.gateway.server import Gateway

@@ -18,8 +18,8 @@ from impyard.home import Home
 from impyard.memory.participants import NAMES_A_PARTICIPANT, channel_participants
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction
-from impyard.runs.model import Manifest
-from impyard.runs.taint import taint_channel
+from impyard.runs.provision.taint import taint_channel
+from impyard.runs.records.model import Manifest
 
 #: The most tasks one run may file.
 MAX_TASKS_PER_RUN = 3

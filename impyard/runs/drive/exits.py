@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from impyard.box.spec import BoxExit
 from impyard.box.tmpwatch import TmpUsage, oom_reason
-from impyard.runs.active import ActiveRun
-from impyard.runs.model import Manifest
-from impyard.runs.space import space_full_note
+from impyard.runs.drive.space import space_full_note
+from impyard.runs.records.active import ActiveRun
+from impyard.runs.records.model import Manifest
 
 
 def record_exit(

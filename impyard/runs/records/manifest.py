@@ -10,7 +10,7 @@ from impyard.errors import NotFoundError
 from impyard.fsutil import atomic_write_json
 from impyard.home import Home
 from impyard.names import RUN_ID
-from impyard.runs.model import Manifest
+from impyard.runs.records.model import Manifest
 
 
 def write(home: Home, manifest: Manifest) -> None:

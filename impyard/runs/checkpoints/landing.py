@@ -14,9 +14,9 @@ from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration.lane import LaneResult, Trailers, find_landed_commit, integrate
 from impyard.knowledge.store.gitobj import changed_paths, commit_at
 from impyard.knowledge.validation.increments import Landed, LandedFile, landed_by
-from impyard.runs.active import ActiveRun
-from impyard.runs.model import MAX_LISTED, CheckpointRecord, Manifest
-from impyard.runs.taint import participant_violations, tainted_refusal
+from impyard.runs.provision.taint import participant_violations, tainted_refusal
+from impyard.runs.records.active import ActiveRun
+from impyard.runs.records.model import MAX_LISTED, CheckpointRecord, Manifest
 
 
 def trailers(m: Manifest, number: int = 1, *, at_exit: bool = True) -> Trailers:

@@ -27,10 +27,10 @@ from impyard.knowledge.store.refnames import quarantine_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import split
 from impyard.knowledge.validation.violations import ViolationDigest, digest
-from impyard.runs import rework
-from impyard.runs.active import ActiveRun
-from impyard.runs.beside import Beside
-from impyard.runs.landing import integrate_run, landed_files, trailers
+from impyard.runs.checkpoints.landing import integrate_run, landed_files, trailers
+from impyard.runs.drive.beside import Beside
+from impyard.runs.provision import rework
+from impyard.runs.records.active import ActiveRun
 
 log = logging.getLogger(__name__)
 

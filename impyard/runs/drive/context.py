@@ -9,7 +9,7 @@ from typing import Any
 
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.runs.model import Manifest
+from impyard.runs.records.model import Manifest
 from impyard.settings import Settings
 
 

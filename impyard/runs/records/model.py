@@ -150,7 +150,7 @@ class Manifest(BaseModel):
     warm_pool: str | None = None
     #: A foreground ``impyard run`` handed this run to a running serve, which drove it.
     handed: bool = False
-    #: The run carries conversation content (``runs.taint``), and why; under the clean
+    #: The run carries conversation content (``runs.provision.taint``), and why; under the clean
     #: room its checkout is read-only and it lands nothing.
     tainted: bool = False
     taint: str | None = None

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from impyard.errors import ImpyardError
 from impyard.home import Home
-from impyard.runs.model import Manifest, RunRequest
+from impyard.runs.records.model import Manifest, RunRequest
 
 #: How long the command waits for the driver to admit the run and start its box.
 START_WAIT_SECONDS = 600.0

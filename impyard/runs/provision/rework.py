@@ -35,7 +35,7 @@ from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs.model import Manifest, RepairRecord, ReworkOrigin, RunRequest
+from impyard.runs.records.model import Manifest, RepairRecord, ReworkOrigin, RunRequest
 from impyard.textcap import cut, cut_at_line
 from impyard.textsafe import escape_text, visible
 

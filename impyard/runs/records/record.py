@@ -12,8 +12,8 @@ from typing import Any
 
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
 
 
 class RunRecord:

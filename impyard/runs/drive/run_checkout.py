@@ -27,9 +27,9 @@ from impyard.knowledge.checkouts.checkout import (
     prepare_checkout,
 )
 from impyard.knowledge.checkouts.seed import SeedPlan
-from impyard.runs import rework
-from impyard.runs.active import ActiveRun
-from impyard.runs.model import RunRequest
+from impyard.runs.provision import rework
+from impyard.runs.records.active import ActiveRun
+from impyard.runs.records.model import RunRequest
 from impyard.settings import Settings
 
 if TYPE_CHECKING:

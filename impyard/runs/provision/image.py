@@ -11,8 +11,8 @@ from impyard.box.trust import write_box_bundle
 from impyard.gateway.ca import ca_certificate
 from impyard.home import Home
 from impyard.policy.models import EffectivePolicy
-from impyard.runs.boxspec import box_command
-from impyard.runs.model import Manifest, RunRequest
+from impyard.runs.provision.boxspec import box_command
+from impyard.runs.records.model import Manifest, RunRequest
 
 
 def resolve_run_image(

@@ -10,9 +10,9 @@ from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.checkout import release_checkout
 from impyard.knowledge.checkouts.runspace import RunSpace
-from impyard.runs.beside import Beside
-from impyard.runs.model import Manifest
+from impyard.runs.drive.beside import Beside
 from impyard.runs.ready.pool import forget_box_dir
+from impyard.runs.records.model import Manifest
 
 log = logging.getLogger(__name__)
 
