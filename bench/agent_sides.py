@@ -34,8 +34,8 @@ from pathlib import Path
 from bench.common import impyard, scratch_dir
 from impyard.box.agents import MODEL_ENV, Agent
 from impyard.devtools.model_server import Conversation, ModelServer, Reply, Script, note_script
-from impyard.gateway.boxside import BOX_READY_PATH, READY_FILE, WAIT_FOR_ENV, proxy_env
-from impyard.gateway.netns import listen_in_netns
+from impyard.gateway.wiring.boxside import BOX_READY_PATH, READY_FILE, WAIT_FOR_ENV, proxy_env
+from impyard.gateway.wiring.netns import listen_in_netns
 from impyard.home import Home
 from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import BoxPolicy

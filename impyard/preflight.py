@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from impyard.box.agents import AGENTS, MODEL_ROUTE_ENV
 from impyard.errors import ImpyardError
-from impyard.gateway.address import AddressError, lookup
+from impyard.gateway.guard.address import AddressError, lookup
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, read_imp_settings
 from impyard.policy.compile import policy_for_run

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from impyard.box.checkrow import Check, CheckRunError
 from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER
-from impyard.gateway.netns import listen_in_netns
+from impyard.gateway.wiring.netns import listen_in_netns
 
 #: What the listener in the box's namespace answers; the box must read it back.
 MARKER = "impyard-check-gateway"

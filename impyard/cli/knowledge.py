@@ -20,7 +20,7 @@ from impyard.cli.purge import purge_command
 from impyard.errors import UsageError
 
 if TYPE_CHECKING:
-    from impyard.gateway.receipts import Receipt
+    from impyard.gateway.provenance.receipts import Receipt
     from impyard.knowledge.validation.provenance import NoteProvenance
 
 PATH_SLOT = "IMP"

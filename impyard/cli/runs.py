@@ -183,7 +183,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List the fetch receipts of every response the run's gateway relayed, in order."""
         from impyard.cli._table import Column, print_table
-        from impyard.gateway.receipts import read_receipts
+        from impyard.gateway.provenance.receipts import read_receipts
         from impyard.runs.records import manifest
         from impyard.runs.records.lookup import resolve_run
 

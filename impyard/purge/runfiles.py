@@ -20,7 +20,7 @@ import pygit2
 
 from impyard.errors import UsageError
 from impyard.fsutil import atomic_write_bytes
-from impyard.gateway.archive import Archive
+from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_store import layers_lock, list_layers, trash, trash_layer
 from impyard.knowledge.imps import open_repo

@@ -14,7 +14,7 @@ import pygit2
 
 from impyard.box.livelog import LogReader
 from impyard.errors import ImpyardError
-from impyard.gateway.receipts import Receipt
+from impyard.gateway.provenance.receipts import Receipt
 from impyard.home import Home
 from impyard.journal_query import JournalQuery
 from impyard.journal_tail import JournalTail

@@ -16,7 +16,7 @@ from impyard.box.trust import (
     write_box_bundle,
 )
 from impyard.errors import ConfigError
-from impyard.gateway.ca import ca_certificate, ensure_ca
+from impyard.gateway.wiring.ca import ca_certificate, ensure_ca
 from tests.tls_server import make_ca_and_leaf
 
 

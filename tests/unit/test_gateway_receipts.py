@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from impyard.gateway.ca import ca_certificate
-from impyard.gateway.receipts import RECEIPT_HEADER, Receipt, read_receipts, receipt_url
+from impyard.gateway.provenance.receipts import RECEIPT_HEADER, Receipt, read_receipts, receipt_url
+from impyard.gateway.wiring.ca import ca_certificate
 from impyard.home import Home
 from impyard.runs.records import manifest
 from impyard.runs.records.model import Manifest

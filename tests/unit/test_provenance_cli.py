@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import create_imp

@@ -22,7 +22,7 @@ import pytest
 from impyard.box.engine import EngineUnreachableError
 from impyard.box.helpers import LeftHelper
 from impyard.errors import NotFoundError
-from impyard.gateway.archive import Archive
+from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.checkouts import runspace

@@ -13,7 +13,7 @@ import pygit2
 import pytest
 
 from impyard.errors import KnowledgeError
-from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import RULES, KnowledgeLimits
 from impyard.knowledge.integration.lane import LaneResult, Trailers, integrate

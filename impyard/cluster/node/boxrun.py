@@ -24,7 +24,7 @@ from impyard.cluster.treetar import TreeTooLarge, pack, unpack
 from impyard.contract import parse_user
 from impyard.errors import EngineError
 from impyard.fsutil import remove_tree
-from impyard.gateway.boxside import write_ready
+from impyard.gateway.wiring.boxside import write_ready
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from impyard.cluster.protocol import (
     Started,
 )
 from impyard.errors import ImpyardError
-from impyard.gateway.server import Gateway
+from impyard.gateway.proxy.server import Gateway
 from impyard.home import Home
 from impyard.policy.cluster import ClusterPolicy
 

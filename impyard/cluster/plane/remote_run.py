@@ -23,8 +23,8 @@ from impyard.cluster.protocol import MAX_TREE_BYTES, BoxOrder, FileKind, MountKi
 from impyard.cluster.treetar import TreeRefused, TreeTooLarge, pack, unpack
 from impyard.errors import ImpyardError
 from impyard.fsutil import remove_tree
-from impyard.gateway.boxside import BOX_SIGNAL_DIR
-from impyard.gateway.control import ControlRefused
+from impyard.gateway.proxy.control import ControlRefused
+from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR
 from impyard.knowledge.checkouts.checkout import forget_identities
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.checkpoints.control import BoxControl

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impyard.gateway.control import MAX_TASK_PROMPT_CHARS as MAX_PROMPT_CHARS
+from impyard.gateway.proxy.control import MAX_TASK_PROMPT_CHARS as MAX_PROMPT_CHARS
 from impyard.home import Home
 from impyard.memory.participants import NAMES_A_PARTICIPANT, channel_participants
 from impyard.queue import tasks

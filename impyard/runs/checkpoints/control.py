@@ -17,7 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from impyard import backup, names
-from impyard.gateway.control import ControlRefused
+from impyard.gateway.proxy.control import ControlRefused
 from impyard.runs.provision.taint import READ_ONLY, participant_violations, read_only_knowledge
 from impyard.runs.records.model import MAX_LISTED, CheckpointRecord, Manifest
 
@@ -33,7 +33,7 @@ CHECK_WAIT_SECONDS = 30.0
 
 
 class BoxControl:
-    """The ``RunControl`` of one run (``impyard.gateway.control``)."""
+    """The ``RunControl`` of one run (``impyard.gateway.proxy.control``)."""
 
     def __init__(self, run: ActiveRun) -> None:
         self.run = run

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from impyard.gateway.boxside import write_ready
+from impyard.gateway.wiring.boxside import write_ready
 from impyard.journal import Journal
 from impyard.runs.checkpoints.control import BoxControl
 from impyard.runs.records.active import ActiveRun
 
 if TYPE_CHECKING:
-    from impyard.gateway.server import Gateway
+    from impyard.gateway.proxy.server import Gateway
 
 #: What the run's gateway needs, loaded beside the box's start (``warm_imports``).
-GATEWAY_MODULES = ("impyard.gateway.server",)
+GATEWAY_MODULES = ("impyard.gateway.proxy.server",)
 
 
 class RunGateway:
@@ -39,7 +39,7 @@ class RunGateway:
             return
         # Here for start-up speed only: the server's modules load beside the box's start
         # (GATEWAY_MODULES), not before a foreground run's box is asked for.
-        from impyard.gateway.server import Gateway
+        from impyard.gateway.proxy.server import Gateway
 
         self.gateway = Gateway.start(
             run.policy.gateway,

@@ -8,7 +8,7 @@ from impyard.box.helpers import helper_labels
 from impyard.box.image_roots import HELPER_IMAGE_ROOTS, image_roots
 from impyard.box.launch import resolve_image
 from impyard.box.trust import write_box_bundle
-from impyard.gateway.ca import ca_certificate
+from impyard.gateway.wiring.ca import ca_certificate
 from impyard.home import Home
 from impyard.policy.models import EffectivePolicy
 from impyard.runs.provision.boxspec import box_command

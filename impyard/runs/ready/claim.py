@@ -24,7 +24,7 @@ from pathlib import Path
 from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxMount, BoxSpec, StartedBox
 from impyard.fsutil import atomic_write_text
-from impyard.gateway.boxside import BOX_SIGNAL_DIR, write_ready
+from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
 from impyard.runs.provision.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec

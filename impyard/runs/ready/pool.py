@@ -36,7 +36,7 @@ from impyard.box.spec import LABEL_ROOT, BoxMount, BoxSpec, Runtime, box_labels,
 from impyard.box.trust import BOX_CA_BUNDLE
 from impyard.contract import parse_user
 from impyard.fsutil import atomic_write_text, locked, remove_tree
-from impyard.gateway.boxside import BOX_SIGNAL_DIR
+from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.runspace import RunSpace

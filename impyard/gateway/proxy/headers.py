@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 from email.message import Message
 
-from impyard.gateway.framing import FIELD_VALUE_RE, TOKEN_RE, Malformed
+from impyard.gateway.proxy.framing import FIELD_VALUE_RE, TOKEN_RE, Malformed
 
 # Headers about one connection, not the message: never forwarded in either direction.
 HOP_BY_HOP = frozenset(

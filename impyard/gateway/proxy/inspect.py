@@ -19,10 +19,10 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from impyard.gateway.ca import CaError, LeafMinter
-from impyard.gateway.client import Client
-from impyard.gateway.outcome import Record, Refused
-from impyard.gateway.tunnel import buffered_client_bytes
+from impyard.gateway.guard.outcome import Record, Refused
+from impyard.gateway.proxy.client import Client
+from impyard.gateway.proxy.tunnel import buffered_client_bytes
+from impyard.gateway.wiring.ca import CaError, LeafMinter
 
 RULE = "gateway.inspect_tls"
 

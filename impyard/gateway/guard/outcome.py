@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from impyard.gateway.budget import Refusal
-from impyard.gateway.upstream import UpstreamError
+from impyard.gateway.guard.budget import Refusal
+from impyard.gateway.guard.upstream import UpstreamError
 
 
 @dataclass

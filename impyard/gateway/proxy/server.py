@@ -17,18 +17,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from impyard.gateway.archive import Archive
-from impyard.gateway.archive_intake import RunArchive
-from impyard.gateway.boxside import proxy_env
-from impyard.gateway.budget import DailyCounter, RunBudget
-from impyard.gateway.control import ControlRate, RunControl
 from impyard.gateway.errors import GatewayError
-from impyard.gateway.framing import CHUNK
-from impyard.gateway.handler import GatewayHandler
-from impyard.gateway.netns import listen_in_netns
-from impyard.gateway.outcome import Record
-from impyard.gateway.receipts import ReceiptLog
-from impyard.gateway.upstream import upstream_context
+from impyard.gateway.guard.budget import DailyCounter, RunBudget
+from impyard.gateway.guard.outcome import Record
+from impyard.gateway.guard.upstream import upstream_context
+from impyard.gateway.provenance.archive import Archive
+from impyard.gateway.provenance.archive_intake import RunArchive
+from impyard.gateway.provenance.receipts import ReceiptLog
+from impyard.gateway.proxy.control import ControlRate, RunControl
+from impyard.gateway.proxy.framing import CHUNK
+from impyard.gateway.proxy.handler import GatewayHandler
+from impyard.gateway.wiring.boxside import proxy_env
+from impyard.gateway.wiring.netns import listen_in_netns
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.names import check_imp_name

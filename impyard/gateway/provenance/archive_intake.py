@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import BinaryIO
 
-from impyard.gateway.archive import Archive, Stored, errno_text, unlink_quietly
+from impyard.gateway.provenance.archive import Archive, Stored, errno_text, unlink_quietly
 from impyard.policy.models import GatewayArchive
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from impyard.gateway.archive_intake import ArchivedBody, RunArchive
-from impyard.gateway.digest import BodyDigest
-from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.gateway.provenance.archive_intake import ArchivedBody, RunArchive
+from impyard.gateway.provenance.digest import BodyDigest
+from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.names import utc_now
 
 log = logging.getLogger(__name__)

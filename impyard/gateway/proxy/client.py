@@ -15,10 +15,10 @@ from email.message import Message
 from io import BufferedIOBase
 from typing import Protocol
 
-from impyard.gateway.archive_intake import RunArchive
-from impyard.gateway.budget import RunBudget
-from impyard.gateway.framing import Framing
-from impyard.gateway.receipts import ReceiptLog
+from impyard.gateway.guard.budget import RunBudget
+from impyard.gateway.provenance.archive_intake import RunArchive
+from impyard.gateway.provenance.receipts import ReceiptLog
+from impyard.gateway.proxy.framing import Framing
 from impyard.home import Home
 from impyard.policy.models import GatewayPolicy
 

@@ -18,15 +18,15 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from impyard.gateway.client import Client
-from impyard.gateway.fetch import Fetch
-from impyard.gateway.framing import CHUNK, Body, Malformed, ResponseHead, read_response_head
-from impyard.gateway.headers import end_to_end, request_head
-from impyard.gateway.outcome import Record, Refused
-from impyard.gateway.receipts import RECEIPT_HEADER, receipt_url
-from impyard.gateway.rules import request_cap
-from impyard.gateway.upload import RequestCap, UploadMeter
-from impyard.gateway.upstream import UpstreamError, open_connection
+from impyard.gateway.guard.outcome import Record, Refused
+from impyard.gateway.guard.rules import request_cap
+from impyard.gateway.guard.upload import RequestCap, UploadMeter
+from impyard.gateway.guard.upstream import UpstreamError, open_connection
+from impyard.gateway.provenance.fetch import Fetch
+from impyard.gateway.provenance.receipts import RECEIPT_HEADER, receipt_url
+from impyard.gateway.proxy.client import Client
+from impyard.gateway.proxy.framing import CHUNK, Body, Malformed, ResponseHead, read_response_head
+from impyard.gateway.proxy.headers import end_to_end, request_head
 
 # Only the gateway names a receipt: an upstream's header of that name is dropped. Its
 # Content-Length is written from the framing read, never copied.

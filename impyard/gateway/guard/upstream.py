@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import ssl
 
-from impyard.gateway.address import AddressError, is_public, lookup
+from impyard.gateway.guard.address import AddressError, is_public, lookup
 
 UPSTREAM_TLS_RULE = "gateway.upstream_tls"
 

@@ -12,11 +12,13 @@ from socketserver import BaseServer
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from impyard.gateway.client import RunGateway
-from impyard.gateway.control import ControlRate, RunControl, is_control, serve_control
 from impyard.gateway.errors import GatewayError
-from impyard.gateway.forward import Destination, forward
-from impyard.gateway.framing import (
+from impyard.gateway.guard.outcome import Record, Refused
+from impyard.gateway.guard.rules import Decision, Endpoint, decide, normalize_host, route_header
+from impyard.gateway.proxy.client import RunGateway
+from impyard.gateway.proxy.control import ControlRate, RunControl, is_control, serve_control
+from impyard.gateway.proxy.forward import Destination, forward
+from impyard.gateway.proxy.framing import (
     Framing,
     Malformed,
     headers_of,
@@ -25,11 +27,9 @@ from impyard.gateway.framing import (
     read_request_line,
     request_framing,
 )
-from impyard.gateway.headers import connection_tokens
-from impyard.gateway.inspect import inspect_tunnel
-from impyard.gateway.outcome import Record, Refused
-from impyard.gateway.rules import Decision, Endpoint, decide, normalize_host, route_header
-from impyard.gateway.tunnel import tunnel
+from impyard.gateway.proxy.headers import connection_tokens
+from impyard.gateway.proxy.inspect import inspect_tunnel
+from impyard.gateway.proxy.tunnel import tunnel
 
 log = logging.getLogger(__name__)
 # A refused request's body up to this size is read and dropped so the refusal arrives.

@@ -14,10 +14,10 @@ import selectors
 import socket
 from typing import cast
 
-from impyard.gateway.client import Client
-from impyard.gateway.framing import CHUNK
-from impyard.gateway.outcome import Record, Refused
-from impyard.gateway.upstream import UpstreamError, open_connection
+from impyard.gateway.guard.outcome import Record, Refused
+from impyard.gateway.guard.upstream import UpstreamError, open_connection
+from impyard.gateway.proxy.client import Client
+from impyard.gateway.proxy.framing import CHUNK
 
 
 def tunnel(client: Client, rec: Record, host: str, port: int, *, private_ok: bool) -> None:

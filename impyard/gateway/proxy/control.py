@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
-from impyard.gateway.framing import content_length, is_chunked, read_chunked, read_exact
-from impyard.gateway.outcome import Record, Refused
+from impyard.gateway.guard.outcome import Record, Refused
+from impyard.gateway.proxy.framing import content_length, is_chunked, read_chunked, read_exact
 
 if TYPE_CHECKING:
-    from impyard.gateway.client import Client
+    from impyard.gateway.proxy.client import Client
 
 PREFIX = "/impyard/"
 RULE = "impyard.control"

@@ -64,7 +64,7 @@ def ensure_ca(directory: Path) -> CaFiles:
         directory.chmod(0o700)
         with locked(files.lock):
             if not (files.key.exists() and files.cert.exists()):
-                from impyard.gateway import mint
+                from impyard.gateway.wiring import mint
 
                 key_pem, cert_pem = mint.new_ca()
                 write_private(files.key, key_pem)
@@ -107,7 +107,7 @@ class LeafMinter:
             return context
 
     def _leaf(self, host: str, now: datetime.datetime) -> tuple[Path, datetime.datetime]:
-        from impyard.gateway import mint
+        from impyard.gateway.wiring import mint
 
         path = self.files.leaves / f"{_file_name(host)}.pem"
         with contextlib.suppress(OSError, ValueError):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from impyard.gateway.address import literal
 from impyard.gateway.errors import GatewayError
+from impyard.gateway.guard.address import literal
 from impyard.policy.models import GatewayPolicy, GatewayRoute
 
 ROUTE_PREFIX = "/route/"

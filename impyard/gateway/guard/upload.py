@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impyard.gateway.budget import RunBudget
-from impyard.gateway.outcome import Record, Refused
+from impyard.gateway.guard.budget import RunBudget
+from impyard.gateway.guard.outcome import Record, Refused
 
 
 @dataclass(frozen=True)
