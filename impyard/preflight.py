@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from impyard.box.agents import AGENTS, MODEL_ROUTE_ENV
+from impyard.box.images.agents import AGENTS, MODEL_ROUTE_ENV
 from impyard.errors import ImpyardError
 from impyard.gateway.guard.address import AddressError, lookup
 from impyard.home import Home

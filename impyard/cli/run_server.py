@@ -308,7 +308,7 @@ class RunServer:
     def _interrupt(self, run: _HandedRun, reason: str) -> None:
         """Kill the run's box (once it has one; ``box_started`` kills a box that starts
         after this), so its run is quarantined with ``reason``."""
-        from impyard.box.launch import kill_box
+        from impyard.box.launcher.launch import kill_box
 
         with run.lock:
             if run.interrupted is None:

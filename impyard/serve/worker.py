@@ -310,7 +310,7 @@ class Server:
 
     def _ping(self) -> None:
         """Raises EngineError; returns early, unanswered, when a stop comes first."""
-        from impyard.box import engine
+        from impyard.box.docker import engine
 
         unless_stopped(self._stop, "impyard-ping", lambda: engine.call("ping", engine.api().ping))
 
@@ -334,7 +334,7 @@ class Server:
                 self._kill(box.container_id, box)
 
     def _kill(self, container_id: str, manifest: Manifest | None = None) -> None:
-        from impyard.box.launch import kill_box
+        from impyard.box.launcher.launch import kill_box
 
         try:
             if manifest is not None and manifest.node and self.ctx.kill_remote is not None:

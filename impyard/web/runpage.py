@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pygit2
 
-from impyard.box.livelog import LogReader
+from impyard.box.watch.livelog import LogReader
 from impyard.errors import ImpyardError
 from impyard.gateway.provenance.receipts import Receipt
 from impyard.home import Home

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box import engine
+from impyard.box.docker import engine
 from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.journal import Journal

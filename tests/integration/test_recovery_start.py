@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box import engine
-from impyard.box.engine import EngineObjectNotFoundError
-from impyard.box.helpers import helper_labels, holding
+from impyard.box.docker import engine
+from impyard.box.docker.engine import EngineObjectNotFoundError
+from impyard.box.launcher.helpers import helper_labels, holding
 from impyard.box.spec import LABEL_HELPER, LABEL_ROOT, root_label
 from impyard.dataroot import init_home
 from impyard.home import Home

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box.trust import (
+from impyard.box.images.trust import (
     BOX_CA_BUNDLE,
     MAX_CA_FILE_BYTES,
     bundle_env,

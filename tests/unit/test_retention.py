@@ -19,8 +19,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.box.engine import EngineUnreachableError
-from impyard.box.helpers import LeftHelper
+from impyard.box.docker.engine import EngineUnreachableError
+from impyard.box.launcher.helpers import LeftHelper
 from impyard.errors import NotFoundError
 from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home

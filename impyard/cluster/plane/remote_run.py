@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from impyard import names
+from impyard.box.images.trust import BOX_CA_BUNDLE
 from impyard.box.spec import BoxExit, BoxSpec
-from impyard.box.trust import BOX_CA_BUNDLE
 from impyard.cluster.plane.hub import Hub
 from impyard.cluster.plane.leases import Lease
 from impyard.cluster.protocol import MAX_TREE_BYTES, BoxOrder, FileKind, MountKind, OrderMount

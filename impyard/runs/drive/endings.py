@@ -12,8 +12,8 @@ import sqlite3
 from typing import Any
 
 from impyard import backup
-from impyard.box.launch import kill_box, remove_box
-from impyard.box.volumes import remove_volume
+from impyard.box.launcher.launch import kill_box, remove_box
+from impyard.box.launcher.volumes import remove_volume
 from impyard.contract import parse_user
 from impyard.errors import ImpyardError
 from impyard.knowledge.change import Violation

@@ -4,7 +4,7 @@ words a run's ``reason`` keeps."""
 from __future__ import annotations
 
 from impyard.box.spec import BoxExit
-from impyard.box.tmpwatch import TmpUsage, oom_reason
+from impyard.box.watch.tmpwatch import TmpUsage, oom_reason
 from impyard.runs.drive.space import space_full_note
 from impyard.runs.records.active import ActiveRun
 from impyard.runs.records.model import Manifest

@@ -12,14 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from impyard.box.engine import EngineCallError
-from impyard.box.spec import box_labels
-from impyard.box.volumes import (
+from impyard.box.docker.engine import EngineCallError
+from impyard.box.launcher.volumes import (
     create_overlay_volume,
     forget_overlay_support,
     remove_volume,
     select_checkout_kind,
 )
+from impyard.box.spec import box_labels
 from impyard.knowledge.checkouts.checkout import (
     Checkout,
     CheckoutKind,

@@ -11,7 +11,7 @@ nothing behind; one that is admitted is driven to a terminal state by the pipeli
 from __future__ import annotations
 
 from impyard import names
-from impyard.box.volumes import select_checkout_kind
+from impyard.box.launcher.volumes import select_checkout_kind
 from impyard.errors import ConfigError, UsageError
 from impyard.fsutil import locked, remove_tree
 from impyard.knowledge.change import KnowledgeLimits

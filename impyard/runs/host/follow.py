@@ -2,7 +2,7 @@
 
 The same reader serves ``impyard run`` (which drives the run in this process),
 ``impyard runs logs -f`` (a run of another process: a foreground run or serve's) and the
-console. It reads only files the run's writer made (``impyard.box.livelog``) and the
+console. It reads only files the run's writer made (``impyard.box.watch.livelog``) and the
 manifest, so any number of followers watch one run without the run knowing.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from impyard.box.livelog import LogReader
+from impyard.box.watch.livelog import LogReader
 from impyard.home import Home
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import TERMINAL_STATES, Manifest

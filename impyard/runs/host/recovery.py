@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from impyard import names
-from impyard.box.helpers import sweep_helpers
-from impyard.box.launch import box_pid, find_boxes
+from impyard.box.launcher.helpers import sweep_helpers
+from impyard.box.launcher.launch import box_pid, find_boxes
 from impyard.errors import EngineError, ImpyardError
 from impyard.knowledge.checkouts import runspace
 from impyard.policy.compile import policy_for_run

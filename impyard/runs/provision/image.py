@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from impyard.box.helpers import helper_labels
-from impyard.box.image_roots import HELPER_IMAGE_ROOTS, image_roots
-from impyard.box.launch import resolve_image
-from impyard.box.trust import write_box_bundle
+from impyard.box.images.image_roots import HELPER_IMAGE_ROOTS, image_roots
+from impyard.box.images.trust import write_box_bundle
+from impyard.box.launcher.helpers import helper_labels
+from impyard.box.launcher.launch import resolve_image
 from impyard.gateway.wiring.ca import ca_certificate
 from impyard.home import Home
 from impyard.policy.models import EffectivePolicy

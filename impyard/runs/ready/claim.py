@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxMount, BoxSpec, StartedBox
+from impyard.box.watch.logs import LogFollower
 from impyard.fsutil import atomic_write_text
 from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from impyard.box import engine
-from impyard.box.engine import EngineObjectNotFoundError, call
-from impyard.box.helpers import helper_labels, holding
+from impyard.box.docker import engine
+from impyard.box.docker.engine import EngineObjectNotFoundError, call
+from impyard.box.launcher.helpers import helper_labels, holding
 from impyard.box.spec import BoxMount, BoxSpec
 from impyard.checkoutkind import CheckoutKind
 from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
@@ -99,7 +99,7 @@ def _probe(base: Path, image: str) -> bool | None:
 
 
 def _probe_in(base: Path, image: str, root: Path, name: str, lock: Path) -> bool | None:
-    from impyard.box.launch import run_box
+    from impyard.box.launcher.launch import run_box
 
     try:
         lower, upper, work = root / "lower", root / "upper", root / "work"

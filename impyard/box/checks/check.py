@@ -22,8 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from impyard.box import engine
-from impyard.box.check_isolation import (
+from impyard.box.checks.check_isolation import (
     GVISOR_INFO_ROW,
     GVISOR_TMP_PROBE,
     GVISOR_TMP_ROW,
@@ -32,11 +31,12 @@ from impyard.box.check_isolation import (
     network_row_names,
     network_rows,
 )
-from impyard.box.checkrow import Check, CheckRunError
-from impyard.box.helpers import helper_labels, holding
-from impyard.box.runtime import require_runtime
+from impyard.box.checks.checkrow import Check, CheckRunError
+from impyard.box.docker import engine
+from impyard.box.docker.runtime import require_runtime
+from impyard.box.launcher.helpers import helper_labels, holding
 from impyard.box.spec import TMP_TMPFS
-from impyard.box.tmpwatch import gib
+from impyard.box.watch.tmpwatch import gib
 from impyard.contract import TMP_SIZE_BYTES
 from impyard.errors import EngineError, ImpyardError
 
@@ -231,7 +231,7 @@ def _fill_check(image: str, memory_bytes: int, runtime: str, labels: dict[str, s
 
 
 def _checkout_row(settings: Settings, home: Home, image: str) -> tuple[str, Check]:
-    from impyard.box.volumes import select_checkout_kind
+    from impyard.box.launcher.volumes import select_checkout_kind
 
     kind = select_checkout_kind(settings, home, image)
     if settings.checkout != "auto":

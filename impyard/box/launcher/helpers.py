@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from impyard.box import engine
-from impyard.box.engine import EngineObjectNotFoundError, call
-from impyard.box.launch import remove_box
+from impyard.box.docker import engine
+from impyard.box.docker.engine import EngineObjectNotFoundError, call
+from impyard.box.launcher.launch import remove_box
 from impyard.box.spec import LABEL_HELPER, LABEL_LOCK, LABEL_ROOT, LABEL_RUN, box_labels, root_label
 from impyard.fsutil import lock_held
 

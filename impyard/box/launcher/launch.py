@@ -15,12 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from impyard.box import engine
-from impyard.box.engine import EngineCallError, EngineObjectNotFoundError, call
-from impyard.box.engineapi import EngineAPI
-from impyard.box.enginehttp import EngineTimeout
-from impyard.box.logs import LogFollower, copy_logs
-from impyard.box.runtime import RuntimeUnavailableError, engine_runtimes
+from impyard.box.docker import engine
+from impyard.box.docker.engine import EngineCallError, EngineObjectNotFoundError, call
+from impyard.box.docker.engineapi import EngineAPI
+from impyard.box.docker.enginehttp import EngineTimeout
+from impyard.box.docker.runtime import RuntimeUnavailableError, engine_runtimes
 from impyard.box.spec import (
     LABEL_HELPER,
     LABEL_IMP,
@@ -31,6 +30,7 @@ from impyard.box.spec import (
     BoxSpec,
     StartedBox,
 )
+from impyard.box.watch.logs import LogFollower, copy_logs
 
 #: The engine's own copy of the output (json-file driver) is bounded too, so a
 #: box printing forever cannot fill /var/lib/docker before its timeout. Runs read the

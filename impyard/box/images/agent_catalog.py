@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from impyard.box.agents import AGENTS, Agent
+from impyard.box.images.agents import AGENTS, Agent
 from impyard.errors import EngineError, ImageNotFoundError
 
 
@@ -39,7 +39,7 @@ class AgentEntry:
 
 def catalog() -> tuple[list[AgentEntry], str | None]:
     """Every agent with its image's state, and why the engine could not say (or None)."""
-    from impyard.box import engine
+    from impyard.box.docker import engine
 
     entries: list[AgentEntry] = []
     problem: str | None = None

@@ -1,5 +1,5 @@
 """A box's output, kept as evidence and readable live: the head and the tail, bounded,
-with a marker between (the format and its live form: ``impyard.box.livelog``).
+with a marker between (the format and its live form: ``impyard.box.watch.livelog``).
 
 The engine's own copy (json-file, itself capped so a chatty box cannot fill the
 engine's disk) rotates: it drops the *beginning* once the box has printed more than
@@ -15,10 +15,10 @@ import logging
 import threading
 from pathlib import Path
 
-from impyard.box import engine
-from impyard.box.engine import call
-from impyard.box.enginehttp import RawStream
-from impyard.box.livelog import (
+from impyard.box.docker import engine
+from impyard.box.docker.engine import call
+from impyard.box.docker.enginehttp import RawStream
+from impyard.box.watch.livelog import (
     HEAD_BYTES,
     LOG_CAP_BYTES,
     MARKER,

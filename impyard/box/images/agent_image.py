@@ -10,7 +10,7 @@ built it, so an unchanged recipe is not rebuilt.
 Runs go through the engine's API (``launch``); this module is the CLI-parity
 side, where python-on-whales is exactly what an operator would type.
 
-``python -m impyard.box.agent_image current IMAGE RECIPE`` exits 0 when IMAGE
+``python -m impyard.box.images.agent_image current IMAGE RECIPE`` exits 0 when IMAGE
 was built from RECIPE; ``... import TARBALL ...`` imports, verifies and tags.
 """
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from impyard.box.agents import AGENTS, Agent, agent_named
-from impyard.box.engine import stderr_tail
+from impyard.box.docker.engine import stderr_tail
+from impyard.box.images.agents import AGENTS, Agent, agent_named
 from impyard.box.spec import TMP_TMPFS
 from impyard.errors import EngineError, ImpyardError
 
@@ -193,7 +193,7 @@ def _tail(exc: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m impyard.box.agent_image")
+    parser = argparse.ArgumentParser(prog="python -m impyard.box.images.agent_image")
     sub = parser.add_subparsers(dest="what", required=True)
     current = sub.add_parser("current", help="exit 0 when IMAGE was built from RECIPE")
     current.add_argument("image")

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from impyard.box.engineaddr import Endpoint, UnixConnection
+from impyard.box.docker.engineaddr import Endpoint, UnixConnection
 
 #: Idle connections kept for reuse (concurrent waits each hold one while they wait).
 POOL_SIZE = 32

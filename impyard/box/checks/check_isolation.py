@@ -16,7 +16,7 @@ import socket
 import threading
 from pathlib import Path
 
-from impyard.box.checkrow import Check, CheckRunError
+from impyard.box.checks.checkrow import Check, CheckRunError
 from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER
 from impyard.gateway.wiring.netns import listen_in_netns
 

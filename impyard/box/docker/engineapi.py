@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from impyard.box.enginehttp import AnswerTooLarge, RawStream, Transport
+from impyard.box.docker.enginehttp import AnswerTooLarge, RawStream, Transport
 from impyard.box.spec import LABEL_ROOT
 
 

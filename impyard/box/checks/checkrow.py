@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impyard.box import engine
+from impyard.box.docker import engine
 from impyard.errors import EngineError
 
 

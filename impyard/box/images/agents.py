@@ -22,7 +22,7 @@ MODEL_ROUTE_ENV = "IMPYARD_MODEL_ROUTE"
 #: The ``[box.env]`` variable naming the model every agent adapter asks for.
 MODEL_ENV = "IMPYARD_MODEL"
 #: Where the build recipes pin each agent's version (``box/NAME/VERSION``).
-_BOX = Path(__file__).resolve().parents[2] / "box"
+_BOX = Path(__file__).resolve().parents[3] / "box"
 
 #: What every agent image sets at run time: HOME and TMPDIR on the tmpfs (the root file
 #: system is read-only) and npm's update notifier off.
@@ -221,7 +221,7 @@ def agent_named(name: str) -> Agent:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m impyard.box.agents row NAME``: the agent's row as JSON (the image build
+    """``python -m impyard.box.images.agents row NAME``: the agent's row as JSON (the image build
     hashes it into its recipe, so a changed row rebuilds that agent's image)."""
     import json
     import sys
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "row" or args[1] not in AGENTS:
-        print(f"usage: python -m impyard.box.agents row {'|'.join(AGENTS)}", file=sys.stderr)
+        print(f"usage: python -m impyard.box.images.agents row {'|'.join(AGENTS)}", file=sys.stderr)
         return 2
     agent = AGENTS[args[1]]
     print(json.dumps({**asdict(agent), "version": agent.version}, sort_keys=True, default=dict))

@@ -12,9 +12,9 @@ import io
 import tarfile
 from pathlib import Path
 
-from impyard.box import engine
-from impyard.box.engine import EngineObjectNotFoundError
-from impyard.box.trust import IMAGE_ROOT_PATHS, MAX_IMAGE_ROOTS_BYTES
+from impyard.box.docker import engine
+from impyard.box.docker.engine import EngineObjectNotFoundError
+from impyard.box.images.trust import IMAGE_ROOT_PATHS, MAX_IMAGE_ROOTS_BYTES
 from impyard.errors import ImpyardError
 from impyard.fsutil import atomic_write_text
 

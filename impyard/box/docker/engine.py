@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from impyard.box.engineapi import EngineAPI
-from impyard.box.enginehttp import (
+from impyard.box.docker.engineapi import EngineAPI
+from impyard.box.docker.enginehttp import (
     EngineConnectError,
     EngineHTTPError,
     EngineTimeout,
