@@ -1,4 +1,4 @@
-"""Agent overhead: for every agent an imp can run (`impyard.box.agents.AGENTS`) whose image
+"""Agent overhead: for every agent an imp can run (`impyard.box.images.agents.AGENTS`) whose image
 is built in this engine, an Impyard run of the real agent against a bare `docker run` of
 the same image holding the same scripted conversation, side by side.
 
@@ -44,7 +44,7 @@ from collections.abc import Callable
 
 from bench.agent_sides import AgentSides, conversation
 from bench.common import ROOT, median, print_table
-from impyard.box.agents import AGENTS, Agent
+from impyard.box.images.agents import AGENTS, Agent
 from impyard.devtools.model_server import ModelServer
 
 TARGET_RATIO = 1.10

@@ -1,7 +1,7 @@
 """The two sides of `agent_bench` for one agent: its `impyard run` end to end, and a bare
 `docker run` of the same image, adapter command and scripted conversation.
 
-Both sides run the agent's row as data (`impyard.box.agents.Agent`): its image, its
+Both sides run the agent's row as data (`impyard.box.images.agents.Agent`): its image, its
 adapter command (`/bin/sh -c <command>`, as Impyard runs it), and the scripted model
 server speaking the agent's own API (`ModelServer(protocol=agent.api)`, the note
 script). The bare side is what a `--network none` box minimally needs to reach a model:
@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import impyard, scratch_dir
-from impyard.box.agents import MODEL_ENV, Agent
+from impyard.box.images.agents import MODEL_ENV, Agent
 from impyard.devtools.model_server import Conversation, ModelServer, Reply, Script, note_script
-from impyard.gateway.boxside import BOX_READY_PATH, READY_FILE, WAIT_FOR_ENV, proxy_env
-from impyard.gateway.netns import listen_in_netns
+from impyard.gateway.wiring.boxside import BOX_READY_PATH, READY_FILE, WAIT_FOR_ENV, proxy_env
+from impyard.gateway.wiring.netns import listen_in_netns
 from impyard.home import Home
 from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import BoxPolicy
-from impyard.runs.boxspec import BOX_TASK
+from impyard.runs.provision.boxspec import BOX_TASK
 
 SECRET = "bench-placeholder-key"
 PORT = 3128

@@ -37,7 +37,7 @@ from bench.serve_bench import PROMPT_NOTE, finished_tasks
 from bench.serve_console import enqueue, ratio
 from bench.serve_landing import Queued, Side, landing_problems, measured
 from impyard.home import Home
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 
 TOP = Path(__file__).resolve().parent.parent
 LAB = ["bash", str(TOP / "scripts" / "swarm-lab.sh")]

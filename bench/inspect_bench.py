@@ -450,7 +450,7 @@ def p90(samples: Sequence[float]) -> float:
 
 def journal_check(mode: Mode, bodies: int) -> str:
     """What the gateway's journal (and receipts) say of the run, in one line."""
-    from impyard.gateway.receipts import read_receipts
+    from impyard.gateway.provenance.receipts import read_receipts
     from impyard.home import Home
     from impyard.journal import Journal
 
@@ -472,7 +472,7 @@ def journal_check(mode: Mode, bodies: int) -> str:
 
 def receipt_hashes(mode: Mode, size: int) -> str:
     """Whether every large inspected body's receipt names its size and SHA-256."""
-    from impyard.gateway.receipts import read_receipts
+    from impyard.gateway.provenance.receipts import read_receipts
     from impyard.home import Home
 
     digest = hashlib.sha256()
@@ -491,7 +491,7 @@ def receipt_hashes(mode: Mode, size: int) -> str:
 
 
 def start_modes(work: Path) -> tuple[Child, list[Mode]]:
-    from impyard.gateway.ca import ca_certificate
+    from impyard.gateway.wiring.ca import ca_certificate
     from impyard.home import Home
     from tests.tls_server import make_ca_and_leaf
 

@@ -17,7 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from impyard.box import engine, launch
+from impyard.box.docker import engine
+from impyard.box.launcher import launch
 from impyard.box.spec import BoxSpec, box_labels
 
 IMAGE = os.environ.get("IMPYARD_BENCH_IMAGE", "impyard-box:latest")

@@ -18,7 +18,7 @@ from impyard.journal import Journal
 from impyard.names import utc_epoch
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 
 #: The words before a task's marker in its prompt (and so in its note).
 FACT = "bench fact"

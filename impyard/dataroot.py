@@ -8,7 +8,7 @@ import importlib.resources
 
 from impyard.errors import UsageError
 from impyard.fsutil import atomic_write_bytes
-from impyard.gateway.ca import ensure_ca
+from impyard.gateway.wiring.ca import ensure_ca
 from impyard.home import Home
 from impyard.policy.compile import deploy
 from impyard.queue.db import connect

@@ -156,7 +156,7 @@ class Home:
 
     @property
     def image_roots_dir(self) -> Path:
-        """Cached system CA bundles of images, by image id (``box.image_roots``)."""
+        """Cached system CA bundles of images, by image id (``box.images.image_roots``)."""
         return self.gateway_dir / "image-roots"
 
     @property

@@ -27,7 +27,7 @@ def settings_with(
     """``current`` with the options given applied; an empty string clears a setting (the
     policy's box.image or box.command applies again). An agent brings its own command
     and, unless ``image`` is given, its image."""
-    from impyard.box.agents import agent_named
+    from impyard.box.images.agents import agent_named
 
     if agent is not None and command is not None:
         raise UsageError("--agent sets the command; leave out --command")
@@ -50,9 +50,9 @@ def require_image(image: str) -> None:
     """Refuse an image the engine does not have: nothing is pulled here, so every run of an
     imp set to it would end quarantined. An engine that cannot be asked refuses too (the
     error says so): an unchecked image would fail only later, in a run."""
-    from impyard.box.agents import build_hint
-    from impyard.box.engine import engine_url
-    from impyard.box.launch import resolve_image
+    from impyard.box.docker.engine import engine_url
+    from impyard.box.images.agents import build_hint
+    from impyard.box.launcher.launch import resolve_image
 
     try:
         resolve_image(image)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from impyard.box.agents import AGENTS, MODEL_ROUTE_ENV
+from impyard.box.images.agents import AGENTS, MODEL_ROUTE_ENV
 from impyard.errors import ImpyardError
-from impyard.gateway.address import AddressError, lookup
+from impyard.gateway.guard.address import AddressError, lookup
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, read_imp_settings
 from impyard.policy.compile import policy_for_run

@@ -10,9 +10,9 @@
 #      in, the box user 65532 added, and docs, caches and apt lists left out;
 #   3. python-on-whales imports it as a candidate, checks that the agent starts in it
 #      under a box's hardening and reports its pinned version, and only then tags it
-#      (impyard/box/agent_image.py).
+#      (impyard/box/images/agent_image.py).
 # No host binary is copied in. An image built from the same recipe (this file, the
-# agent's part and files, the box/ tools, its row in impyard/box/agents.py and the
+# agent's part and files, the box/ tools, its row in impyard/box/images/agents.py and the
 # pinned version) is kept; IMPYARD_REBUILD=1 forces a build.
 set -euo pipefail
 
@@ -38,14 +38,14 @@ fi
 recipe=$(
     cd "$top"
     {
-        sha256sum scripts/build-agent-box.sh "scripts/agents/$agent.sh" impyard/box/agent_image.py
-        PYTHONPATH="$top" "$python" -m impyard.box.agents row "$agent"
+        sha256sum scripts/build-agent-box.sh "scripts/agents/$agent.sh" impyard/box/images/agent_image.py
+        PYTHONPATH="$top" "$python" -m impyard.box.images.agents row "$agent"
         find box -maxdepth 1 -type f -print0 | sort -z | xargs -0 sha256sum
         find "box/$agent" -type f -print0 | sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-32
 )
 if [ "${IMPYARD_REBUILD:-0}" != 1 ] &&
-    PYTHONPATH="$top" "$python" -m impyard.box.agent_image current "$image" "$recipe"; then
+    PYTHONPATH="$top" "$python" -m impyard.box.images.agent_image current "$image" "$recipe"; then
     echo "$image is up to date (recipe $recipe)"
     exit 0
 fi
@@ -105,6 +105,6 @@ mmdebstrap --quiet --variant=minbase \
         "$1"/var/lib/apt/lists/* "$1"/var/log/* "$1"/root/.bash_history "$1"/root/.npm' \
     "$suite" "$work/rootfs.tar" "$mirror"
 
-PYTHONPATH="$top" "$python" -m impyard.box.agent_image import "$work/rootfs.tar" \
+PYTHONPATH="$top" "$python" -m impyard.box.images.agent_image import "$work/rootfs.tar" \
     --agent "$agent" --tag "$image" --recipe "$recipe" --agent-version "$agent_version" \
     --started "$started"

@@ -37,7 +37,7 @@ recipe=$(
     } | sha256sum | cut -c1-32
 )
 if [ "${IMPYARD_REBUILD:-0}" != 1 ] &&
-    PYTHONPATH="$top" "$python" -m impyard.box.agent_image current "$image" "$recipe"; then
+    PYTHONPATH="$top" "$python" -m impyard.box.images.agent_image current "$image" "$recipe"; then
     echo "$image is up to date (recipe $recipe)"
     exit 0
 fi

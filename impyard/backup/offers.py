@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from impyard.box.agents import AGENTS
+from impyard.box.images.agents import AGENTS
 from impyard.knowledge.imps import ImpSettings
 
 Choice = Literal["ask", "accept", "keep"]

@@ -23,7 +23,7 @@ LABEL_IMP = "impyard.imp"
 #: The data root a container or volume belongs to (``root_label``): one engine serves
 #: many data roots, and each removes only what is its own.
 LABEL_ROOT = "impyard.root"
-#: What a container or volume that is not a run's box does (``box.helpers``), and the lock
+#: What a container or volume that is not a run's box does (``box.launcher.helpers``), and the lock
 #: file, relative to the data root, its creator holds while it uses it.
 LABEL_HELPER = "impyard.helper"
 LABEL_LOCK = "impyard.lock"

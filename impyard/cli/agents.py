@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List every agent: image, npm package and version, whether the image is built,
         the model API it speaks, and the route and [box.env] keys it needs."""
-        from impyard.box.agent_catalog import catalog
+        from impyard.box.images.agent_catalog import catalog
         from impyard.cli._table import Column, print_table
 
         entries, problem = catalog()

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         sha256: str = typer.Argument(..., help="The body's SHA-256 (a receipt's sha256)."),
     ) -> None:
         """Write the stored body to stdout, byte for byte (gzip stays gzip)."""
-        from impyard.gateway.archive import Archive
+        from impyard.gateway.provenance.archive import Archive
 
         home = initialized_home(ctx)
         with Archive(home.archive_dir).open(sha256) as body:

@@ -34,7 +34,7 @@ def box(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Run the tmpfs /tmp primitive in a box and check every property of it."""
-    from impyard.box.check import CheckFailedError, check_box
+    from impyard.box.checks.check import CheckFailedError, check_box
     from impyard.policy.compile import deployed_org_policy, policy_for_run
 
     app_state = state(ctx)
@@ -53,7 +53,7 @@ def box(
         report = check_box(image, settings, home, policy.box.memory_bytes, chosen)
         print_json(report.to_json())
     else:
-        from impyard.box.check import row_names
+        from impyard.box.checks.check import row_names
         from impyard.cli.check_rows import RowPrinter
 
         # Each row as its check finishes (the whole run takes 6-12 s); the title waits for

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from impyard.box.checkrow import Check
+from impyard.box.checks.checkrow import Check
 from impyard.cli._wrap import terminal_width, wrap_words
 from impyard.textsafe import visible
 

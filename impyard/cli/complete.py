@@ -16,7 +16,7 @@ import typer
 
 from impyard.home import Home, resolve_home
 
-#: The help of every argument that names a run (``runs.lookup.resolve_run`` reads it).
+#: The help of every argument that names a run (``runs.records.lookup.resolve_run`` reads it).
 RUN_HELP = "The run: its id, a unique prefix of it, or 'last'."
 #: Run ids offered at most (newest first), beside ``last``.
 RUN_SUGGESTIONS = 30
@@ -40,8 +40,8 @@ def imps(ctx: typer.Context, incomplete: str) -> list[str]:
 def runs(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
     """``last`` (when there is a run) and the newest run ids that begin with what is typed,
     each with its imp and state as help (shells that show help: zsh, fish)."""
-    from impyard.runs import lookup
-    from impyard.runs import manifest as manifests
+    from impyard.runs.records import lookup
+    from impyard.runs.records import manifest as manifests
 
     try:
         home = completion_home(ctx)

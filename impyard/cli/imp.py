@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _agent_hint(settings: ImpSettings) -> None:
-    from impyard.box.agents import agent_named
+    from impyard.box.images.agents import agent_named
 
     chosen = agent_named(settings.agent or "")
     echo(

@@ -68,7 +68,7 @@ def _write(entries: Iterable[dict[str, Any]], as_json: bool, *, flush: bool) -> 
 def _journal_run(home: Home, text: str, imp: str | None) -> str:
     """The run ``text`` names (a unique prefix, ``last``); text that names no run kept in
     ``runs/`` is matched as it is, since the journal keeps events of runs gc removed."""
-    from impyard.runs.lookup import resolve_run
+    from impyard.runs.records.lookup import resolve_run
 
     try:
         return resolve_run(home, text, imp)

@@ -20,7 +20,7 @@ from impyard.cli.purge import purge_command
 from impyard.errors import UsageError
 
 if TYPE_CHECKING:
-    from impyard.gateway.receipts import Receipt
+    from impyard.gateway.provenance.receipts import Receipt
     from impyard.knowledge.validation.provenance import NoteProvenance
 
 PATH_SLOT = "IMP"
@@ -73,7 +73,7 @@ def provenance_command(
     Its sources, the commit and run that landed it, and the receipts that commit records.
     """
     from impyard.knowledge.validation.provenance import note_provenance
-    from impyard.runs.landing import run_receipts
+    from impyard.runs.checkpoints.landing import run_receipts
 
     home = initialized_home(ctx)
     found = note_provenance(home, imp, path)

@@ -8,8 +8,8 @@ import threading
 from typing import Protocol
 
 from impyard.home import Home
-from impyard.runs.follow import box_output
-from impyard.runs.model import Manifest
+from impyard.runs.host.follow import box_output
+from impyard.runs.records.model import Manifest
 from impyard.textsafe import StreamEscaper, visible
 
 

@@ -17,8 +17,8 @@ from impyard.home import Home
 
 if TYPE_CHECKING:
     from impyard.cli.outcome import OutputStreamer
-    from impyard.runs.context import RunContext
-    from impyard.runs.model import Manifest, RunRequest
+    from impyard.runs.drive.context import RunContext
+    from impyard.runs.records.model import Manifest, RunRequest
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -51,7 +51,7 @@ def _interrupt_on_sigterm() -> None:
 
 def _settings_context(ctx: typer.Context, home: Home) -> RunContext:
     from impyard.journal import Journal
-    from impyard.runs.context import RunContext
+    from impyard.runs.drive.context import RunContext
 
     return RunContext(settings=state(ctx).settings, journal=Journal(home.journal))
 
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         """Run one task in a box now, showing its output as it happens; exit 0
         integrated/empty, 3 rejected, 4 quarantined, 5 conflict."""
         from impyard.cli.outcome import BoxOutput, OutputStreamer, started_line
-        from impyard.runs.model import RunRequest
+        from impyard.runs.records.model import RunRequest
 
         home = initialized_home(ctx)
         request = RunRequest(
@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
                 streamer.append(OutputStreamer(home, m.run_id, BoxOutput(raw)))
 
         run_ctx.on_admitted = admitted
-        from impyard.runs.admission import execute
+        from impyard.runs.host.admission import execute
 
         try:
             outcome = execute(run_ctx, request)
@@ -135,8 +135,8 @@ def register(app: typer.Typer) -> None:
     @app.command("_drive", hidden=True)
     def drive_command(ctx: typer.Context) -> None:
         """Drive one run handed over on stdin to its end (what `run --detach` starts)."""
-        from impyard.runs.admission import execute
-        from impyard.runs.detach import ProgressPipe, read_request
+        from impyard.runs.host.admission import execute
+        from impyard.runs.host.detach import ProgressPipe, read_request
 
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -166,8 +166,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _detach(home: Home, request: RunRequest, as_json: bool) -> None:
-    from impyard.runs.detach import spawn
-    from impyard.runs.model import RunOutcome
+    from impyard.runs.host.detach import spawn
+    from impyard.runs.records.model import RunOutcome
 
     # A refusal (DetachError) goes to the one error handler, with the driver's exit code.
     detached = spawn(home, request)

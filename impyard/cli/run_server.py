@@ -41,8 +41,8 @@ from impyard.cli.handoff import handed_settings, socket_path
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.runs.context import RunContext
-from impyard.runs.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.drive.context import RunContext
+from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
 from impyard.settings import Settings
 from impyard.textsafe import StreamEscaper, visible
 
@@ -253,7 +253,7 @@ class RunServer:
     ) -> dict[str, Any] | None:
         """Drive the run; what to send the client at its end (None: sent already)."""
         from impyard.cli.outcome import OutputStreamer, started_line
-        from impyard.runs.admission import execute
+        from impyard.runs.host.admission import execute
 
         ctx = RunContext(settings=self.settings, journal=self.journal)
         streamer: list[OutputStreamer] = []
@@ -308,7 +308,7 @@ class RunServer:
     def _interrupt(self, run: _HandedRun, reason: str) -> None:
         """Kill the run's box (once it has one; ``box_started`` kills a box that starts
         after this), so its run is quarantined with ``reason``."""
-        from impyard.box.launch import kill_box
+        from impyard.box.launcher.launch import kill_box
 
         with run.lock:
             if run.interrupted is None:

@@ -9,7 +9,7 @@ import typer
 from impyard.cli import complete
 from impyard.cli._common import echo, echo_item, initialized_home, print_json
 from impyard.errors import NotFoundError
-from impyard.runs.model import Manifest
+from impyard.runs.records.model import Manifest
 
 #: Runs ``runs list`` shows without -n or --all.
 DEFAULT_LISTED = 20
@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List runs, newest first (the 20 newest unless -n or --all)."""
         from impyard.cli._table import Column, print_table
-        from impyard.runs import lookup
+        from impyard.runs.records import lookup
 
         home = initialized_home(ctx)
         found = lookup.recent(home, None if everything else count, imp)
@@ -115,8 +115,8 @@ def register(app: typer.Typer) -> None:
         """Show one run: knowledge mode, base, namespace, checkpoint, commit, errors."""
         from impyard.cli._table import print_fields
         from impyard.queue.tasks import reworked_by
-        from impyard.runs import manifest
-        from impyard.runs.lookup import resolve_run
+        from impyard.runs.records import manifest
+        from impyard.runs.records.lookup import resolve_run
 
         home = initialized_home(ctx)
         m = manifest.read(home, resolve_run(home, run_id))
@@ -183,9 +183,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List the fetch receipts of every response the run's gateway relayed, in order."""
         from impyard.cli._table import Column, print_table
-        from impyard.gateway.receipts import read_receipts
-        from impyard.runs import manifest
-        from impyard.runs.lookup import resolve_run
+        from impyard.gateway.provenance.receipts import read_receipts
+        from impyard.runs.records import manifest
+        from impyard.runs.records.lookup import resolve_run
 
         home = initialized_home(ctx)
         run_id = resolve_run(home, run_id)
@@ -233,10 +233,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the box's stdout and stderr; with -f, as it happens, then the outcome."""
         from impyard.cli.outcome import BoxOutput, outcome_lines
-        from impyard.runs import follow as following
-        from impyard.runs import manifest
-        from impyard.runs.lookup import resolve_run
-        from impyard.runs.model import RunOutcome
+        from impyard.runs.host import follow as following
+        from impyard.runs.records import manifest
+        from impyard.runs.records.lookup import resolve_run
+        from impyard.runs.records.model import RunOutcome
 
         home = initialized_home(ctx)
         run_id = resolve_run(home, run_id)

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.cluster.plane.serving import start_cluster
         from impyard.journal import Journal
-        from impyard.runs.context import RunContext
+        from impyard.runs.drive.context import RunContext
         from impyard.serve.record import recorded, sole_serve
         from impyard.serve.signals import stop_signals
         from impyard.serve.warmfill import PoolKeeper

@@ -2,13 +2,13 @@
 
 ``scripts/build-node-image.sh`` makes the root filesystem (Debian bookworm and a venv
 with this tree's wheel, no registry) and hands the tarball here. As with agent images
-(``impyard.box.agent_image``, whose recipe label this image carries too), the import
+(``impyard.box.images.agent_image``, whose recipe label this image carries too), the import
 goes to a candidate tag, the candidate must report this tree's version and load the
 node agent's code, offline on a read-only root, and only then does the final tag move:
 a failed build never replaces a working image.
 
 ``python -m impyard.cluster.node_image import TARBALL --tag T --recipe R --version V``
-imports, verifies and tags (``python -m impyard.box.agent_image current IMAGE RECIPE``
+imports, verifies and tags (``python -m impyard.box.images.agent_image current IMAGE RECIPE``
 tells whether a build is needed).
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from impyard.box.agent_image import LABEL_RECIPE
-from impyard.box.engine import stderr_tail
+from impyard.box.docker.engine import stderr_tail
+from impyard.box.images.agent_image import LABEL_RECIPE
 from impyard.errors import EngineError, ImpyardError
 
 LABEL_VERSION = "impyard.version"

@@ -1,27 +1,35 @@
 """The governed gateway: a box's only way out, judged by the run's ``[gateway]`` policy.
 
-Modules, one job each:
+Modules, one job each, by sub-package (``proxy`` on top; the other three import no
+part of the gateway but ``errors``, nor each other):
 
-    server     Gateway: listener in the box's netns, accept loop, worker threads, journal
-    boxside    what the box sees: the ready signal, the proxy environment
-    handler    one client connection: parse, judge (``rules``), forward, tunnel or refuse
-    forward    plain HTTP and credential routes: one upstream request, response relayed
-    inspect    CONNECT with inspect_tls: TLS terminated, inner requests judged and forwarded
-    ca         the data root's inspection CA and the leaf certificates it mints
-    tunnel     CONNECT without inspection: bytes both ways, charged to the byte budget
-    control    the box's own control API (/impyard/check, /impyard/checkpoint)
-    framing    hop-by-hop headers and request body framing (Content-Length, chunked)
-    rules      decide(): the verdict on a request under a GatewayPolicy; route secrets
-    budget     per-run request, byte and upload budgets, the per-imp daily counter
-    upload     request bodies held to an allow rule's cap and the run's upload budget
-    fetch      one relayed response: receipt id, hash and archive copy as it passes
-    receipts   the receipt model, its URL (secrets redacted), runs/<id>/receipts.jsonl
-    archive    the opt-in source archive: bodies by SHA-256 under <home>/archive
-    upstream   host-side connections; names must resolve to public addresses
-    netns      sockets created inside the box's network namespace
-    outcome    a request's journal record, and the refusal that ends it
+    proxy/server      Gateway: listener in the box's netns, accept loop, worker threads, journal
+    proxy/handler     one client connection: parse, judge (``rules``), forward, tunnel or refuse
+    proxy/client      what the request helpers see of the connection and its run's gateway
+    proxy/forward     plain HTTP and credential routes: one upstream request, response relayed
+    proxy/inspect     CONNECT with inspect_tls: TLS terminated, inner requests judged, forwarded
+    proxy/tunnel      CONNECT without inspection: bytes both ways, charged to the byte budget
+    proxy/control     the box's own control API (/impyard/check, /impyard/checkpoint)
+    proxy/framing     request and response framing (Content-Length, chunked), strictly
+    proxy/headers     hop-by-hop headers, and the request heads written upstream
+    guard/rules       decide(): the verdict on a request under a GatewayPolicy; route secrets
+    guard/address     what a host names, and whether it is public
+    guard/upstream    host-side connections; names must resolve to public addresses
+    guard/budget      per-run request, byte and upload budgets, the per-imp daily counter
+    guard/upload      request bodies held to an allow rule's cap and the run's upload budget
+    guard/outcome     a request's journal record, and the refusal that ends it
+    provenance/fetch      one relayed response: receipt id, hash and archive copy as it passes
+    provenance/digest     SHA-256 of a relayed body, beside the relay once it is large
+    provenance/receipts   the receipt model, its URL (secrets redacted), runs/<id>/receipts.jsonl
+    provenance/archive    the opt-in source archive: bodies by SHA-256 under <home>/archive
+    provenance/archive_intake   one run's bodies into the archive, under its policy's limits
+    wiring/boxside    what the box sees: the ready signal, the proxy environment
+    wiring/netns      sockets created inside the box's network namespace
+    wiring/ca         the data root's inspection CA and the leaf certificates it mints
+    wiring/mint       the certificates themselves (``cryptography``, loaded only to mint)
+    errors            GatewayError, which every part raises
 
-How ``impyard.runs.run_gateway`` wires a run whose ``policy.gateway.enabled`` (every step
+How ``impyard.runs.drive.run_gateway`` wires a run whose ``policy.gateway.enabled`` (every step
 fails closed):
 
 1. ``Gateway.start(policy.gateway, home=, imp=, run_id=, journal=)`` before the box exists.
@@ -41,35 +49,35 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from impyard.gateway.boxside import (
+    from impyard.gateway.errors import GatewayError
+    from impyard.gateway.guard.rules import Decision, decide
+    from impyard.gateway.proxy.server import Gateway
+    from impyard.gateway.wiring.boxside import (
         BOX_READY_PATH,
         BOX_SIGNAL_DIR,
         READY_FILE,
         WAIT_FOR_ENV,
         write_ready,
     )
-    from impyard.gateway.errors import GatewayError
-    from impyard.gateway.netns import connect_in_netns, listen_in_netns, run_in_netns
-    from impyard.gateway.rules import Decision, decide
-    from impyard.gateway.server import Gateway
+    from impyard.gateway.wiring.netns import connect_in_netns, listen_in_netns, run_in_netns
 
 #: Where each name is defined. Loaded on first use, so that importing one light module
 #: of the package (``boxside``, ``ca``) does not load the server, its HTTP parsing and
 #: TLS: a run builds its box spec before the box exists, and the server's modules load
 #: while the engine starts the box.
 _WHERE = {
-    "BOX_READY_PATH": "boxside",
-    "BOX_SIGNAL_DIR": "boxside",
-    "READY_FILE": "boxside",
-    "WAIT_FOR_ENV": "boxside",
-    "write_ready": "boxside",
+    "BOX_READY_PATH": "wiring.boxside",
+    "BOX_SIGNAL_DIR": "wiring.boxside",
+    "READY_FILE": "wiring.boxside",
+    "WAIT_FOR_ENV": "wiring.boxside",
+    "write_ready": "wiring.boxside",
     "GatewayError": "errors",
-    "connect_in_netns": "netns",
-    "listen_in_netns": "netns",
-    "run_in_netns": "netns",
-    "Decision": "rules",
-    "decide": "rules",
-    "Gateway": "server",
+    "connect_in_netns": "wiring.netns",
+    "listen_in_netns": "wiring.netns",
+    "run_in_netns": "wiring.netns",
+    "Decision": "guard.rules",
+    "decide": "guard.rules",
+    "Gateway": "proxy.server",
 }
 
 

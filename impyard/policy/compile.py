@@ -116,7 +116,7 @@ def runtime_violations(home: Home, org: Policy, imps: dict[str, Policy]) -> list
         return []
     # Imported here, not at the top: runs and status read compiled policy through this
     # module, and only a policy naming runsc needs the engine client.
-    from impyard.box.runtime import RUNSC_FIX, engine_runtimes
+    from impyard.box.docker.runtime import RUNSC_FIX, engine_runtimes
 
     try:
         known: list[str] | None = engine_runtimes()

@@ -1,6 +1,6 @@
 """The ``[gateway]`` policy: allow rules, credential routes, budgets, receipts and the archive.
 
-These models are also the gateway's runtime rules (``impyard.gateway.rules`` decides
+These models are also the gateway's runtime rules (``impyard.gateway.guard.rules`` decides
 with them), so what deploy validates is exactly what runs.
 """
 

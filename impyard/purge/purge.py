@@ -42,7 +42,7 @@ from impyard.purge import compact, datafiles, runfiles
 from impyard.purge.remotes import RemotePurge, purge_remotes
 from impyard.purge.rewrite import Rewrite, rewrite
 from impyard.purge.selector import Matcher, Selector, commit_refs, run_refs
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 
 #: The most paths a report lists (the counts are whole).
 MAX_LISTED = 200

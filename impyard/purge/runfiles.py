@@ -20,7 +20,7 @@ import pygit2
 
 from impyard.errors import UsageError
 from impyard.fsutil import atomic_write_bytes
-from impyard.gateway.archive import Archive
+from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_store import layers_lock, list_layers, trash, trash_layer
 from impyard.knowledge.imps import open_repo
@@ -29,9 +29,9 @@ from impyard.knowledge.store.refnames import quarantine_ref
 from impyard.purge.compact import compact_repository
 from impyard.purge.datafiles import FileAction
 from impyard.purge.selector import Selector
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
-from impyard.runs.space import drop_run_space
+from impyard.runs.drive.space import drop_run_space
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
 
 
 def kept_checkouts(

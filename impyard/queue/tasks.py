@@ -40,7 +40,7 @@ class Task:
     checkpoint: str | None
     error: str | None
     #: A rework task: the run it reworks, the first task of its chain, how many reworks
-    #: the chain holds up to this one, and what it starts from (see ``runs.rework``).
+    #: the chain holds up to this one, and what it starts from (see ``runs.provision.rework``).
     rework_of: str | None = None
     rework_root: str | None = None
     rework_attempt: int | None = None

@@ -16,7 +16,7 @@ from typing import Any
 from impyard.home import Home
 from impyard.repair.preserved import Kind
 from impyard.repair.retry import RetryResult, retry
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 from impyard.settings import Settings
 
 

@@ -22,8 +22,8 @@ from impyard.knowledge.imps import open_repo
 from impyard.names import check_run_id
 from impyard.repair import kept, records
 from impyard.repair.preserved import Kind, find_preserved, misplaced, ref_of
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from impyard.knowledge.validation.pathnames import is_storable_path
 from impyard.repair import records
 from impyard.repair.compare import against_main
 from impyard.repair.preserved import Kind, Preserved, find_preserved
-from impyard.runs import manifest as manifests
-from impyard.runs.model import RepairRecord
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import RepairRecord
 
 FILES = "files"
 MANIFEST = "export.json"

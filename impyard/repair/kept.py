@@ -17,8 +17,8 @@ from pathlib import Path
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.checkout import Checkout
-from impyard.runs.model import Manifest
-from impyard.runs.space import drop_run_space
+from impyard.runs.drive.space import drop_run_space
+from impyard.runs.records.model import Manifest
 
 
 def is_kept(manifest: Manifest) -> bool:

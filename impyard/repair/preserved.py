@@ -25,9 +25,9 @@ from impyard.knowledge.integration.quarantine import deleted_by_trailers, not_ke
 from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.names import RUN_ID, check_run_id
-from impyard.runs import manifest as manifests
-from impyard.runs.lookup import LAST, STAMP_CHARS, resolve_run
-from impyard.runs.model import Manifest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.lookup import LAST, STAMP_CHARS, resolve_run
+from impyard.runs.records.model import Manifest
 from impyard.textcap import cut_lines
 
 Kind = Literal["candidate", "quarantine"]

@@ -22,9 +22,9 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.validation.violations import digest
 from impyard.repair.preserved import Kind
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest, RepairAction, RepairRecord
-from impyard.runs.owner import RunOwnership
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest, RepairAction, RepairRecord
+from impyard.runs.records.owner import RunOwnership
 
 #: Journal event of each repair action.
 EVENTS: dict[RepairAction, str] = {

@@ -57,9 +57,9 @@ from impyard.queue.db import opened
 from impyard.repair import kept, records
 from impyard.repair.preserved import Kind
 from impyard.repair.retryread import Reading, changed_by, read_change, would_change
-from impyard.runs import manifest as manifests
-from impyard.runs.landing import integrate_run, trailers
-from impyard.runs.model import EXIT_CODES, Manifest, RepairRecord
+from impyard.runs.checkpoints.landing import integrate_run, trailers
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import EXIT_CODES, Manifest, RepairRecord
 from impyard.settings import Settings
 
 #: What a refused retry's owner is told: a retry cannot fix what the box wrote.

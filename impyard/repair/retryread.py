@@ -27,7 +27,7 @@ from impyard.knowledge.validation.increments import Landed, Split, landed_by, sp
 from impyard.policy.compile import policy_for_run
 from impyard.repair import kept, records
 from impyard.repair.preserved import Kind, base_of, misplaced, ref_of, tree_change
-from impyard.runs.model import Manifest, RepairRecord
+from impyard.runs.records.model import Manifest, RepairRecord
 from impyard.settings import Settings
 
 

@@ -1,6 +1,6 @@
 """``impyard candidates|quarantine rework``: the owner queues a follow-up task for the imp
 whose run was refused; its box starts from the preserved files and its task quotes
-every violation and the owner's note (see ``runs.rework``). The preserved ref stays:
+every violation and the owner's note (see ``runs.provision.rework``). The preserved ref stays:
 the rework lands through the lane like any run, and ``drop`` removes the ref after.
 
 Dry run: the task that would be queued, built by the same ``plan_rework``, with the task
@@ -16,14 +16,14 @@ from impyard.home import Home
 from impyard.queue.tasks import Task
 from impyard.repair import records
 from impyard.repair.preserved import Kind
-from impyard.runs import manifest as manifests
-from impyard.runs.rework import (
+from impyard.runs.provision.rework import (
     NEW_NAMESPACE,
     ReworkPlan,
     plan_rework,
     preview_text,
     queue_rework,
 )
+from impyard.runs.records import manifest as manifests
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 from impyard.errors import ImpyardError
-from impyard.gateway.archive import Archive
+from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.checkouts.layers import collect_layers

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from impyard.errors import ImpyardError
-from impyard.gateway.archive import Archive
+from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.knowledge.checkouts.layers import unneeded_layers
 from impyard.knowledge.checkouts.runspace import spares_dir

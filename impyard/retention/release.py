@@ -24,10 +24,10 @@ from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.retention.model import GcItem, GcOutcome
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
-from impyard.runs.owner import RunOwnership
-from impyard.runs.space import drop_run_space
+from impyard.runs.drive.space import drop_run_space
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
+from impyard.runs.records.owner import RunOwnership
 
 TRASH_PREFIX = ".trash-"
 # Refs first (a record goes only once none is left), then what is on disk.

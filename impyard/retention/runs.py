@@ -21,9 +21,9 @@ from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.names import RUN_ID, utc_epoch
 from impyard.retention.model import GcItem, Limits, age_days
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
-from impyard.runs.owner import RunOwnership
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
+from impyard.runs.records.owner import RunOwnership
 
 RefKind = Literal["quarantine_ref", "candidate_ref"]
 _PREFIXES: dict[str, RefKind] = {

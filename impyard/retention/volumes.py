@@ -15,14 +15,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from impyard.box.helpers import LeftHelper, left_helpers, remove_helper
+from impyard.box.launcher.helpers import LeftHelper, left_helpers, remove_helper
 from impyard.box.spec import LABEL_IMP, LABEL_RUN
 from impyard.errors import EngineError, ImpyardError, NotFoundError
 from impyard.home import Home
 from impyard.names import RUN_ID
 from impyard.retention.model import GcItem, GcOutcome, age_days
-from impyard.runs import manifest as manifests
-from impyard.runs.owner import RunOwnership
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.owner import RunOwnership
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class VolumeStore(Protocol):
         ...
 
     def left_helpers(self, root: Path) -> list[LeftHelper]:
-        """The data root's helpers whose creator is gone (``box.helpers``); EngineError
+        """The data root's helpers whose creator is gone (``box.launcher.helpers``); EngineError
         when the engine cannot say."""
         ...
 
@@ -56,10 +56,10 @@ class VolumeStore(Protocol):
 
 
 class EngineVolumes:
-    """The real engine, through ``box.engine.call``."""
+    """The real engine, through ``box.docker.engine.call``."""
 
     def labelled(self) -> list[EngineVolume]:
-        from impyard.box import engine
+        from impyard.box.docker import engine
 
         answer: Any = engine.call("volume list", engine.api().volumes, filters={"label": LABEL_RUN})
         found = []
@@ -75,7 +75,7 @@ class EngineVolumes:
         return found
 
     def remove(self, name: str) -> None:
-        from impyard.box import engine
+        from impyard.box.docker import engine
 
         engine.call("volume remove", engine.api().remove_volume, name, volume=name)
 
@@ -115,7 +115,7 @@ def plan_volumes(home: Home, store: VolumeStore, now: float, notes: list[str]) -
 
 
 def plan_helpers(home: Home, store: VolumeStore, notes: list[str]) -> list[GcItem]:
-    """What a host that died while it had a helper on the engine left (``box.helpers``)."""
+    """What a host that died while it had a helper on the engine left (``box.launcher.helpers``)."""
     try:
         found = store.left_helpers(home.root)
     except EngineError as exc:

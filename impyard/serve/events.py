@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal
 
-from impyard.runs.model import Manifest
-from impyard.runs.recovery import Resolution
+from impyard.runs.host.recovery import Resolution
+from impyard.runs.records.model import Manifest
 
 #: started: a task's box started (its run id known) | reattached: recovery found a box
 #: still running | finished: a run ended with a checkpoint outcome | failed: a task ended

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from impyard.box.launch import resolve_image
+from impyard.box.launcher.launch import resolve_image
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.policy.compile import deployed_policy

@@ -34,12 +34,12 @@ from impyard.queue import leases, tasks
 from impyard.queue.db import opened, transaction
 from impyard.retention.model import GcResult
 from impyard.retention.periodic import PeriodicGc
-from impyard.runs import rework
-from impyard.runs.admission import execute
-from impyard.runs.context import RunContext
-from impyard.runs.manifest import read_or_none
-from impyard.runs.model import Manifest, RunRequest
-from impyard.runs.recovery import Resolution, recover_all
+from impyard.runs.drive.context import RunContext
+from impyard.runs.host.admission import execute
+from impyard.runs.host.recovery import Resolution, recover_all
+from impyard.runs.provision import rework
+from impyard.runs.records.manifest import read_or_none
+from impyard.runs.records.model import Manifest, RunRequest
 from impyard.serve import events as serve_events
 from impyard.serve import heap
 from impyard.serve.events import EventKind, Reporter, ServeEvent, ServeStatus
@@ -310,7 +310,7 @@ class Server:
 
     def _ping(self) -> None:
         """Raises EngineError; returns early, unanswered, when a stop comes first."""
-        from impyard.box import engine
+        from impyard.box.docker import engine
 
         unless_stopped(self._stop, "impyard-ping", lambda: engine.call("ping", engine.api().ping))
 
@@ -334,7 +334,7 @@ class Server:
                 self._kill(box.container_id, box)
 
     def _kill(self, container_id: str, manifest: Manifest | None = None) -> None:
-        from impyard.box.launch import kill_box
+        from impyard.box.launcher.launch import kill_box
 
         try:
             if manifest is not None and manifest.node and self.ctx.kill_remote is not None:

@@ -6,7 +6,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from impyard.box.agents import build_hint
+from impyard.box.images.agents import build_hint
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps

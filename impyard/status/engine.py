@@ -1,7 +1,7 @@
 """Is the engine there, which version, and are the box images in it.
 
 The probe is a seam: ``collect`` takes any ``EngineProbe`` (tests give one that answers
-without an engine); ``DockerProbe`` asks the real one through ``impyard.box.engine``
+without an engine); ``DockerProbe`` asks the real one through ``impyard.box.docker.engine``
 with a short timeout, so a stuck engine costs the screen seconds, not minutes.
 """
 
@@ -42,12 +42,12 @@ class DockerProbe:
         self.timeout_seconds = timeout_seconds
 
     def url(self) -> str:
-        from impyard.box import engine
+        from impyard.box.docker import engine
 
         return engine.engine_url()
 
     def version(self) -> EngineVersion:
-        from impyard.box import engine
+        from impyard.box.docker import engine
 
         with engine.timeout_within(self.timeout_seconds):
             info = engine.call("version", engine.api().version)
@@ -58,7 +58,7 @@ class DockerProbe:
         )
 
     def has_image(self, image: str) -> bool:
-        from impyard.box import engine
+        from impyard.box.docker import engine
 
         try:
             with engine.timeout_within(self.timeout_seconds):

@@ -11,9 +11,9 @@ from collections import Counter
 from impyard.errors import ImpyardError
 from impyard.home import Home
 from impyard.policy.compile import deployed_policy
-from impyard.runs import manifest as manifests
 from impyard.runs.ready.claim import wants
 from impyard.runs.ready.pool import ready_boxes
+from impyard.runs.records import manifest as manifests
 from impyard.status.model import WarmPool, WarmSection
 
 #: How many of the most recent runs the hit and miss counts cover: reading every manifest

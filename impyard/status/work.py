@@ -11,7 +11,7 @@ from impyard.home import Home
 from impyard.names import RUN_ID
 from impyard.queue import leases, tasks
 from impyard.queue.db import is_locked, opened
-from impyard.runs.model import TERMINAL_STATES
+from impyard.runs.records.model import TERMINAL_STATES
 from impyard.serve.record import read_records
 from impyard.status.model import (
     LeaseStatus,

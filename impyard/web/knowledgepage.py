@@ -17,7 +17,7 @@ from impyard.knowledge.store.gitobj import lookup_entry
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.provenance import note_provenance
 from impyard.knowledge.validation.records import RECORDS, parse_frontmatter
-from impyard.runs.landing import run_receipts
+from impyard.runs.checkpoints.landing import run_receipts
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.model import ImpKnowledge
 from impyard.textsafe import escape_text

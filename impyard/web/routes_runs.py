@@ -13,8 +13,8 @@ from starlette.routing import Route
 
 from impyard.errors import NotFoundError
 from impyard.names import RUN_ID
-from impyard.runs import follow
-from impyard.runs import manifest as manifests
+from impyard.runs.host import follow
+from impyard.runs.records import manifest as manifests
 from impyard.textsafe import StreamEscaper
 from impyard.web import overview as overviews
 from impyard.web import sse

@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from impyard.home import Home
-from impyard.runs.lookup import run_ids
-from impyard.runs.model import TERMINAL_STATES
+from impyard.runs.records.lookup import run_ids
+from impyard.runs.records.model import TERMINAL_STATES
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def host_nodes(cli: Cli, *names: str, url: str) -> Iterator[HostNodes]:
 
 def _remove_leftover_boxes(work: Path) -> None:
     """Boxes a killed agent left behind (a restarted agent removes its own)."""
-    from impyard.box.launch import find_boxes, remove_box
+    from impyard.box.launcher.launch import find_boxes, remove_box
     from impyard.box.spec import LABEL_ROOT, root_label
 
     for node_dir in work.iterdir():

@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Any
 
-from impyard.box.engineapi import EngineAPI
+from impyard.box.docker.engineapi import EngineAPI
 from impyard.knowledge.integration import lane
 
 CHECKPOINT_POINTS = ("before-ref", "after-ref")
@@ -99,8 +99,9 @@ def _at_start(point: str) -> None:
 
 
 def _in_check() -> None:
-    from impyard.box import check_isolation, engine
-    from impyard.box.enginehttp import EngineHTTPError
+    from impyard.box.checks import check_isolation
+    from impyard.box.docker import engine
+    from impyard.box.docker.enginehttp import EngineHTTPError
 
     record = os.environ.get("IMPYARD_CRASH_RECORD")
 

@@ -17,8 +17,8 @@ from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkouts.checkout import prepare_checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import main_commit
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
 from tests.helpers.repo import NS, RUN
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box import engine
-from impyard.box.engine import BoxImageNotFoundError, EngineUnreachableError
-from impyard.box.launch import (
+from impyard.box.docker import engine
+from impyard.box.docker.engine import BoxImageNotFoundError, EngineUnreachableError
+from impyard.box.launcher.launch import (
     find_boxes,
     kill_box,
     remove_box,
@@ -18,15 +18,15 @@ from impyard.box.launch import (
     start_box,
     wait_box,
 )
-from impyard.box.logs import HEAD_BYTES, LOG_CAP_BYTES, MARKER, TAIL_BYTES, LogFollower
-from impyard.box.spec import LABEL_RUN, BoxExit, BoxMount, BoxSpec, box_labels
-from impyard.box.volumes import (
+from impyard.box.launcher.volumes import (
     create_overlay_volume,
     overlay_volumes_supported,
     prepare_upper,
     remove_volume,
     select_checkout_kind,
 )
+from impyard.box.spec import LABEL_RUN, BoxExit, BoxMount, BoxSpec, box_labels
+from impyard.box.watch.logs import HEAD_BYTES, LOG_CAP_BYTES, MARKER, TAIL_BYTES, LogFollower
 from impyard.home import Home
 from impyard.settings import Settings
 from tests.helpers.images import BOX_IMAGE

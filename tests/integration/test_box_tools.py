@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box.launch import remove_box, run_box, start_box, wait_box
+from impyard.box.launcher.launch import remove_box, run_box, start_box, wait_box
 from impyard.box.spec import BoxExit, BoxMount, BoxSpec, box_labels
 from tests.helpers.images import BOX_IMAGE
 

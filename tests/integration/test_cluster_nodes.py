@@ -143,8 +143,8 @@ def _hostile_node_returns(
 ) -> tuple[str, Exception | None]:
     """A node that takes a run and returns ``entries`` as its tree (written here, not by a
     box): the run's id and how the control plane answered."""
-    from impyard.box import engine
-    from impyard.box.runtime import engine_runtimes
+    from impyard.box.docker import engine
+    from impyard.box.docker.runtime import engine_runtimes
     from impyard.cluster.node.client import ClusterCallError, ClusterClient
     from impyard.cluster.plane.token import cluster_token
     from impyard.cluster.protocol import Assignment, ExitReport, NodeReport, Started
@@ -269,7 +269,7 @@ def test_a_restarted_node_agent_loses_its_runs_and_never_lands_them_twice(cli: C
     ]
     assert [t["state"] for t in tasks_json(cli)] == ["done"]
     assert len(records(cli, "ada")) == 1  # landed once, never twice
-    from impyard.box.launch import find_boxes
+    from impyard.box.launcher.launch import find_boxes
 
     assert find_boxes({"impyard.run": lost["run_id"]}) == []  # the new agent removed it
 

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box import engine
+from impyard.box.docker import engine
 from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp
-from impyard.runs import manifest as manifests
-from impyard.runs import run_checkout
-from impyard.runs.admission import execute
-from impyard.runs.context import RunContext
-from impyard.runs.model import RunRequest
+from impyard.runs.drive import run_checkout
+from impyard.runs.drive.context import RunContext
+from impyard.runs.host.admission import execute
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import RunRequest
 from impyard.settings import Settings
 from tests.helpers.git import git
 

@@ -21,12 +21,12 @@ from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.store.repo import main_commit
-from impyard.runs import manifest as manifests
-from impyard.runs.admission import execute
-from impyard.runs.context import RunContext
-from impyard.runs.model import RunRequest
-from impyard.runs.pipeline import Run
-from impyard.runs.recovery import recover_all
+from impyard.runs.drive.context import RunContext
+from impyard.runs.drive.pipeline import Run
+from impyard.runs.host.admission import execute
+from impyard.runs.host.recovery import recover_all
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import RunRequest
 from impyard.settings import Settings
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.repo import assert_fsck_clean

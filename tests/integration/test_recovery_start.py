@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box import engine
-from impyard.box.engine import EngineObjectNotFoundError
-from impyard.box.helpers import helper_labels, holding
+from impyard.box.docker import engine
+from impyard.box.docker.engine import EngineObjectNotFoundError
+from impyard.box.launcher.helpers import helper_labels, holding
 from impyard.box.spec import LABEL_HELPER, LABEL_ROOT, root_label
 from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.imps import create_imp
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 from tests.helpers.git import GIT_ENV
 from tests.helpers.images import BOX_IMAGE
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from impyard.box.livelog import HEAD_BYTES, SEGMENT_BYTES, TAIL_BYTES, live_dir
+from impyard.box.watch.livelog import HEAD_BYTES, SEGMENT_BYTES, TAIL_BYTES, live_dir
 from tests.helpers.cli import Cli
 from tests.helpers.git import GIT_ENV, git
 

@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from impyard.home import Home
-from impyard.runs.rework import NEW_NAMESPACE
+from impyard.runs.provision.rework import NEW_NAMESPACE
 from tests.helpers import browser as chromium
 from tests.helpers.cli import Cli
 from tests.helpers.hostile import SCRIPT, commit_hostile_note

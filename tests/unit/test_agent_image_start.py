@@ -3,7 +3,7 @@ line naming the error, not the stack trace under it or the Docker client's wrapp
 
 from __future__ import annotations
 
-from impyard.box.agent_image import start_failure
+from impyard.box.images.agent_image import start_failure
 
 # `pi --version 2>&1` of @earendil-works/pi-coding-agent 1.6.0 (which needs Node 22.19)
 # in a Debian trixie image (Node 20.19.2), as the build's verification receives it.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from impyard.box.agents import AGENTS
+from impyard.box.images.agents import AGENTS
 from tests.helpers.cli import Cli
 from tests.helpers.fake_engine import engine_with_images
 

@@ -28,8 +28,8 @@ from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration.quarantine import quarantine
 from impyard.knowledge.store.repo import main_commit
-from impyard.runs import endings
-from impyard.runs.control import BoxControl
+from impyard.runs.checkpoints.control import BoxControl
+from impyard.runs.drive import endings
 from tests.helpers.backup import backed_up, land_note, refs, reject_note, set_remotes
 from tests.helpers.git import git
 from tests.helpers.gitdaemon import free_port

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from impyard.runs.beside import Beside
+from impyard.runs.drive.beside import Beside
 
 
 def test_the_result_is_what_the_call_returned_on_its_own_thread() -> None:

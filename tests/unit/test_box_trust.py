@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box.trust import (
+from impyard.box.images.trust import (
     BOX_CA_BUNDLE,
     MAX_CA_FILE_BYTES,
     bundle_env,
@@ -16,7 +16,7 @@ from impyard.box.trust import (
     write_box_bundle,
 )
 from impyard.errors import ConfigError
-from impyard.gateway.ca import ca_certificate, ensure_ca
+from impyard.gateway.wiring.ca import ca_certificate, ensure_ca
 from tests.tls_server import make_ca_and_leaf
 
 

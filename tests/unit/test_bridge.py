@@ -12,10 +12,10 @@ from impyard.home import Home
 from impyard.memory import add_entry
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs import manifest as manifests
-from impyard.runs.bridge import MAX_PROMPT_CHARS, MAX_TASKS_PER_RUN, file_task
-from impyard.runs.model import Manifest
-from impyard.runs.taint import taint_channel
+from impyard.runs.checkpoints.bridge import MAX_PROMPT_CHARS, MAX_TASKS_PER_RUN, file_task
+from impyard.runs.provision.taint import taint_channel
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
 
 RUN = "run-20260101T000000Z-0123456789"
 

@@ -15,7 +15,7 @@ from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.integration.lane import LaneResult, candidate_ref, integrate
 from impyard.knowledge.store.repo import main_commit
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, change_of, make_imp, run_id, trailers, tree_paths
 from tests.helpers.runs import write_run

@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from impyard.box.check import row_names
-from impyard.box.checkrow import Check
+from impyard.box.checks.check import row_names
+from impyard.box.checks.checkrow import Check
 from impyard.cli.check_rows import RowPrinter
 
 TITLE = "impyard check box: impyard-box:latest under runsc"

@@ -17,9 +17,9 @@ from impyard.knowledge.store.gitobj import changed_paths
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import Landed, landed_by, split
 from impyard.repair.preserved import tree_change
-from impyard.runs import manifest as manifests
-from impyard.runs.landing import LandedCache, landed_files
-from impyard.runs.model import CheckpointRecord, Manifest
+from impyard.runs.checkpoints.landing import LandedCache, landed_files
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import CheckpointRecord, Manifest
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
 from tests.helpers.repo import (

@@ -13,8 +13,8 @@ import pytest
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.change import Violation
-from impyard.runs import manifest as manifests
-from impyard.runs.model import CheckpointRecord, RepairRecord
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import CheckpointRecord, RepairRecord
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, make_imp, note_path, note_text
 from tests.helpers.tty import run_on_terminal

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box import engine
-from impyard.box.engine import (
+from impyard.box.docker import engine
+from impyard.box.docker.engine import (
     BoxImageNotFoundError,
     EngineCallError,
     EngineObjectNotFoundError,
     EngineUnreachableError,
     call,
 )
-from impyard.box.engineapi import EngineAPI
-from impyard.box.enginehttp import EngineTimeout, Transport
+from impyard.box.docker.engineapi import EngineAPI
+from impyard.box.docker.enginehttp import EngineTimeout, Transport
 from impyard.box.spec import box_labels
 
 Answer = tuple[int, bytes]

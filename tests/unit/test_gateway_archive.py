@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from impyard.gateway.archive import Archive
-from impyard.gateway.archive_intake import RunArchive
-from impyard.gateway.receipts import RECEIPT_HEADER, Receipt, read_receipts
+from impyard.gateway.provenance.archive import Archive
+from impyard.gateway.provenance.archive_intake import RunArchive
+from impyard.gateway.provenance.receipts import RECEIPT_HEADER, Receipt, read_receipts
 from impyard.home import Home
 from impyard.policy.models import GatewayArchive
 from tests.helpers.cli import Cli

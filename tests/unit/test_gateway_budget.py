@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from impyard.gateway.budget import DailyCounter, RunBudget
+from impyard.gateway.guard.budget import DailyCounter, RunBudget
 from impyard.home import Home
 from impyard.policy.models import GatewayBudget
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from impyard.gateway.ca import ca_certificate
-from impyard.gateway.receipts import RECEIPT_HEADER, Receipt, read_receipts
+from impyard.gateway.provenance.receipts import RECEIPT_HEADER, Receipt, read_receipts
+from impyard.gateway.wiring.ca import ca_certificate
 from tests.helpers.gateway import RUN_ID, Served, serve_on_loopback, via_proxy
 from tests.helpers.upstream import RawUpstream, Upstream, entity, generated, raw_answer
 

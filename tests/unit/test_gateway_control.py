@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from impyard.gateway import Gateway
-from impyard.gateway.control import ControlRefused, RunControl, render_text
+from impyard.gateway.proxy.control import ControlRefused, RunControl, render_text
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.policy.models import GatewayPolicy

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from impyard.gateway.digest import PARALLEL_AFTER, BodyDigest
+from impyard.gateway.provenance.digest import PARALLEL_AFTER, BodyDigest
 
 
 @pytest.mark.parametrize("total", [0, 1000, PARALLEL_AFTER, PARALLEL_AFTER * 5 + 12345])

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from impyard.gateway.ca import ca_certificate
-from impyard.gateway.receipts import read_receipts
+from impyard.gateway.provenance.receipts import read_receipts
+from impyard.gateway.wiring.ca import ca_certificate
 from tests.helpers.gateway import RUN_ID, Served, serve_on_loopback
 from tests.helpers.upstream import RawUpstream, Upstream
 

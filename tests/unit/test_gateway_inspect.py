@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from impyard.gateway import Gateway
-from impyard.gateway.ca import ca_certificate
+from impyard.gateway.wiring.ca import ca_certificate
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.policy.models import GatewayPolicy

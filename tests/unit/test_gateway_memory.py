@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from impyard.gateway.receipts import RECEIPT_HEADER, read_receipts
+from impyard.gateway.provenance.receipts import RECEIPT_HEADER, read_receipts
 from impyard.home import Home
 from tests.helpers.gateway import via_proxy
 from tests.helpers.gateway_child import RUN_ID

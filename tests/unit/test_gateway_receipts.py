@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from impyard.gateway.ca import ca_certificate
-from impyard.gateway.receipts import RECEIPT_HEADER, Receipt, read_receipts, receipt_url
+from impyard.gateway.provenance.receipts import RECEIPT_HEADER, Receipt, read_receipts, receipt_url
+from impyard.gateway.wiring.ca import ca_certificate
 from impyard.home import Home
-from impyard.runs import manifest
-from impyard.runs.model import Manifest
+from impyard.runs.records import manifest
+from impyard.runs.records.model import Manifest
 from tests.helpers.cli import Cli
 from tests.helpers.gateway import RUN_ID, SECRET, Served, serve_on_loopback, via_proxy
 from tests.helpers.upstream import Upstream, entity

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from impyard.gateway.errors import GatewayError
-from impyard.gateway.rules import Endpoint, decide, route_header
+from impyard.gateway.guard.rules import Endpoint, decide, route_header
 from impyard.policy.models import GatewayPolicy, GatewayRoute
 
 EXAMPLE: dict[str, Any] = {

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from impyard.gateway.ca import ca_certificate
+from impyard.gateway.wiring.ca import ca_certificate
 from tests.helpers.gateway import SECRET, Served, serve_on_loopback, via_proxy
 from tests.helpers.upstream import Upstream
 from tests.tls_server import HOST, TlsPageServer

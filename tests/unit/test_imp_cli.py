@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box.agents import AGENTS
+from impyard.box.images.agents import AGENTS
 from tests.helpers.cli import Cli
 from tests.helpers.fake_engine import engine_with_images
 from tests.helpers.git import git

@@ -8,7 +8,7 @@ import random
 import threading
 from pathlib import Path
 
-from impyard.box.livelog import (
+from impyard.box.watch.livelog import (
     MARKER,
     HeadTailWriter,
     LogReader,

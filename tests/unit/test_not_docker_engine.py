@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from impyard.box.engine import EngineNotDockerError, EngineUnreachableError, call
-from impyard.box.engineapi import EngineAPI
-from impyard.box.enginehttp import Transport
+from impyard.box.docker.engine import EngineNotDockerError, EngineUnreachableError, call
+from impyard.box.docker.engineapi import EngineAPI
+from impyard.box.docker.enginehttp import Transport
 from tests.helpers.cli import Cli
 from tests.helpers.fake_engines import fake_engine
 from tests.helpers.git import GIT_ENV

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.gateway.upstream import UpstreamError, open_connection
+from impyard.gateway.guard.upstream import UpstreamError, open_connection
 from impyard.home import Home
 from impyard.preflight import imps_refused
 from tests.helpers.cli import Cli

@@ -9,13 +9,13 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import create_imp
 from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.store.repo import main_commit
-from impyard.runs.landing import run_receipts
+from impyard.runs.checkpoints.landing import run_receipts
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, trailers
 

@@ -25,8 +25,8 @@ from impyard.knowledge.integration.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import landed_by
 from impyard.loopspace import loop_supported
-from impyard.runs import manifest as manifests
-from impyard.runs.model import CheckpointRecord, Manifest
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import CheckpointRecord, Manifest
 from tests.helpers.backup import reject_note
 from tests.helpers.cli import Cli
 from tests.helpers.git import git

@@ -17,7 +17,7 @@ from impyard.knowledge.checkouts.seed import plan_seed
 from impyard.knowledge.store.repo import main_commit
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs.rework import origin_of, task_text
+from impyard.runs.provision.rework import origin_of, task_text
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
 from tests.helpers.repo import NS, OTHER_NS, RUN, make_imp, note_path, note_text

@@ -19,10 +19,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.box.engine import EngineUnreachableError
-from impyard.box.helpers import LeftHelper
+from impyard.box.docker.engine import EngineUnreachableError
+from impyard.box.launcher.helpers import LeftHelper
 from impyard.errors import NotFoundError
-from impyard.gateway.archive import Archive
+from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.journal import Journal
 from impyard.knowledge.checkouts import runspace
@@ -39,9 +39,9 @@ from impyard.retention.apply import gc_lock, run_gc
 from impyard.retention.model import GcBusyError, GcResult
 from impyard.retention.periodic import PeriodicGc
 from impyard.retention.volumes import EngineVolume
-from impyard.runs import manifest as manifests
-from impyard.runs.model import Manifest
-from impyard.runs.owner import RunOwnership
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest
+from impyard.runs.records.owner import RunOwnership
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.repo import make_imp, namespace, run_id
 
@@ -656,7 +656,7 @@ def test_cli_refuses_while_another_gc_runs(cli: Cli, yard: Yard) -> None:
 
 
 def test_serve_runs_gc_on_its_interval(yard: Yard, monkeypatch: pytest.MonkeyPatch) -> None:
-    from impyard.runs.context import RunContext
+    from impyard.runs.drive.context import RunContext
     from impyard.serve.worker import ServeEvent, Server, ServeStatus
     from impyard.settings import load_settings
 

@@ -30,9 +30,9 @@ from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.violations import digest
 from impyard.queue import tasks
 from impyard.queue.db import connect
-from impyard.runs.endings import digest_fields
-from impyard.runs.model import ReworkOrigin
-from impyard.runs.rework import FILE_CHARS, LINE_CHARS, SECTION_CHARS, task_text
+from impyard.runs.drive.endings import digest_fields
+from impyard.runs.provision.rework import FILE_CHARS, LINE_CHARS, SECTION_CHARS, task_text
+from impyard.runs.records.model import ReworkOrigin
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER, commit, make_repo
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org

@@ -8,10 +8,10 @@ from pathlib import Path
 from impyard.journal import Journal
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs import manifest as manifests
-from impyard.runs.context import RunContext
-from impyard.runs.recovery import recover_all
-from impyard.runs.rework import POLICY_ACTOR, QUEUED_EVENT
+from impyard.runs.drive.context import RunContext
+from impyard.runs.host.recovery import recover_all
+from impyard.runs.provision.rework import POLICY_ACTOR, QUEUED_EVENT
+from impyard.runs.records import manifest as manifests
 from impyard.settings import load_settings
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org

@@ -16,7 +16,7 @@ import pytest
 
 from impyard.errors import AmbiguousError, NotFoundError
 from impyard.home import Home
-from impyard.runs.lookup import resolve_run
+from impyard.runs.records.lookup import resolve_run
 from tests.helpers.cli import Cli
 from tests.helpers.runs import write_run
 

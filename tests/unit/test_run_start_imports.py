@@ -11,11 +11,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from impyard.runs.pipeline import ENDING_MODULES
+from impyard.runs.drive.pipeline import ENDING_MODULES
 
 #: Loaded only for a box's exit: none may be pulled in by the CLI or a run's admission.
 EXIT_ONLY = (
-    "impyard.runs.endings",
+    "impyard.runs.drive.endings",
     "impyard.knowledge.integration.lane",
     "impyard.knowledge.integration.lanecheck",
     "impyard.knowledge.integration.quarantine",
@@ -27,7 +27,7 @@ def loaded_before_start() -> set[str]:
     """The modules a fresh interpreter holds once the CLI and a run's admission are loaded
     (everything the main thread imports before it asks the engine to start the box)."""
     code = (
-        "import sys, impyard.cli.main, impyard.runs.admission, impyard.cli.outcome; "
+        "import sys, impyard.cli.main, impyard.runs.host.admission, impyard.cli.outcome; "
         "print('\\n'.join(sys.modules))"
     )
     out = subprocess.run(

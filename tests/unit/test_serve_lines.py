@@ -22,10 +22,10 @@ from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.knowledge.imps import create_imp
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs import manifest as manifests
-from impyard.runs.context import RunContext
-from impyard.runs.model import Manifest, RunOutcome, RunRequest
-from impyard.runs.recovery import Resolution
+from impyard.runs.drive.context import RunContext
+from impyard.runs.host.recovery import Resolution
+from impyard.runs.records import manifest as manifests
+from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
 from impyard.serve import worker as serve_module
 from impyard.serve.worker import ServeEvent, Server, ServeStatus
 from impyard.settings import load_settings

@@ -18,8 +18,8 @@ from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.knowledge.imps import create_imp
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction
-from impyard.runs.context import RunContext
-from impyard.runs.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.drive.context import RunContext
+from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
 from impyard.serve import worker as serve_module
 from impyard.serve.worker import ENGINE_FRESH_SECONDS, Server
 from impyard.settings import load_settings

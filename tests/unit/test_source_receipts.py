@@ -13,16 +13,16 @@ import pygit2
 import pytest
 
 from impyard.errors import KnowledgeError
-from impyard.gateway.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import RULES, KnowledgeLimits
 from impyard.knowledge.integration.lane import LaneResult, Trailers, integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.citations import Citation, Receipts, parse_trailers, trailer_lines
 from impyard.knowledge.validation.validate import validate
-from impyard.runs import endings
-from impyard.runs.control import BoxControl
-from impyard.runs.landing import run_receipts
+from impyard.runs.checkpoints.control import BoxControl
+from impyard.runs.checkpoints.landing import run_receipts
+from impyard.runs.drive import endings
 from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,

@@ -165,7 +165,7 @@ def test_an_engine_that_is_down_is_a_problem_and_images_are_unknown_not_missing(
 
 def test_the_engine_check_gives_up_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real probe asks with a short timeout, and puts the usual one back."""
-    from impyard.box import engine
+    from impyard.box.docker import engine
     from impyard.status.engine import ENGINE_TIMEOUT_SECONDS, DockerProbe
 
     seen: list[float] = []

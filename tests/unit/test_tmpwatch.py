@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from impyard.box.tmpwatch import TmpUsage, TmpWatch, memory_stat_path, oom_reason, read_shmem
+from impyard.box.watch.tmpwatch import TmpUsage, TmpWatch, memory_stat_path, oom_reason, read_shmem
 
 GIB = 2**30
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.gateway.receipts import Receipt
+from impyard.gateway.provenance.receipts import Receipt
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.textcap import marker

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits, Violation
-from impyard.runs import manifest as manifests
+from impyard.runs.records import manifest as manifests
 from tests.helpers.cli import Cli
 from tests.helpers.runs import write_run
 from tests.helpers.web import console_for, finished_run, log_in

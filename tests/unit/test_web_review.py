@@ -14,8 +14,8 @@ from impyard.home import Home
 from impyard.knowledge.integration.lane import candidate_ref
 from impyard.queue import tasks
 from impyard.queue.db import opened
-from impyard.runs import manifest as manifests
-from impyard.runs.rework import NEW_NAMESPACE
+from impyard.runs.provision.rework import NEW_NAMESPACE
+from impyard.runs.records import manifest as manifests
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, note_path, note_text
 from tests.helpers.web import console_for, log_in

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impyard import __version__
-from impyard.box import engine
-from impyard.box.launch import find_boxes, kill_box, remove_box
-from impyard.box.runtime import engine_runtimes
+from impyard.box.docker import engine
+from impyard.box.docker.runtime import engine_runtimes
+from impyard.box.launcher.launch import find_boxes, kill_box, remove_box
 from impyard.box.spec import LABEL_ROOT, root_label
 from impyard.cluster.node.boxrun import NodeRun
 from impyard.cluster.node.client import ClusterCallError, ClusterClient

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from impyard.box.launch import box_pid, kill_box, remove_box, start_box, wait_box
-from impyard.box.livelog import LogReader
+from impyard.box.launcher.launch import box_pid, kill_box, remove_box, start_box, wait_box
 from impyard.box.spec import BoxExit, BoxMount, BoxSpec, box_labels
+from impyard.box.watch.livelog import LogReader
 from impyard.cluster.node.client import ClusterCallError, ClusterClient
 from impyard.cluster.node.origins import Origins
 from impyard.cluster.node.relay import Relay
@@ -24,7 +24,7 @@ from impyard.cluster.treetar import TreeTooLarge, pack, unpack
 from impyard.contract import parse_user
 from impyard.errors import EngineError
 from impyard.fsutil import remove_tree
-from impyard.gateway.boxside import write_ready
+from impyard.gateway.wiring.boxside import write_ready
 
 log = logging.getLogger(__name__)
 

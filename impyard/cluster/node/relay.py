@@ -11,7 +11,7 @@ import socket
 import threading
 
 from impyard.cluster.node.client import ClusterClient
-from impyard.gateway.netns import listen_in_netns
+from impyard.gateway.wiring.netns import listen_in_netns
 
 log = logging.getLogger(__name__)
 

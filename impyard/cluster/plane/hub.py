@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from impyard.box.livelog import HeadTailWriter
+from impyard.box.watch.livelog import HeadTailWriter
 from impyard.cluster.plane.leases import Lease
 from impyard.cluster.plane.registry import Node, Registry
 from impyard.cluster.plane.token import cluster_token
@@ -29,7 +29,7 @@ from impyard.cluster.protocol import (
     Started,
 )
 from impyard.errors import ImpyardError
-from impyard.gateway.server import Gateway
+from impyard.gateway.proxy.server import Gateway
 from impyard.home import Home
 from impyard.policy.cluster import ClusterPolicy
 

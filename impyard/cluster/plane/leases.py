@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from impyard.box.livelog import HeadTailWriter, KeptLog
+from impyard.box.watch.livelog import HeadTailWriter, KeptLog
 from impyard.cluster.protocol import Assignment, BoxOrder, ExitReport, FileKind
 
 LeaseState = Literal["placed", "taken", "started", "done", "lost"]

@@ -15,23 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from impyard import names
+from impyard.box.images.trust import BOX_CA_BUNDLE
 from impyard.box.spec import BoxExit, BoxSpec
-from impyard.box.trust import BOX_CA_BUNDLE
 from impyard.cluster.plane.hub import Hub
 from impyard.cluster.plane.leases import Lease
 from impyard.cluster.protocol import MAX_TREE_BYTES, BoxOrder, FileKind, MountKind, OrderMount
 from impyard.cluster.treetar import TreeRefused, TreeTooLarge, pack, unpack
 from impyard.errors import ImpyardError
 from impyard.fsutil import remove_tree
-from impyard.gateway.boxside import BOX_SIGNAL_DIR
-from impyard.gateway.control import ControlRefused
+from impyard.gateway.proxy.control import ControlRefused
+from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR
 from impyard.knowledge.checkouts.checkout import forget_identities
 from impyard.policy.models import EffectivePolicy
-from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, BOX_TASK, box_spec
-from impyard.runs.context import RunContext
-from impyard.runs.control import BoxControl
-from impyard.runs.model import Manifest, RunRequest
-from impyard.runs.pipeline import Run
+from impyard.runs.checkpoints.control import BoxControl
+from impyard.runs.drive.context import RunContext
+from impyard.runs.drive.pipeline import Run
+from impyard.runs.provision.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, BOX_TASK, box_spec
+from impyard.runs.records.model import Manifest, RunRequest
 
 #: The longest a checkout may be when it is packed for a node.
 _MAX_PACKED = 1 << 30

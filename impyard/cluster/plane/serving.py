@@ -13,9 +13,9 @@ from impyard.errors import ConfigError
 from impyard.home import Home
 from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import EffectivePolicy
-from impyard.runs.context import RunContext
-from impyard.runs.model import Manifest
-from impyard.runs.pipeline import Run
+from impyard.runs.drive.context import RunContext
+from impyard.runs.drive.pipeline import Run
+from impyard.runs.records.model import Manifest
 
 
 @dataclass
@@ -65,7 +65,7 @@ def requeue_lost(home: Home, manifest: Manifest) -> bool:
     task stays quarantined for the owner to look at."""
     if manifest.node is None or manifest.task_id is None or LOST not in (manifest.reason or ""):
         return False
-    from impyard.runs import manifest as manifests
+    from impyard.runs.records import manifest as manifests
 
     losses = [
         m

@@ -24,7 +24,7 @@ from impyard.knowledge.validation.citations import Citation, parse_trailers
 from impyard.knowledge.validation.records import parse_frontmatter
 
 if TYPE_CHECKING:
-    from impyard.gateway.receipts import Receipt
+    from impyard.gateway.provenance.receipts import Receipt
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,20 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxMount, BoxSpec, StartedBox
+from impyard.box.watch.logs import LogFollower
 from impyard.fsutil import atomic_write_text
-from impyard.gateway.boxside import BOX_SIGNAL_DIR, write_ready
+from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
-from impyard.runs.active import ActiveRun
-from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec
-from impyard.runs.model import RunRequest
+from impyard.runs.provision.boxspec import BOX_KNOWLEDGE, BOX_ORIGIN, box_spec
+from impyard.runs.provision.taint import read_only_knowledge
 from impyard.runs.ready import pool as warmpool
 from impyard.runs.ready import prefill as warmprefill
 from impyard.runs.ready.gate import CLAIM_FILE
 from impyard.runs.ready.pool import PoolBox, PoolShape
-from impyard.runs.taint import read_only_knowledge
+from impyard.runs.records.active import ActiveRun
+from impyard.runs.records.model import RunRequest
 
 #: The size past which a file put in place is refused (a task or CA bundle is small).
 _MAX_FILE_BYTES = 64 * 2**20

@@ -19,7 +19,7 @@ poll, every 100 ms.
 from __future__ import annotations
 
 from impyard.box.spec import Runtime
-from impyard.gateway.boxside import BOX_SIGNAL_DIR
+from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR
 
 CLAIM_FILE = "claim"
 

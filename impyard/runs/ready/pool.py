@@ -30,19 +30,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from impyard.box.engine import EngineObjectNotFoundError, api, call
-from impyard.box.launch import find_boxes, remove_box, start_box
+from impyard.box.docker.engine import EngineObjectNotFoundError, api, call
+from impyard.box.images.trust import BOX_CA_BUNDLE
+from impyard.box.launcher.launch import find_boxes, remove_box, start_box
 from impyard.box.spec import LABEL_ROOT, BoxMount, BoxSpec, Runtime, box_labels, root_label
-from impyard.box.trust import BOX_CA_BUNDLE
 from impyard.contract import parse_user
 from impyard.fsutil import atomic_write_text, locked, remove_tree
-from impyard.gateway.boxside import BOX_SIGNAL_DIR
+from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.runspace import RunSpace
-from impyard.runs import manifest
-from impyard.runs.boxspec import BOX_KNOWLEDGE, BOX_TASK
+from impyard.runs.provision.boxspec import BOX_KNOWLEDGE, BOX_TASK
 from impyard.runs.ready.gate import CLAIM_FILE, gate_command
+from impyard.runs.records import manifest
 
 LABEL_WARM = "impyard.warm"
 #: Fills a new box's knowledge dir (box dir, knowledge dir) before the box starts.

@@ -25,7 +25,7 @@ from impyard.home import Home
 from impyard.knowledge.checkouts.checkout import prefill_copy
 from impyard.knowledge.store.mainref import read_main
 from impyard.libc import syscall
-from impyard.runs.boxspec import BOX_KNOWLEDGE
+from impyard.runs.provision.boxspec import BOX_KNOWLEDGE
 from impyard.runs.ready.pool import PoolBox
 
 PREFILL_FILE = "prefill.json"
