@@ -10,7 +10,6 @@ knowledge pipeline.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -32,16 +31,15 @@ from tests.helpers.agent_runs import (
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
-    follow_live,
     rework_of_rejected,
     run_json,
+    run_showing_steps_live,
     runs_by_imp,
     serve_failing_hanging_chatty,
     serve_one_reworked_task,
 )
 from tests.helpers.agents import (
     SECRET,
-    SECRET_ENV,
     assert_secret_kept_out,
     chatty_script,
     docs_agent_policy,
@@ -49,7 +47,6 @@ from tests.helpers.agents import (
     set_up_agent_owner,
 )
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.images import CODEX_IMAGE
 
@@ -70,18 +67,9 @@ def set_up_owner(
 def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
     with ModelServer(note_script("codex"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        proc = subprocess.Popen(
-            impyard_command(cli.home, "run", "yuko", "--prompt", "Write one note."),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**impyard_env(), **SECRET_ENV},
-        )
-        live = follow_live(proc, b"[codex] tool exec_command", timeout=180)
+        watch = b"[codex] tool exec_command"
+        out = run_showing_steps_live(cli, watch, "--prompt", "Write one note.")
         turns = model.turns()
-    out = live.out.decode(errors="replace")
-    assert proc.returncode == 0, out + live.err.decode(errors="replace")
-    # The tool-call line reached the owner while the run was still going.
-    assert live.line_while_running, out
     assert "[codex] tool exec_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[codex] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
 
