@@ -13,15 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from impyard.devtools.model_server import Conversation, ModelServer
-from tests.helpers.agents import SECRET_ENV
+from tests.helpers.agents import FIXED_MARKER, REWORK_SLUG, SECRET_ENV, TITLED_MARKER
 from tests.helpers.cli import Cli
 from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.policy import edit_org
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
 QUARANTINED_IMPS = ("failing", "hanging", "thrifty")
 
 

@@ -22,9 +22,6 @@ from impyard.devtools.model_server import (
     write_note,
 )
 from tests.helpers.agent_runs import (
-    FIXED_MARKER,
-    REWORK_SLUG,
-    TITLED_MARKER,
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
@@ -239,7 +236,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 
 def test_a_rejected_note_is_reworked_by_claude_code_and_lands_once(cli: Cli) -> None:
-    script = titled_then_rework_script("claude", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    script = titled_then_rework_script("claude")
     with anthropic(script) as model:
         set_up_owner(cli, model.url)
         serve_one_reworked_task(cli)

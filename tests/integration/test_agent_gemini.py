@@ -14,9 +14,6 @@ import pytest
 
 from impyard.devtools.model_server import ModelServer, Reply, note_script
 from tests.helpers.agent_runs import (
-    FIXED_MARKER,
-    REWORK_SLUG,
-    TITLED_MARKER,
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
@@ -147,7 +144,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 
 def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
-    script = titled_then_rework_script("gemini", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    script = titled_then_rework_script("gemini")
     with ModelServer(script, protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
         serve_one_reworked_task(cli)
