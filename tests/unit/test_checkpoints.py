@@ -12,7 +12,7 @@ import pygit2
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.integration.lane import LaneResult, Trailers, find_landed_commit, integrate
+from impyard.knowledge.integration.lane import LaneResult, find_landed_commit
 from impyard.knowledge.store.gitobj import changed_paths
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import Landed, landed_by, split
@@ -28,6 +28,7 @@ from tests.helpers.repo import (
     RUN,
     assert_fsck_clean,
     change_of,
+    integrate_change,
     make_imp,
     note,
     note_path,
@@ -51,16 +52,16 @@ def checkpoint(
     ns: str = NS,
     mode: Mode = "append",
 ) -> LaneResult:
-    trailers = Trailers("yuko", run, "task-1", None, base, mode, number, at_exit)
-    return integrate(
+    return integrate_change(
         home,
-        "yuko",
         change,
-        base=base,
-        namespace=ns,
+        base,
+        ns=ns,
+        run=run,
         mode=mode,
         limits=LIMITS,
-        trailers=trailers,
+        checkpoint=number,
+        at_exit=at_exit,
         landed=landed,
         keep_refused=at_exit,
     )
