@@ -17,7 +17,6 @@ from impyard.knowledge.store.gitobj import changed_paths
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import Landed, landed_by, split
 from impyard.repair.preserved import tree_change
-from impyard.runs import manifest as manifests
 from impyard.runs.landing import LandedCache, landed_files
 from impyard.runs.model import CheckpointRecord, Manifest
 from tests.helpers.cli import Cli
@@ -36,6 +35,7 @@ from tests.helpers.repo import (
     run_id,
     tree_paths,
 )
+from tests.helpers.runs import write_run
 
 LIMITS = KnowledgeLimits()
 
@@ -167,28 +167,19 @@ def test_a_checkpointed_deletion_is_shown_and_stays_refused_on_retry(tmp_path: P
     first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
     landed = landed_by(repo, [first.commit or ""])
     last = checkpoint(home, change_of(repo, {}), base, 2, at_exit=True, landed=landed)
-    home.run_dir(RUN).mkdir(parents=True, exist_ok=True)
-    manifests.write(
+    write_run(
         home,
-        Manifest(
-            run_id=RUN,
-            imp="yuko",
-            task_id="task-1",
-            channel=None,
-            mode="append",
-            base_commit=base,
-            namespace=NS,
-            state="finished",
-            checkpoint="integrated",
-            produced_commit=first.commit,
-            candidate_ref=last.candidate_ref,
-            validation_errors=last.violations,
-            checkpoints=[
-                CheckpointRecord(
-                    number=1, state="integrated", requested_at="t", commit=first.commit
-                )
-            ],
-        ),
+        RUN,
+        task_id="task-1",
+        base_commit=base,
+        state="finished",
+        checkpoint="integrated",
+        produced_commit=first.commit,
+        candidate_ref=last.candidate_ref,
+        validation_errors=last.violations,
+        checkpoints=[
+            CheckpointRecord(number=1, state="integrated", requested_at="t", commit=first.commit)
+        ],
     )
     cli = Cli(home=home.root)
     shown = cli("candidates", "show", RUN, "--json")

@@ -63,21 +63,9 @@ def deploy(cli: Cli) -> None:
 
 
 def write_manifest(home: Home, base: str, **fields: Any) -> Manifest:
-    m = Manifest(
-        run_id=RUN,
-        imp="yuko",
-        task_id="task-1",
-        channel=None,
-        mode="append",
-        base_commit=base,
-        namespace=NS,
-        state="finished",
-        limits=TIGHT,
-        **fields,
-    )
-    home.run_dir(RUN).mkdir(parents=True, exist_ok=True)
-    manifests.write(home, m)
-    return m
+    """Run RUN's record of task-1, finished on ``base`` under the tight limits."""
+    fields = {"task_id": "task-1", "state": "finished", "limits": TIGHT} | fields
+    return write_run(home, RUN, base_commit=base, **fields)
 
 
 def refs(repo: pygit2.Repository) -> dict[str, str]:
