@@ -7,22 +7,18 @@ logs and contract say) stay in each test."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from impyard.devtools.model_server import Conversation, ModelServer
-from tests.helpers.agents import SECRET_ENV
+from tests.helpers.agents import FIXED_MARKER, REWORK_SLUG, SECRET_ENV, TITLED_MARKER
 from tests.helpers.cli import Cli
-from tests.helpers.git import GIT_ENV, git
+from tests.helpers.follow import impyard_command, impyard_env
+from tests.helpers.git import git
 from tests.helpers.policy import edit_org
 
-REWORK_SLUG = "reworked-note"
-TITLED_MARKER = "written-with-a-title-5c2a"
-FIXED_MARKER = "fixed-after-impyard-check-41b9"
 QUARANTINED_IMPS = ("failing", "hanging", "thrifty")
 
 
@@ -35,13 +31,11 @@ def run_json(cli: Cli, *args: str, timeout: float = 180) -> tuple[int, dict[str,
 
 def start_run(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
     """``impyard run yuko ARGS`` started with the provider key set, its output piped."""
-    env = {**os.environ, **GIT_ENV, **SECRET_ENV}
-    env.pop("IMPYARD_HOME", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "impyard", "--home", str(cli.home), "run", "yuko", *args],
+        impyard_command(cli.home, "run", "yuko", *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=env,
+        env={**impyard_env(), **SECRET_ENV},
     )
 
 
@@ -67,6 +61,18 @@ def follow_live(proc: subprocess.Popen[bytes], watch: bytes, timeout: float) -> 
             line_while_running = proc.poll() is None
     err = proc.communicate(timeout=timeout)[1]
     return Live(b"".join(seen), err, line_while_running)
+
+
+def run_showing_steps_live(cli: Cli, watch: bytes, *args: str, timeout: float = 180) -> str:
+    """``impyard run yuko ARGS`` read as the owner's terminal shows it: it exits 0, and the
+    first line starting with ``watch`` reached the owner while the run was still in its
+    box. What it printed."""
+    proc = start_run(cli, *args)
+    live = follow_live(proc, watch, timeout=timeout)
+    out = live.out.decode(errors="replace")
+    assert proc.returncode == 0, out + live.err.decode(errors="replace")
+    assert live.line_while_running, out
+    return out
 
 
 def serve_failing_hanging_chatty(

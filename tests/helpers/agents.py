@@ -28,6 +28,11 @@ SECRET_ENV = {"IMPYARD_SECRET_LLM": SECRET}
 #: Read tools an agent's write tool requires before it replaces a file (Claude Code's
 #: Read, OpenCode's read: "This tool will fail if you did not read the file first").
 READ_BEFORE_WRITE = ("Read", "read")
+#: The slug of the note a rejected run writes and its rework fixes, and the markers of the
+#: rejected and the fixed body.
+REWORK_SLUG = "reworked-note"
+TITLED_MARKER = "written-with-a-title-5c2a"
+FIXED_MARKER = "fixed-after-impyard-check-41b9"
 
 
 def docs_agent_policy(section: str, upstream: str, model: str = "scripted-model") -> str:
@@ -112,14 +117,22 @@ def chatty_script() -> Script:
     return script
 
 
-def titled_then_rework_script(topic: str, slug: str, titled: str, fixed: str) -> Script:
+def titled_then_rework_script(
+    topic: str,
+    slug: str = REWORK_SLUG,
+    titled: str = TITLED_MARKER,
+    fixed: str = FIXED_MARKER,
+    *,
+    read_first: bool = True,
+) -> Script:
     """First run: write a note with a ``title:`` key records may not have (its body
     ``titled``) and finish without checking, so the run is rejected. A rework run (its
     prompt says so, and names the violation under this run's namespace): read the note
     first where the agent has a tool that must (Claude Code's Write refuses to replace a
     file its Read has not read), rewrite it without the title (its body ``fixed``), run
     impyard-check, and finish once it prints ok. A step whose precondition fails ends the
-    run saying so."""
+    run saying so. ``read_first`` off: an agent whose write tool replaces a file unread
+    (Pi's, though it offers a ``read``) rewrites it at once, with no turn to read it."""
 
     def script(conversation: Conversation) -> Reply:
         match = NAMESPACE.search(conversation.system())
@@ -136,7 +149,7 @@ def titled_then_rework_script(topic: str, slug: str, titled: str, fixed: str) ->
             return Reply.say("Wrote one note.")
         if f"- {relative}: frontmatter: " not in conversation.user():
             return Reply.say("UNEXPECTED: the rework task does not name the note.")
-        reads = [tool for tool in conversation.tools if tool.name in READ_BEFORE_WRITE]
+        reads = [t for t in conversation.tools if read_first and t.name in READ_BEFORE_WRITE]
         turn = conversation.turn - len(reads)
         if turn < 0:
             path = note_path(namespace, topic, slug)

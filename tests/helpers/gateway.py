@@ -52,6 +52,21 @@ class Served:
     home: Home
 
 
+def loopback_listener(backlog: int) -> tuple[socket.socket, int]:
+    """A socket listening on a free loopback port, for a gateway to serve on; and the port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(backlog)
+    return listener, listener.getsockname()[1]
+
+
+def gateway_home(tmp_path: Path) -> tuple[Home, Journal]:
+    """The data root ``tmp_path/home``, made, and its journal: all a gateway writes to."""
+    home = Home(tmp_path / "home")
+    home.root.mkdir(parents=True, exist_ok=True)
+    return home, Journal(home.journal)
+
+
 def serve_on_loopback(
     tmp_path: Path,
     upstream: Upstream,
@@ -62,13 +77,8 @@ def serve_on_loopback(
 ) -> Served:
     """A gateway for ``run_id`` with the data root ``tmp_path/home``; ``extra`` overrides
     keys of its ``[gateway]`` policy."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(128)
-    port = listener.getsockname()[1]
-    home = Home(tmp_path / "home")
-    home.root.mkdir(parents=True, exist_ok=True)
-    journal = Journal(home.journal)
+    listener, port = loopback_listener(128)
+    home, journal = gateway_home(tmp_path)
     gateway = Gateway.start(
         gateway_policy(upstream.port, port, **extra),
         home=home,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pygit2
 
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.knowledge.change import Change, FileState, Mode
+from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode
 from impyard.knowledge.imps import create_imp, open_repo
-from impyard.knowledge.integration.lane import Trailers
+from impyard.knowledge.integration.lane import LaneResult, Trailers, integrate
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 
@@ -75,8 +76,54 @@ def change_of(
     return Change(written=written, deleted=set(deleted))
 
 
-def trailers(base: str, run: str = RUN, mode: Mode = "append", imp: str = "yuko") -> Trailers:
-    return Trailers(imp=imp, run=run, task="task-1", channel=None, base=base, mode=mode)
+def trailers(
+    base: str,
+    run: str = RUN,
+    mode: Mode = "append",
+    imp: str = "yuko",
+    *,
+    checkpoint: int = 1,
+    at_exit: bool = True,
+) -> Trailers:
+    return Trailers(
+        imp=imp,
+        run=run,
+        task="task-1",
+        channel=None,
+        base=base,
+        mode=mode,
+        checkpoint=checkpoint,
+        at_exit=at_exit,
+    )
+
+
+def integrate_change(
+    home: Home,
+    change: Change,
+    base: str,
+    *,
+    ns: str = NS,
+    run: str = RUN,
+    mode: Mode = "append",
+    limits: KnowledgeLimits = KnowledgeLimits(),
+    checkpoint: int = 1,
+    at_exit: bool = True,
+    **options: Any,
+) -> LaneResult:
+    """The lane's ``integrate`` of ``change`` on ``base`` for yuko, as run ``run`` of task-1
+    (checkpoint ``checkpoint``) calls it; ``options`` are integrate's own (``landed``,
+    ``keep_refused``, ``receipts`` ...)."""
+    return integrate(
+        home,
+        "yuko",
+        change,
+        base=base,
+        namespace=ns,
+        mode=mode,
+        limits=limits,
+        trailers=trailers(base, run=run, mode=mode, checkpoint=checkpoint, at_exit=at_exit),
+        **options,
+    )
 
 
 def run_id(n: int) -> str:

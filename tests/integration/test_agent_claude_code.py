@@ -22,18 +22,14 @@ from impyard.devtools.model_server import (
     write_note,
 )
 from tests.helpers.agent_runs import (
-    FIXED_MARKER,
-    REWORK_SLUG,
-    TITLED_MARKER,
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
-    follow_live,
     rework_of_rejected,
+    run_showing_steps_live,
     runs_by_imp,
     serve_failing_hanging_chatty,
     serve_one_reworked_task,
-    start_run,
 )
 from tests.helpers.agents import (
     SECRET,
@@ -107,14 +103,10 @@ def test_claude_code_lands_a_note_through_the_gateway_and_never_reads_a_claude_m
 ) -> None:
     with anthropic(planting_note_script()) as model:
         set_up_owner(cli, model.url)
-        proc = start_run(cli, "--prompt", "Write one note about the box you run in.")
-        live = follow_live(proc, b"[claude-code] tool Bash: ", timeout=180)
+        prompt = "Write one note about the box you run in."
+        out = run_showing_steps_live(cli, b"[claude-code] tool Bash: ", "--prompt", prompt)
         turns = model.turns()
         received = list(model.received)
-    out = live.out.decode(errors="replace")
-    assert proc.returncode == 0, out + live.err.decode(errors="replace")
-    # The tool-call line reached the owner while the run was still in its box.
-    assert live.line_while_running, out
 
     run_id = json.loads(cli("runs", "list", "--json").stdout)[0]["run_id"]
     run = json.loads(cli("runs", "show", run_id, "--json").stdout)
@@ -244,7 +236,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 
 def test_a_rejected_note_is_reworked_by_claude_code_and_lands_once(cli: Cli) -> None:
-    script = titled_then_rework_script("claude", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    script = titled_then_rework_script("claude")
     with anthropic(script) as model:
         set_up_owner(cli, model.url)
         serve_one_reworked_task(cli)

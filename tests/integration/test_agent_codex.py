@@ -10,46 +10,37 @@ knowledge pipeline.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from impyard.devtools.model_server import (
-    NAMESPACE,
     Conversation,
     ModelServer,
     Reply,
-    Script,
     note_script,
     shell_call,
-    write_call,
-    write_note,
 )
 from tests.helpers.agent_runs import (
-    FIXED_MARKER,
-    REWORK_SLUG,
-    TITLED_MARKER,
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
-    follow_live,
     rework_of_rejected,
     run_json,
+    run_showing_steps_live,
     runs_by_imp,
     serve_failing_hanging_chatty,
     serve_one_reworked_task,
 )
 from tests.helpers.agents import (
     SECRET,
-    SECRET_ENV,
     assert_secret_kept_out,
     chatty_script,
     docs_agent_policy,
     secret_probe_command,
     set_up_agent_owner,
+    titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.images import CODEX_IMAGE
 
@@ -70,18 +61,9 @@ def set_up_owner(
 def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
     with ModelServer(note_script("codex"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        proc = subprocess.Popen(
-            impyard_command(cli.home, "run", "yuko", "--prompt", "Write one note."),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**impyard_env(), **SECRET_ENV},
-        )
-        live = follow_live(proc, b"[codex] tool exec_command", timeout=180)
+        watch = b"[codex] tool exec_command"
+        out = run_showing_steps_live(cli, watch, "--prompt", "Write one note.")
         turns = model.turns()
-    out = live.out.decode(errors="replace")
-    assert proc.returncode == 0, out + live.err.decode(errors="replace")
-    # The tool-call line reached the owner while the run was still going.
-    assert live.line_while_running, out
     assert "[codex] tool exec_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[codex] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
 
@@ -172,43 +154,8 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert [e["status"] for e in events if e.get("path") == "/v1/responses"] == [500]
 
 
-def titled_then_rework_script() -> Script:
-    """First run: write a note with a ``title:`` key records may not have, and finish
-    without checking (the run is rejected). A rework run (its prompt says so, and names
-    the violation under this run's namespace): rewrite that note without the title, run
-    impyard-check, and finish once it prints ok."""
-
-    def script(conversation: Conversation) -> Reply:
-        match = NAMESPACE.search(conversation.system())
-        if match is None:
-            return Reply.say("UNEXPECTED: no namespace in the developer instructions.")
-        namespace = match.group(0)
-        relative = f"records/codex/{REWORK_SLUG}--{namespace}_1.md"
-        url = f"https://example.com/{REWORK_SLUG}"
-        if "# Rework of run" not in conversation.user():
-            if conversation.turn == 0:
-                titled = (
-                    f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
-                    f"title: Reworked\nsource_urls:\n- {url}\n---\n\n{TITLED_MARKER}\n"
-                )
-                return write_call(conversation, f"/opt/impyard/knowledge/{relative}", titled)
-            return Reply.say("Wrote one note.")
-        if conversation.turn == 0:
-            if f"- {relative}: frontmatter: " not in conversation.user():
-                return Reply.say("UNEXPECTED: the rework task does not name the note.")
-            body = f"{FIXED_MARKER}\n"
-            return write_note(namespace, "codex", REWORK_SLUG, url, body, conversation)
-        if conversation.turn == 1:
-            return shell_call(conversation, "impyard-check")
-        if "impyard-check: ok" in conversation.last_tool_result():
-            return Reply.say("Fixed every listed violation; impyard-check prints ok.")
-        return Reply.say(f"UNEXPECTED at turn {conversation.turn}")
-
-    return script
-
-
 def test_a_rejected_codex_note_is_reworked_by_codex_and_lands_once(cli: Cli) -> None:
-    with ModelServer(titled_then_rework_script(), protocol=PROTOCOL) as model:
+    with ModelServer(titled_then_rework_script("codex"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
         serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]

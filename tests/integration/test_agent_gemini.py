@@ -9,28 +9,23 @@ credential route of docs/agents.md and the knowledge pipeline.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from impyard.devtools.model_server import ModelServer, Reply, note_script
 from tests.helpers.agent_runs import (
-    FIXED_MARKER,
-    REWORK_SLUG,
-    TITLED_MARKER,
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
-    follow_live,
     rework_of_rejected,
     run_json,
+    run_showing_steps_live,
     runs_by_imp,
     serve_failing_hanging_chatty,
     serve_one_reworked_task,
 )
 from tests.helpers.agents import (
     SECRET,
-    SECRET_ENV,
     assert_secret_kept_out,
     chatty_script,
     docs_agent_policy,
@@ -39,7 +34,6 @@ from tests.helpers.agents import (
     titled_then_rework_script,
 )
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.images import GEMINI_IMAGE
 
@@ -60,18 +54,9 @@ def set_up_owner(
 def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
     with ModelServer(note_script("gemini"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        proc = subprocess.Popen(
-            impyard_command(cli.home, "run", "yuko", "--prompt", "Write one note."),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**impyard_env(), **SECRET_ENV},
-        )
-        live = follow_live(proc, b"[gemini] tool run_shell_command", timeout=180)
+        watch = b"[gemini] tool run_shell_command"
+        out = run_showing_steps_live(cli, watch, "--prompt", "Write one note.")
         turns = model.turns()
-    out = live.out.decode(errors="replace")
-    assert proc.returncode == 0, out + live.err.decode(errors="replace")
-    # The tool-call line reached the owner while the run was still going.
-    assert live.line_while_running, out
     assert "[gemini] tool run_shell_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[gemini] tool write_file: /opt/impyard/knowledge/records/gemini/first-note" in out
     assert "[gemini] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
@@ -159,7 +144,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 
 def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
-    script = titled_then_rework_script("gemini", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    script = titled_then_rework_script("gemini")
     with ModelServer(script, protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
         serve_one_reworked_task(cli)

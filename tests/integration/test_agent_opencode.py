@@ -20,13 +20,12 @@ from impyard.devtools.model_server import (
     note_script,
 )
 from tests.helpers.agent_runs import (
-    follow_live,
-    runs_by_imp,
-    serve_failing_hanging_chatty,
-    start_run,
+    run_json as agent_run_json,
 )
 from tests.helpers.agent_runs import (
-    run_json as agent_run_json,
+    run_showing_steps_live,
+    runs_by_imp,
+    serve_failing_hanging_chatty,
 )
 from tests.helpers.agents import (
     SECRET,
@@ -67,13 +66,10 @@ def journal(cli: Cli, run_id: str) -> list[dict[str, Any]]:
 def test_opencode_lands_a_note_with_its_steps_live_and_asks_only_its_model(cli: Cli) -> None:
     with ModelServer(note_script(topic="opencode")) as model:
         set_up_owner(cli, model.url)
-        proc = start_run(cli, "--prompt", "Write one note about the box you run in.")
-        live = follow_live(proc, b"[opencode] tool bash: ", timeout=240)
+        prompt = "Write one note about the box you run in."
+        watch = b"[opencode] tool bash: "
+        out = run_showing_steps_live(cli, watch, "--prompt", prompt, timeout=240)
         turns = model.completions()
-    out = live.out.decode(errors="replace")
-    assert proc.returncode == 0, out + live.err.decode(errors="replace")
-    # The tool-call line reached the owner while the run was still in its box.
-    assert live.line_while_running, out
 
     # Three model calls (read the namespace, write the note, answer) and no title request:
     # each carried the tools and the key the gateway added, never the box's placeholder.

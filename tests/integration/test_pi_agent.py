@@ -25,9 +25,6 @@ from impyard.devtools.model_server import (
     write_note,
 )
 from tests.helpers.agent_runs import (
-    FIXED_MARKER,
-    REWORK_SLUG,
-    TITLED_MARKER,
     assert_all_quarantined,
     assert_rework_landed_once,
     assert_rework_told,
@@ -37,7 +34,14 @@ from tests.helpers.agent_runs import (
     serve_failing_hanging_chatty,
     serve_one_reworked_task,
 )
-from tests.helpers.agents import SECRET, SECRET_ENV, assert_secret_kept_out, secret_probe_script
+from tests.helpers.agents import (
+    FIXED_MARKER,
+    SECRET,
+    SECRET_ENV,
+    assert_secret_kept_out,
+    secret_probe_script,
+    titled_then_rework_script,
+)
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import PI_IMAGE
@@ -411,44 +415,9 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
     assert checks == [("GET", "impyard.control", "allowed", 200)] * 2, events
 
 
-def titled_then_rework_script() -> Script:
-    """First run: write a note with a ``title:`` key records may not have, and finish
-    without checking (the run is rejected). A rework run (its prompt says so, and names
-    the violation under this run's namespace): rewrite that note without the title, run
-    impyard-check, and finish once it prints ok."""
-
-    def script(conversation: Conversation) -> Reply:
-        match = NAMESPACE.search(conversation.system())
-        if match is None:
-            return Reply.say("UNEXPECTED: no namespace in the system prompt.")
-        namespace = match.group(0)
-        relative = f"records/pi/{REWORK_SLUG}--{namespace}_1.md"
-        url = f"https://example.com/{REWORK_SLUG}"
-        if "# Rework of run" not in conversation.user():
-            if conversation.turn == 0:
-                titled = (
-                    f"---\nid: {namespace}_1\ncreated_at: 2026-12-01T12:00:00Z\n"
-                    f"title: Reworked\nsource_urls:\n- {url}\n---\n\n{TITLED_MARKER}\n"
-                )
-                where = f"/opt/impyard/knowledge/{relative}"
-                return Reply.call("write", path=where, content=titled)
-            return Reply.say("Wrote one note.")
-        if conversation.turn == 0:
-            if f"- {relative}: frontmatter: " not in conversation.user():
-                return Reply.say("UNEXPECTED: the rework task does not name the note.")
-            return write_note(namespace, "pi", REWORK_SLUG, url, f"{FIXED_MARKER}\n")
-        if conversation.turn == 1:
-            return Reply.call("bash", command="impyard-check")
-        if "impyard-check: ok" in conversation.last_tool_result():
-            return Reply.say("Fixed every listed violation; impyard-check prints ok.")
-        return Reply.say(f"UNEXPECTED at turn {conversation.turn}")
-
-    return script
-
-
 @pytest.mark.usefixtures("pi_image")
 def test_a_rejected_pi_note_is_reworked_by_pi_and_lands_once(cli: Cli) -> None:
-    with ModelServer(titled_then_rework_script()) as model:
+    with ModelServer(titled_then_rework_script("pi", read_first=False)) as model:
         set_up_owner(cli, model.url, imps=())
         # The image under test (IMPYARD_TEST_PI_IMAGE): its adapter holds the contract.
         assert cli("imp", "create", "yuko", "--agent", "pi", "--image", PI_IMAGE).code == 0

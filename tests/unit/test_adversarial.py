@@ -20,7 +20,7 @@ from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.checkouts.checkout import Checkout
 from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.integration.lane import LaneResult, integrate
+from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (
@@ -28,11 +28,11 @@ from tests.helpers.repo import (
     OTHER_NS,
     assert_fsck_clean,
     change_of,
+    integrate_change,
     make_imp,
     note,
     note_path,
     note_text,
-    trailers,
 )
 
 LIMITS = KnowledgeLimits()
@@ -91,16 +91,7 @@ CHANGE_CASES: dict[str, tuple[dict[str, bytes | tuple[bytes, bool]], set[str], s
 
 
 def _land(home: Home, change: Change, base: str) -> LaneResult:
-    return integrate(
-        home,
-        "yuko",
-        change,
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=LIMITS,
-        trailers=trailers(base),
-    )
+    return integrate_change(home, change, base, limits=LIMITS)
 
 
 def _assert_refused(home: Home, result: LaneResult, base: str, path: str | None, rule: str) -> None:

@@ -12,12 +12,18 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.integration.lane import LaneResult, candidate_ref, integrate
+from impyard.knowledge.integration.lane import LaneResult, candidate_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs.records import manifest as manifests
 from tests.helpers.cli import Cli
-from tests.helpers.repo import NS, RUN, change_of, make_imp, run_id, trailers, tree_paths
+from tests.helpers.repo import (
+    RUN,
+    change_of,
+    integrate_change,
+    make_imp,
+    run_id,
+    tree_paths,
+)
 from tests.helpers.runs import write_run
 
 OWNER = {"USER": "alice"}
@@ -26,16 +32,7 @@ INDEXES = [f"organization/topic-{n:02}.md" for n in range(25)]
 
 def reorganize(home: Home, repo: pygit2.Repository, run: str, **change: Any) -> Any:
     base = main_commit(repo)
-    return integrate(
-        home,
-        "yuko",
-        change_of(repo, **change),
-        base=base,
-        namespace=NS,
-        mode="reorganize",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base, run=run, mode="reorganize"),
-    )
+    return integrate_change(home, change_of(repo, **change), base, run=run, mode="reorganize")
 
 
 def record_refusal(home: Home, result: LaneResult, *, base: str, **fields: Any) -> None:
@@ -132,16 +129,7 @@ def test_only_a_held_change_is_approved(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     # A change refused for its content (a record deleted in append mode is never allowed).
     base = main_commit(repo)
-    result = integrate(
-        home,
-        "yuko",
-        change_of(repo, deleted=["README.md"]),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base),
-    )
+    result = integrate_change(home, change_of(repo, deleted=["README.md"]), base)
     assert result.checkpoint == "rejected"
     record_refusal(home, result, base=base, mode="append")
     refused = Cli(home=home.root)("candidates", "approve", RUN)

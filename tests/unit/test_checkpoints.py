@@ -12,13 +12,12 @@ import pygit2
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.integration.lane import LaneResult, Trailers, find_landed_commit, integrate
+from impyard.knowledge.integration.lane import LaneResult, find_landed_commit
 from impyard.knowledge.store.gitobj import changed_paths
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import Landed, landed_by, split
 from impyard.repair.preserved import tree_change
 from impyard.runs.checkpoints.landing import LandedCache, landed_files
-from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import CheckpointRecord, Manifest
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
@@ -28,6 +27,7 @@ from tests.helpers.repo import (
     RUN,
     assert_fsck_clean,
     change_of,
+    integrate_change,
     make_imp,
     note,
     note_path,
@@ -35,6 +35,7 @@ from tests.helpers.repo import (
     run_id,
     tree_paths,
 )
+from tests.helpers.runs import write_run
 
 LIMITS = KnowledgeLimits()
 
@@ -51,16 +52,16 @@ def checkpoint(
     ns: str = NS,
     mode: Mode = "append",
 ) -> LaneResult:
-    trailers = Trailers("yuko", run, "task-1", None, base, mode, number, at_exit)
-    return integrate(
+    return integrate_change(
         home,
-        "yuko",
         change,
-        base=base,
-        namespace=ns,
+        base,
+        ns=ns,
+        run=run,
         mode=mode,
         limits=LIMITS,
-        trailers=trailers,
+        checkpoint=number,
+        at_exit=at_exit,
         landed=landed,
         keep_refused=at_exit,
     )
@@ -166,28 +167,19 @@ def test_a_checkpointed_deletion_is_shown_and_stays_refused_on_retry(tmp_path: P
     first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
     landed = landed_by(repo, [first.commit or ""])
     last = checkpoint(home, change_of(repo, {}), base, 2, at_exit=True, landed=landed)
-    home.run_dir(RUN).mkdir(parents=True, exist_ok=True)
-    manifests.write(
+    write_run(
         home,
-        Manifest(
-            run_id=RUN,
-            imp="yuko",
-            task_id="task-1",
-            channel=None,
-            mode="append",
-            base_commit=base,
-            namespace=NS,
-            state="finished",
-            checkpoint="integrated",
-            produced_commit=first.commit,
-            candidate_ref=last.candidate_ref,
-            validation_errors=last.violations,
-            checkpoints=[
-                CheckpointRecord(
-                    number=1, state="integrated", requested_at="t", commit=first.commit
-                )
-            ],
-        ),
+        RUN,
+        task_id="task-1",
+        base_commit=base,
+        state="finished",
+        checkpoint="integrated",
+        produced_commit=first.commit,
+        candidate_ref=last.candidate_ref,
+        validation_errors=last.violations,
+        checkpoints=[
+            CheckpointRecord(number=1, state="integrated", requested_at="t", commit=first.commit)
+        ],
     )
     cli = Cli(home=home.root)
     shown = cli("candidates", "show", RUN, "--json")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +15,9 @@ import pytest
 
 from impyard.gateway import Gateway
 from impyard.gateway.proxy.control import ControlRefused, RunControl, render_text
-from impyard.home import Home
 from impyard.journal import Journal
 from impyard.policy.models import GatewayPolicy
+from tests.helpers.gateway import gateway_home, loopback_listener
 
 RUN_ID = "run-20260711T120000Z-0123456789"
 VIOLATION = {"path": "records/a/b.md", "rule": "frontmatter", "message": "no id"}
@@ -75,13 +74,8 @@ class Served:
 
 
 def serve(tmp_path: Path, control: RunControl | None, per_minute: int = 60) -> Served:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    port = listener.getsockname()[1]
-    home = Home(tmp_path / "home")
-    home.root.mkdir(parents=True, exist_ok=True)
-    journal = Journal(home.journal)
+    listener, port = loopback_listener(16)
+    home, journal = gateway_home(tmp_path)
     policy = GatewayPolicy.model_validate(
         {"port": port, "budget": {"control_requests_per_minute": per_minute}}
     )

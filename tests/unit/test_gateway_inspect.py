@@ -17,9 +17,9 @@ import pytest
 
 from impyard.gateway import Gateway
 from impyard.gateway.wiring.ca import ca_certificate
-from impyard.home import Home
 from impyard.journal import Journal
 from impyard.policy.models import GatewayPolicy
+from tests.helpers.gateway import gateway_home, loopback_listener
 from tests.tls_server import HOST, TlsPageServer
 
 RUN_ID = "run-20260711T120000Z-0123456789"
@@ -36,13 +36,8 @@ class Inspecting:
 
 
 def start(tmp_path: Path, site: TlsPageServer, *, trust_site: bool = True) -> Inspecting:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    port = listener.getsockname()[1]
-    home = Home(tmp_path / "home")
-    home.root.mkdir(parents=True, exist_ok=True)
-    journal = Journal(home.journal)
+    listener, port = loopback_listener(16)
+    home, journal = gateway_home(tmp_path)
     policy = GatewayPolicy.model_validate(
         {
             "port": port,

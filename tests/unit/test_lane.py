@@ -21,6 +21,7 @@ from tests.helpers.repo import (
     NS,
     assert_fsck_clean,
     change_of,
+    integrate_change,
     make_imp,
     namespace,
     note,
@@ -34,29 +35,6 @@ from tests.helpers.repo import (
 LIMITS = KnowledgeLimits()
 
 
-def land(
-    home: Home,
-    change: Change,
-    base: str,
-    *,
-    ns: str = NS,
-    run: str = "run-20260711T120000Z-0123456789",
-    mode: str = "append",
-    limits: KnowledgeLimits = LIMITS,
-) -> LaneResult:
-    assert mode in ("append", "reorganize")
-    return integrate(
-        home,
-        "yuko",
-        change,
-        base=base,
-        namespace=ns,
-        mode=mode,  # type: ignore[arg-type]
-        limits=limits,
-        trailers=trailers(base, run=run, mode=mode),  # type: ignore[arg-type]
-    )
-
-
 def assert_linear(home: Home) -> list[str]:
     shas = git("-C", home.repo("yuko"), "rev-list", "--parents", "main").stdout.splitlines()
     for line in shas:
@@ -68,7 +46,7 @@ def test_one_note_lands_with_trusted_trailers(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     path, data = note()
-    result = land(home, change_of(repo, {path: data}), base)
+    result = integrate_change(home, change_of(repo, {path: data}), base)
     assert result.checkpoint == "integrated" and result.violations == []
     assert result.commit == main_commit(open_repo(home, "yuko"))
     commit = repo[result.commit]
@@ -97,7 +75,7 @@ def test_one_note_lands_with_trusted_trailers(tmp_path: Path) -> None:
 def test_empty_change_makes_no_commit(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
-    assert land(home, Change(), base) == LaneResult("empty")
+    assert integrate_change(home, Change(), base) == LaneResult("empty")
     assert main_commit(open_repo(home, "yuko")) == base
 
 
@@ -106,7 +84,7 @@ def test_rejected_change_keeps_a_candidate_and_main(tmp_path: Path) -> None:
     base = main_commit(repo)
     good = note(NS, 1)
     change = change_of(repo, {good[0]: good[1], "README.md": b"mine\n", ".git/config": b"x"})
-    result = land(home, change, base)
+    result = integrate_change(home, change, base)
     assert result.checkpoint == "rejected"
     assert {(v.path, v.rule) for v in result.violations} == {
         ("README.md", "protected-path"),
@@ -130,11 +108,11 @@ def test_path_collision_is_a_conflict_and_keeps_the_candidate(tmp_path: Path) ->
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     path, data = note(NS, 1)
-    first = land(home, change_of(repo, {path: data}), base, run=run_id(1))
+    first = integrate_change(home, change_of(repo, {path: data}), base, run=run_id(1))
     assert first.checkpoint == "integrated"
     # a second run (same namespace would be a host bug; path is what collides)
     other = change_of(repo, {path: note_text(f"{NS}_1", body="other\n").encode()})
-    second = land(home, other, base, run=run_id(2))
+    second = integrate_change(home, other, base, run=run_id(2))
     assert second.checkpoint == "conflict"
     assert [(v.path, v.rule) for v in second.violations] == [(path, "collision")]
     assert second.candidate_ref == f"refs/candidates/{run_id(2)}"
@@ -149,9 +127,13 @@ def test_duplicate_id_landed_since_base_is_a_conflict(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     text = note_text(f"{NS}_5").encode()
-    first = land(home, change_of(repo, {note_path(NS, 5, topic="a"): text}), base, run=run_id(1))
+    first = integrate_change(
+        home, change_of(repo, {note_path(NS, 5, topic="a"): text}), base, run=run_id(1)
+    )
     assert first.checkpoint == "integrated"
-    second = land(home, change_of(repo, {note_path(NS, 5, topic="b"): text}), base, run=run_id(2))
+    second = integrate_change(
+        home, change_of(repo, {note_path(NS, 5, topic="b"): text}), base, run=run_id(2)
+    )
     assert second.checkpoint == "conflict"
     assert [(v.path, v.rule) for v in second.violations] == [
         (note_path(NS, 5, topic="b"), "duplicate-id")
@@ -163,7 +145,7 @@ def test_different_bases_replay_onto_the_latest_main(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     results = [
-        land(
+        integrate_change(
             home,
             change_of(repo, dict([note(namespace(i), 1)])),
             base,
@@ -173,7 +155,7 @@ def test_different_bases_replay_onto_the_latest_main(tmp_path: Path) -> None:
         for i in range(1, 4)
     ]
     assert [r.checkpoint for r in results] == ["integrated"] * 3
-    later = land(
+    later = integrate_change(
         home,
         change_of(repo, dict([note(namespace(9), 1)])),
         results[0].commit or "",
@@ -191,10 +173,10 @@ def test_reintegrating_a_landed_run_never_lands_twice(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     change = change_of(repo, dict([note()]))
-    first = land(home, change, base)
+    first = integrate_change(home, change, base)
     assert find_landed_commit(repo, "run-20260711T120000Z-0123456789", base) == first.commit
     assert find_landed_commit(repo, run_id(77), base) is None
-    again = land(home, change, base)
+    again = integrate_change(home, change, base)
     assert again == LaneResult("integrated", commit=first.commit)
     assert len(assert_linear(home)) == 2
 
@@ -202,7 +184,7 @@ def test_reintegrating_a_landed_run_never_lands_twice(tmp_path: Path) -> None:
 def test_reorganize_replays_organization_changes(tmp_path: Path) -> None:
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
-    append = land(
+    append = integrate_change(
         home, change_of(repo, dict([note(namespace(1), 1)])), base, ns=namespace(1), run=run_id(1)
     )
     reorg = change_of(
@@ -210,7 +192,7 @@ def test_reorganize_replays_organization_changes(tmp_path: Path) -> None:
         {"organization/index.md": b"- vendors\n", **dict([note(namespace(2), 1)])},
         deleted={"organization/README.md"},
     )
-    result = land(home, reorg, base, ns=namespace(2), run=run_id(2), mode="reorganize")
+    result = integrate_change(home, reorg, base, ns=namespace(2), run=run_id(2), mode="reorganize")
     assert result.checkpoint == "integrated", result.violations
     paths = tree_paths(open_repo(home, "yuko"))
     assert "organization/index.md" in paths and "organization/README.md" not in paths
@@ -224,12 +206,12 @@ def test_conflicting_organization_change_since_base_is_a_conflict(tmp_path: Path
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     one = change_of(repo, {"organization/a.md": b"a\n"})
-    assert land(home, one, base, ns=namespace(1), run=run_id(1), mode="reorganize").checkpoint == (
-        "integrated"
-    )
+    assert integrate_change(
+        home, one, base, ns=namespace(1), run=run_id(1), mode="reorganize"
+    ).checkpoint == ("integrated")
     landed = main_commit(open_repo(home, "yuko"))
     two = change_of(repo, {"organization/b.md": b"b\n"})
-    result = land(home, two, base, ns=namespace(2), run=run_id(2), mode="reorganize")
+    result = integrate_change(home, two, base, ns=namespace(2), run=run_id(2), mode="reorganize")
     assert result.checkpoint == "conflict"
     assert ("organization/a.md", "collision") in {(v.path, v.rule) for v in result.violations}
     assert main_commit(open_repo(home, "yuko")) == landed
@@ -242,13 +224,13 @@ def test_repo_size_is_rechecked_against_the_new_head(tmp_path: Path) -> None:
     b = note(namespace(2), 1)
     limits = KnowledgeLimits(max_repo_bytes=tree_bytes(repo, base) + len(a[1]) + len(b[1]) - 1)
     assert (
-        land(
+        integrate_change(
             home, change_of(repo, {a[0]: a[1]}), base, ns=namespace(1), run=run_id(1), limits=limits
         ).checkpoint
         == "integrated"
     )
     landed = main_commit(open_repo(home, "yuko"))
-    result = land(
+    result = integrate_change(
         home, change_of(repo, {b[0]: b[1]}), base, ns=namespace(2), run=run_id(2), limits=limits
     )
     assert result.checkpoint == "rejected"
@@ -294,7 +276,7 @@ def test_threads_integrating_at_once_all_land(tmp_path: Path) -> None:
     lock = threading.Lock()
 
     def work(i: int) -> None:
-        r = land(home, changes[i], base, ns=namespace(i), run=run_id(i))
+        r = integrate_change(home, changes[i], base, ns=namespace(i), run=run_id(i))
         with lock:
             results.append(r)
 
@@ -320,7 +302,9 @@ def _process_worker(
     repo = open_repo(home, "yuko")
     change = change_of(repo, dict([note(namespace(100 + index), 1)]))
     start.wait()
-    result = land(home, change, base, ns=namespace(100 + index), run=run_id(100 + index))
+    result = integrate_change(
+        home, change, base, ns=namespace(100 + index), run=run_id(100 + index)
+    )
     out.put(result.checkpoint)
 
 

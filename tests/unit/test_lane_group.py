@@ -19,7 +19,7 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration import lane as lane_module
-from impyard.knowledge.integration.lane import LaneResult, find_landed_commit, integrate
+from impyard.knowledge.integration.lane import LaneResult, find_landed_commit
 from impyard.knowledge.integration.lanequeue import waiting
 from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.repo import main_commit
@@ -29,13 +29,13 @@ from tests.helpers.git import git
 from tests.helpers.repo import (
     assert_fsck_clean,
     change_of,
+    integrate_change,
     make_imp,
     namespace,
     note,
     note_path,
     note_text,
     run_id,
-    trailers,
     tree_paths,
 )
 
@@ -56,15 +56,14 @@ class Job:
     mode: Mode = "append"
 
     def integrate(self, home: Home) -> LaneResult:
-        return integrate(
+        return integrate_change(
             home,
-            "yuko",
             self.change,
-            base=self.base,
-            namespace=self.ns,
+            self.base,
+            ns=self.ns,
+            run=self.run,
             mode=self.mode,
             limits=self.limits,
-            trailers=trailers(self.base, run=self.run, mode=self.mode),
         )
 
 

@@ -9,20 +9,20 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from impyard.knowledge.change import Change, KnowledgeLimits
+from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.integration.lane import LaneResult, integrate
+from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (
     assert_fsck_clean,
     change_of,
+    integrate_change,
     make_imp,
     namespace,
     note_path,
     note_text,
     run_id,
-    trailers,
     tree_paths,
 )
 
@@ -63,16 +63,7 @@ def test_concurrent_append_candidates_all_land(waves: list[list[tuple[int, int, 
 
             def work(job: tuple[Change, str, str, str]) -> LaneResult:
                 change, base, ns, run = job
-                return integrate(
-                    home,
-                    "yuko",
-                    change,
-                    base=base,
-                    namespace=ns,
-                    mode="append",
-                    limits=KnowledgeLimits(),
-                    trailers=trailers(base, run=run),
-                )
+                return integrate_change(home, change, base, ns=ns, run=run)
 
             # All of a wave's candidates race for the lane at once.
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:

@@ -21,7 +21,7 @@ from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration import lane as lane_module
 from impyard.knowledge.integration import origin as origin_module
-from impyard.knowledge.integration.lane import LaneResult, integrate
+from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.packs import PACK_THRESHOLD
 from impyard.knowledge.store.repo import main_commit
@@ -29,11 +29,11 @@ from tests.helpers.git import git
 from tests.helpers.repo import (
     NS,
     assert_fsck_clean,
+    integrate_change,
     make_imp,
     namespace,
     note_text,
     run_id,
-    trailers,
 )
 
 LIMITS = KnowledgeLimits()
@@ -62,16 +62,7 @@ def checkpoint(
     repo = open_repo(home, "yuko")
     base = base or main_commit(repo)
     change = snapshot(repo, Checkout(kind="overlay", base=base, root=upper), LIMITS)
-    result = integrate(
-        home,
-        "yuko",
-        change,
-        base=base,
-        namespace=ns,
-        mode="append",
-        limits=LIMITS,
-        trailers=trailers(base, run=run_id(run)),
-    )
+    result = integrate_change(home, change, base, ns=ns, run=run_id(run), limits=LIMITS)
     return change, result
 
 

@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation import clashes
 from impyard.knowledge.validation.clashes import carry_name_forms
 from impyard.knowledge.validation.pathnames import normalize_segment
 from impyard.knowledge.validation.validate import validate
-from tests.helpers.repo import change_of, make_imp, namespace, run_id, trailers
+from tests.helpers.repo import change_of, integrate_change, make_imp, namespace, run_id
 
 NAMES = ["a.md", "A.md", "b.md", "B.MD", "\u00e9.md", "e\u0301.md", "c", "C", "d", "d."]
 
@@ -91,15 +90,13 @@ def test_validation_against_a_main_the_lane_made_sees_names_it_landed(tmp_path: 
         )
         == []
     )
-    landed = integrate(
+    landed = integrate_change(
         home,
-        "yuko",
         change_of(repo, {"organization/Index.md": b"a\n"}),
-        base=base,
-        namespace=namespace(1),
+        base,
+        ns=namespace(1),
+        run=run_id(1),
         mode="reorganize",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base, run=run_id(1), mode="reorganize"),
     )
     assert landed.checkpoint == "integrated"
     head = main_commit(open_repo(home, "yuko"))

@@ -10,18 +10,17 @@ import pytest
 from impyard.home import Home
 from impyard.knowledge.change import RULES, Change, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.trees import build_tree
 from impyard.knowledge.validation.validate import is_storable_path, path_violations, validate
 from tests.helpers.repo import (
     NS,
     change_of,
+    integrate_change,
     make_imp,
     note,
     note_path,
     note_text,
-    trailers,
 )
 
 LIMITS = KnowledgeLimits()
@@ -212,16 +211,7 @@ def test_the_lane_rechecks_name_clashes_against_the_latest_main(
     # Landed after this run's base, by history the run never saw.
     head = commit_on_main(repo, {"records/Vendors/old.md": b"old\n"})
     path, data = note(NS, 1)
-    result = integrate(
-        home,
-        "yuko",
-        change_of(repo, {path: data}),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=LIMITS,
-        trailers=trailers(base),
-    )
+    result = integrate_change(home, change_of(repo, {path: data}), base, limits=LIMITS)
     assert result.checkpoint == "conflict"
     assert [(v.path, v.rule) for v in result.violations] == [("records/vendors", "name-clash")]
     assert "Vendors" in result.violations[0].message

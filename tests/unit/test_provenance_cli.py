@@ -11,13 +11,19 @@ import pytest
 
 from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
-from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.imps import create_imp
-from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs.checkpoints.landing import run_receipts
 from tests.helpers.cli import Cli
-from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, trailers
+from tests.helpers.repo import (
+    NS,
+    RUN,
+    change_of,
+    integrate_change,
+    make_imp,
+    note_path,
+    note_text,
+)
 
 URL = "https://example.com/report"
 BODY = b"<html>report</html>"
@@ -44,16 +50,8 @@ def landed(tmp_path: Path) -> tuple[Cli, Receipt, str]:
     path = note_path()
     text = note_text(f"{NS}_1", urls=[URL, "https://example.com/more"], receipts=[receipt.id])
     base = main_commit(repo)
-    result = integrate(
-        home,
-        "yuko",
-        change_of(repo, {path: text.encode()}),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base),
-        receipts=run_receipts(home, RUN),
+    result = integrate_change(
+        home, change_of(repo, {path: text.encode()}), base, receipts=run_receipts(home, RUN)
     )
     assert result.checkpoint == "integrated", result.violations
     _land_another(home, repo)  # the note's commit is no longer main's head
@@ -63,15 +61,11 @@ def landed(tmp_path: Path) -> tuple[Cli, Receipt, str]:
 def _land_another(home: Home, repo: pygit2.Repository) -> None:
     base = main_commit(repo)
     other = note_path(number=2, slug="later")
-    result = integrate(
+    result = integrate_change(
         home,
-        "yuko",
         change_of(repo, {other: note_text(f"{NS}_2").encode()}),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base, run="run-20260711T130000Z-0123456789"),
+        base,
+        run="run-20260711T130000Z-0123456789",
     )
     assert result.checkpoint == "integrated", result.violations
 
@@ -186,16 +180,8 @@ def test_a_partial_citation_is_shown_as_partial(tmp_path: Path) -> None:
     ReceiptLog(home.run_receipts(RUN)).write(receipt)
     text = note_text(f"{NS}_1", urls=[URL], receipts=[receipt.id], partial=[receipt.id])
     base = main_commit(repo)
-    result = integrate(
-        home,
-        "yuko",
-        change_of(repo, {note_path(): text.encode()}),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base),
-        receipts=run_receipts(home, RUN),
+    result = integrate_change(
+        home, change_of(repo, {note_path(): text.encode()}), base, receipts=run_receipts(home, RUN)
     )
     assert result.checkpoint == "integrated", result.violations
     home.run_receipts(RUN).unlink()  # the run is gone: the commit alone says it

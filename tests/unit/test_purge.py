@@ -16,8 +16,7 @@ import pytest
 from impyard.backup.sync import backup_imp
 from impyard.home import Home
 from impyard.journal import Journal
-from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.integration.lane import candidate_ref, integrate
+from impyard.knowledge.integration.lane import candidate_ref
 from impyard.knowledge.integration.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.purge.purge import purge
@@ -28,12 +27,12 @@ from tests.helpers.backup import set_remotes
 from tests.helpers.cli import Cli
 from tests.helpers.repo import (
     change_of,
+    integrate_change,
     make_imp,
     namespace,
     note_path,
     note_text,
     run_id,
-    trailers,
     tree_paths,
 )
 from tests.helpers.runs import write_run
@@ -46,15 +45,12 @@ def land(home: Home, repo: pygit2.Repository, n: int, body: str, **note: object)
     base = main_commit(repo)
     ns = namespace(n)
     text = note_text(f"{ns}_1", body=body, **note)  # type: ignore[arg-type]
-    result = integrate(
+    result = integrate_change(
         home,
-        "yuko",
         change_of(repo, {note_path(ns, 1, slug=f"n{n}"): text.encode()}),
-        base=base,
-        namespace=ns,
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base, run=run_id(n)),
+        base,
+        ns=ns,
+        run=run_id(n),
     )
     assert result.checkpoint == "integrated", result
     return note_path(ns, 1, slug=f"n{n}")
@@ -73,15 +69,12 @@ def leaked(tmp_path: Path) -> tuple[Home, pygit2.Repository, Path]:
         land(home, repo, n, f"The key is {SECRET}.\n")
     land(home, repo, 4, "Acme ships SSO.\n")
     base = main_commit(repo)
-    refused = integrate(
+    refused = integrate_change(
         home,
-        "yuko",
         change_of(repo, {"README.md": f"mine {SECRET}\n".encode()}),
-        base=base,
-        namespace=namespace(5),
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base, run=run_id(5)),
+        base,
+        ns=namespace(5),
+        run=run_id(5),
     )
     assert refused.candidate_ref == candidate_ref(run_id(5))
     a_run(home, 5, checkpoint="rejected", candidate_ref=refused.candidate_ref)

@@ -10,26 +10,25 @@ from pathlib import Path
 import pygit2
 
 from impyard.home import Home
-from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.integration import readers
-from impyard.knowledge.integration.lane import LaneResult, integrate
+from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.integration.readers import validation_reader
 from impyard.knowledge.store.repo import main_commit
-from tests.helpers.repo import change_of, make_imp, namespace, note, run_id, trailers
+from tests.helpers.repo import (
+    change_of,
+    integrate_change,
+    make_imp,
+    namespace,
+    note,
+    run_id,
+)
 
 
 def land_note(home: Home, repo: pygit2.Repository, base: str, n: int, ns: str) -> LaneResult:
     """Integrate run ``n``, appending note ``n`` of namespace ``ns`` (as namespace 1)."""
     path, data = note(ns, number=n)
-    return integrate(
-        home,
-        "yuko",
-        change_of(repo, {path: data}),
-        base=base,
-        namespace=namespace(1),
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base, run=run_id(n)),
+    return integrate_change(
+        home, change_of(repo, {path: data}), base, ns=namespace(1), run=run_id(n)
     )
 
 

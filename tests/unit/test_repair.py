@@ -34,6 +34,7 @@ from tests.helpers.repo import (
     NS,
     RUN,
     change_of,
+    integrate_change,
     make_imp,
     note_path,
     note_text,
@@ -62,21 +63,9 @@ def deploy(cli: Cli) -> None:
 
 
 def write_manifest(home: Home, base: str, **fields: Any) -> Manifest:
-    m = Manifest(
-        run_id=RUN,
-        imp="yuko",
-        task_id="task-1",
-        channel=None,
-        mode="append",
-        base_commit=base,
-        namespace=NS,
-        state="finished",
-        limits=TIGHT,
-        **fields,
-    )
-    home.run_dir(RUN).mkdir(parents=True, exist_ok=True)
-    manifests.write(home, m)
-    return m
+    """Run RUN's record of task-1, finished on ``base`` under the tight limits."""
+    fields = {"task_id": "task-1", "state": "finished", "limits": TIGHT} | fields
+    return write_run(home, RUN, base_commit=base, **fields)
 
 
 def refs(repo: pygit2.Repository) -> dict[str, str]:
@@ -106,16 +95,7 @@ def rejected_candidate(
 ) -> tuple[str, Manifest]:
     """A run whose exit the lane refused: refs/candidates/<run> and a finished manifest."""
     base = main_commit(repo)
-    result = integrate(
-        home,
-        "yuko",
-        change_of(repo, files),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=limits,
-        trailers=Trailers("yuko", RUN, "task-1", None, base, "append"),
-    )
+    result = integrate_change(home, change_of(repo, files), base, limits=limits)
     assert result.checkpoint == "rejected" and result.candidate_ref == candidate_ref(RUN)
     m = write_manifest(
         home,
@@ -373,15 +353,8 @@ def test_show_and_diff_say_what_landing_would_do_now_and_escape_control_characte
     same = note_text(f"{NS}_2").encode()
     hostile = b"line one\n\x1b]0;pwned\x07 line two\n"
     base = main_commit(repo)
-    result = integrate(
-        home,
-        "yuko",
-        change_of(repo, {index: hostile, note_path(number=2): same}),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=Trailers("yuko", RUN, "task-1", None, base, "append"),
+    result = integrate_change(
+        home, change_of(repo, {index: hostile, note_path(number=2): same}), base
     )
     assert result.checkpoint == "rejected"
     write_manifest(home, base, checkpoint="rejected", candidate_ref=result.candidate_ref)
@@ -417,30 +390,26 @@ def checkpointed_then_refused(tmp_path: Path) -> tuple[Home, pygit2.Repository, 
     deploy(cli)
     base = main_commit(repo)
     one, two = note_path(number=1), note_path(number=2)
-    first = integrate(
+    first = integrate_change(
         home,
-        "yuko",
         change_of(repo, {one: note_text(f"{NS}_1").encode()}),
-        base=base,
-        namespace=NS,
-        mode="append",
+        base,
         limits=TIGHT,
-        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", 1, False),
+        checkpoint=1,
+        at_exit=False,
         keep_refused=False,
     )
     assert first.checkpoint == "integrated" and first.commit
     rewritten = note_text(f"{NS}_1", body="Rewritten.\n").encode()
     long_two = note_text(f"{NS}_2", body=LONG_BODY).encode()
     exit_change = change_of(repo, {one: rewritten, two: long_two})
-    refused = integrate(
+    refused = integrate_change(
         home,
-        "yuko",
         exit_change,
-        base=base,
-        namespace=NS,
-        mode="append",
+        base,
         limits=TIGHT,
-        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", 2, True),
+        checkpoint=2,
+        at_exit=True,
         landed=landed_by(repo, [first.commit]),
     )
     assert refused.checkpoint == "rejected"

@@ -25,7 +25,7 @@ from impyard.knowledge.checkouts.seed import (
     seed_checkout,
 )
 from impyard.knowledge.checkouts.snapshot import snapshot
-from impyard.knowledge.integration.lane import candidate_ref, integrate
+from impyard.knowledge.integration.lane import candidate_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.violations import digest
 from impyard.queue import tasks
@@ -36,7 +36,15 @@ from impyard.runs.records.model import ReworkOrigin
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER, commit, make_repo
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org
-from tests.helpers.repo import NS, RUN, change_of, make_imp, note_path, note_text, trailers
+from tests.helpers.repo import (
+    NS,
+    RUN,
+    change_of,
+    integrate_change,
+    make_imp,
+    note_path,
+    note_text,
+)
 from tests.unit.test_repair import write_manifest
 
 OLD, NEW = "n_0123456789ab", "n_ba9876543210"
@@ -168,16 +176,7 @@ def test_huge_unknown_frontmatter_keys_are_cut_wherever_the_refusal_is_kept(
         for n in range(1, 11)
     }
     base = main_commit(repo)
-    result = integrate(
-        home,
-        "yuko",
-        change_of(repo, files),
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=KnowledgeLimits(),
-        trailers=trailers(base),
-    )
+    result = integrate_change(home, change_of(repo, files), base)
     assert result.checkpoint == "rejected"
     found = digest(result.violations)  # what the manifest and the journal's event keep
     write_manifest(

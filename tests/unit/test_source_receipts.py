@@ -16,7 +16,7 @@ from impyard.errors import KnowledgeError
 from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import RULES, KnowledgeLimits
-from impyard.knowledge.integration.lane import LaneResult, Trailers, integrate
+from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.citations import Citation, Receipts, parse_trailers, trailer_lines
 from impyard.knowledge.validation.validate import validate
@@ -29,6 +29,7 @@ from tests.helpers.repo import (
     RUN,
     assert_fsck_clean,
     change_of,
+    integrate_change,
     make_imp,
     note_path,
     note_text,
@@ -105,15 +106,13 @@ def land(
     landed: dict[str, Any] | None = None,
 ) -> LaneResult:
     base = base or main_commit(repo)
-    return integrate(
+    return integrate_change(
         home,
-        "yuko",
         change_of(repo, files),
-        base=base,
-        namespace=NS,
-        mode="append",
+        base,
         limits=LIMITS,
-        trailers=Trailers("yuko", RUN, "task-1", None, base, "append", number, at_exit),
+        checkpoint=number,
+        at_exit=at_exit,
         landed=landed,
         keep_refused=at_exit,
         receipts=run_receipts(home, RUN),

@@ -31,7 +31,7 @@ from tests.helpers.hostile_trees import (
     raw_commit,
     raw_tree,
 )
-from tests.helpers.repo import RUN, assert_fsck_clean
+from tests.helpers.repo import RUN, assert_fsck_clean, integrate_change
 
 CASES = sorted(HOSTILE)
 
@@ -294,10 +294,9 @@ def test_what_the_lane_keeps_off_main_passes_the_gate(cli: Cli, tmp_path: Path) 
     of its backup take it as the lane kept it."""
     from impyard import backup
     from impyard.knowledge.change import KnowledgeLimits
-    from impyard.knowledge.integration.lane import integrate
     from tests.helpers.backup import set_remotes
     from tests.helpers.policy import edit_org
-    from tests.helpers.repo import NS, change_of, note_path, note_text, trailers
+    from tests.helpers.repo import NS, change_of, note_path, note_text
 
     assert cli("init").code == 0
     assert cli("imp", "create", "yuko").code == 0
@@ -309,16 +308,7 @@ def test_what_the_lane_keeps_off_main_passes_the_gate(cli: Cli, tmp_path: Path) 
         repo, {note_path(NS, 1): (note_text(f"{NS}_1").encode(), True), note_path(NS, 2): big}
     )
     limits = KnowledgeLimits(max_file_chars=1_000)
-    result = integrate(
-        home,
-        "yuko",
-        change,
-        base=base,
-        namespace=NS,
-        mode="append",
-        limits=limits,
-        trailers=trailers(base),
-    )
+    result = integrate_change(home, change, base, limits=limits)
     assert result.candidate_ref is not None
     assert {v.rule for v in result.violations} >= {"executable", "file-too-large"}
     assert cli("knowledge", "check", "yuko").code == 0
