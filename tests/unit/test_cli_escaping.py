@@ -156,7 +156,7 @@ def test_the_cli_prints_only_through_its_escaping_helpers() -> None:
     that writes itself (a stream of box output, journal lines) escapes with textsafe."""
     cli = Path(__file__).resolve().parents[2] / "impyard" / "cli"
     stray = []
-    for path in sorted(cli.glob("*.py")):
+    for path in sorted(cli.rglob("*.py")):
         tree = ast.parse(path.read_text())
         if _writes_itself(tree) and not _escapes(tree) and path.name not in NO_OUTSIDE_TEXT:
             stray.append(path.name)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
+from impyard.cli.serving.serve_lines import LineWriter, event_line, start_line, stop_line
 from impyard.errors import EngineError, UsageError
 from impyard.home import Home
 from impyard.journal import Journal
