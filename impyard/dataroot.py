@@ -12,7 +12,7 @@ from impyard.gateway.ca import ensure_ca
 from impyard.home import Home
 from impyard.policy.compile import deploy
 from impyard.queue.db import connect
-from impyard.web.token import ensure_token
+from impyard.web.access.token import ensure_token
 
 
 def init_home(home: Home, runtime: str | None = None) -> bool:

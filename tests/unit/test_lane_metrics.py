@@ -18,7 +18,7 @@ from impyard.journal import Journal
 from impyard.knowledge.integration import lane as lane_module
 from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.integration.lanequeue import waiting
-from impyard.web.tallies import MAX_SERIES, OTHER, LaneTally
+from impyard.web.pages.tallies import MAX_SERIES, OTHER, LaneTally
 from tests.helpers.repo import change_of, make_imp, note_text, run_id, trailers
 from tests.helpers.web import console_for
 from tests.unit.test_lane_group import Job, Outcome, one_note_jobs, results, wait_for

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
             console = None
             if web is not None:
                 # Checked and bound before any task starts: a bad address fails serve at once.
-                from impyard.web.background import start_console
+                from impyard.web.serving.background import start_console
 
                 console = start_console(
                     home,

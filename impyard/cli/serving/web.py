@@ -36,9 +36,9 @@ def register(app: typer.Typer) -> None:
         """Serve the console: overview, runs, review, knowledge, and /metrics."""
         import dataclasses
 
-        from impyard.web.address import ConsoleRecord, running_console_url
-        from impyard.web.listen import DEFAULT_LISTEN, checked_listen, login_url
-        from impyard.web.token import ensure_token
+        from impyard.web.access.listen import DEFAULT_LISTEN, checked_listen, login_url
+        from impyard.web.access.token import ensure_token
+        from impyard.web.serving.address import ConsoleRecord, running_console_url
 
         home = initialized_home(ctx)
         where = checked_listen(
@@ -55,8 +55,8 @@ def register(app: typer.Typer) -> None:
             running = running_console_url(home) if listen is None else None
             echo(login_url(running or where, token))
             return
-        from impyard.web.console import Console
-        from impyard.web.server import bind, bound_port, serve_forever
+        from impyard.web.access.console import Console
+        from impyard.web.serving.server import bind, bound_port, serve_forever
 
         sock = bind(where)
         where = dataclasses.replace(where, port=bound_port(sock))

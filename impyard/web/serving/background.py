@@ -9,11 +9,11 @@ from pathlib import Path
 
 from impyard.home import Home
 from impyard.settings import Settings
-from impyard.web.address import ConsoleRecord
-from impyard.web.console import Console
-from impyard.web.listen import checked_listen
-from impyard.web.server import Background, bind, bound_port
-from impyard.web.token import ensure_token
+from impyard.web.access.console import Console
+from impyard.web.access.listen import checked_listen
+from impyard.web.access.token import ensure_token
+from impyard.web.serving.address import ConsoleRecord
+from impyard.web.serving.server import Background, bind, bound_port
 
 
 class RecordedConsole:

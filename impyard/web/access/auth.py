@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from impyard.web.console import Console
-from impyard.web.sessions import COOKIE, CSRF_FIELD, CSRF_HEADER, Session
-from impyard.web.token import token_matches
+from impyard.web.access.console import Console
+from impyard.web.access.sessions import COOKIE, CSRF_FIELD, CSRF_HEADER, Session
+from impyard.web.access.token import token_matches
 
 #: The largest form body the console reads (its forms hold a token and a few words).
 MAX_FORM_BYTES = 16 * 1024

@@ -21,7 +21,7 @@ from impyard.status.images import named_images
 from impyard.status.model import EngineStatus, ImageStatus, QueueSection, Status
 from impyard.status.units import age_seconds
 from impyard.status.work import queue_and_leases
-from impyard.web.runindex import IndexView, RunFacts, RunIndex
+from impyard.web.pages.runindex import IndexView, RunFacts, RunIndex
 
 #: Seconds the engine's answer is reused (a stuck engine costs status seconds per ask).
 ENGINE_TTL_SECONDS = 10.0

@@ -11,8 +11,9 @@ from starlette.routing import Route
 
 from impyard.errors import ImpyardError, NotFoundError, UsageError
 from impyard.names import check_imp_name
-from impyard.web import auth, knowledgepage
-from impyard.web.console import Console
+from impyard.web.access import auth
+from impyard.web.access.console import Console
+from impyard.web.pages import knowledgepage
 
 
 def routes(console: Console) -> list[Route]:

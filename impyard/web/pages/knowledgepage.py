@@ -21,7 +21,7 @@ from impyard.runs.landing import run_receipts
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.model import ImpKnowledge
 from impyard.textsafe import escape_text
-from impyard.web import commitview
+from impyard.web.pages import commitview
 
 #: First-parent commits of main a page lists.
 HISTORY = 30

@@ -16,10 +16,10 @@ from impyard.names import RUN_ID
 from impyard.runs import follow
 from impyard.runs import manifest as manifests
 from impyard.textsafe import StreamEscaper
-from impyard.web import overview as overviews
-from impyard.web import sse
-from impyard.web.console import Console
-from impyard.web.runpage import run_page
+from impyard.web.access.console import Console
+from impyard.web.pages import overview as overviews
+from impyard.web.pages.runpage import run_page
+from impyard.web.routes import sse
 
 #: Seconds between the overview stream's looks at the runs and the queue.
 OVERVIEW_POLL_SECONDS = 1.0

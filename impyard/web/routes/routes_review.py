@@ -12,8 +12,9 @@ from starlette.routing import Route
 from impyard.errors import ImpyardError, NotFoundError
 from impyard.names import RUN_ID
 from impyard.repair.preserved import Kind
-from impyard.web import auth, review
-from impyard.web.console import Console
+from impyard.web.access import auth
+from impyard.web.access.console import Console
+from impyard.web.pages import review
 
 #: Longest rework note the console takes (the CLI's ``--note`` has no such bound).
 MAX_NOTE_CHARS = 4000

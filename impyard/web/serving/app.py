@@ -15,10 +15,11 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from impyard.web import auth, routes_knowledge, routes_review, routes_runs
-from impyard.web.console import Console
-from impyard.web.headers import SecurityHeaders
-from impyard.web.metrics import metrics_route
+from impyard.web.access import auth
+from impyard.web.access.console import Console
+from impyard.web.routes import routes_knowledge, routes_review, routes_runs
+from impyard.web.routes.metrics import metrics_route
+from impyard.web.serving.headers import SecurityHeaders
 
 
 def static_dir() -> Path:

@@ -44,9 +44,9 @@ from impyard.status.cluster import cluster_section
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.units import age_seconds
 from impyard.status.work import queue_and_leases
-from impyard.web.console import Console
-from impyard.web.runindex import RunFacts
-from impyard.web.tallies import OTHER, GatewayTally, Histograms, JournalTallies, LaneTally
+from impyard.web.access.console import Console
+from impyard.web.pages.runindex import RunFacts
+from impyard.web.pages.tallies import OTHER, GatewayTally, Histograms, JournalTallies, LaneTally
 
 OUTCOMES = ("integrated", "empty", "rejected", "conflict", "quarantined")
 PHASES = ("prepare", "claim", "start", "gateway", "box", "checkpoint", "quarantine")

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 
 from impyard.home import Home
 from impyard.settings import Settings
-from impyard.web.listen import Listen
-from impyard.web.overview import EngineCache
-from impyard.web.render import Pages
-from impyard.web.runindex import RunIndex
-from impyard.web.sessions import Sessions
-from impyard.web.token import ensure_token
+from impyard.web.access.listen import Listen
+from impyard.web.access.sessions import Sessions
+from impyard.web.access.token import ensure_token
+from impyard.web.pages.overview import EngineCache
+from impyard.web.pages.render import Pages
+from impyard.web.pages.runindex import RunIndex
 
 
 @dataclass

@@ -23,7 +23,7 @@ from impyard.runs import manifest as manifests
 from impyard.runs.landing import run_receipts
 from impyard.runs.model import Manifest
 from impyard.textsafe import StreamEscaper
-from impyard.web import commitview
+from impyard.web.pages import commitview
 
 #: Box output a page shows before saying the rest is in ``runs logs``.
 PAGE_LOG_BYTES = 512 * 1024

@@ -1,4 +1,4 @@
-"""Pages rendered from the package's templates with autoescaping on for every template:
+"""Pages rendered from ``impyard.web``'s templates with autoescaping on for every template:
 whatever a box wrote (note bodies, paths, commit messages, box output, URLs, journal
 fields) reaches the page as text. No template marks box data ``|safe``."""
 

@@ -15,9 +15,9 @@ import time
 import uvicorn
 
 from impyard.errors import UsageError
-from impyard.web.app import build_app
-from impyard.web.console import Console
-from impyard.web.listen import Listen
+from impyard.web.access.console import Console
+from impyard.web.access.listen import Listen
+from impyard.web.serving.app import build_app
 
 
 def bind(listen: Listen) -> socket.socket:

@@ -21,7 +21,7 @@ from typing import Any
 
 from impyard.fsutil import lock_held
 from impyard.home import Home
-from impyard.web.listen import Listen
+from impyard.web.access.listen import Listen
 
 #: Bytes of the record read back: a URL and a pid.
 MAX_RECORD_BYTES = 4096
