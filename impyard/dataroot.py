@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import importlib.resources
 
-from impyard.errors import UsageError
-from impyard.fsutil import atomic_write_bytes
+from impyard.common.errors import UsageError
+from impyard.common.fsutil import atomic_write_bytes
 from impyard.gateway.ca import ensure_ca
 from impyard.home import Home
 from impyard.policy.compile import deploy

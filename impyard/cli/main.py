@@ -19,7 +19,7 @@ from impyard.cli.setup import agents, check, imp, init, policy
 from impyard.cli.shared import _common
 from impyard.cli.upkeep import archive, backup, gc, status
 from impyard.cli.usage import usage_error_lines
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home, resolve_home
 
 UNEXPECTED_EXIT = 70

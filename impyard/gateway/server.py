@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from impyard.common.names import check_imp_name
 from impyard.gateway.archive import Archive
 from impyard.gateway.archive_intake import RunArchive
 from impyard.gateway.boxside import proxy_env
@@ -30,8 +31,7 @@ from impyard.gateway.outcome import Record
 from impyard.gateway.receipts import ReceiptLog
 from impyard.gateway.upstream import upstream_context
 from impyard.home import Home
-from impyard.journal import Journal
-from impyard.names import check_imp_name
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 
 log = logging.getLogger(__name__)

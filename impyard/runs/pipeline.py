@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from impyard import names
 from impyard.box.engine import EngineCallError
 from impyard.box.launch import box_pid, kill_box, remove_box, start_box, wait_box
 from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxExit, BoxSpec, StartedBox
 from impyard.box.tmpwatch import TmpWatch
-from impyard.errors import ImpyardError
+from impyard.common import names
+from impyard.common.errors import ImpyardError
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits
 from impyard.policy.models import EffectivePolicy
 from impyard.queue import leases

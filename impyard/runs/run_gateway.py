@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from impyard.gateway.boxside import write_ready
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.runs.active import ActiveRun
 from impyard.runs.control import BoxControl
 

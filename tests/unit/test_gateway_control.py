@@ -17,7 +17,7 @@ import pytest
 from impyard.gateway import Gateway
 from impyard.gateway.control import ControlRefused, RunControl, render_text
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 
 RUN_ID = "run-20260711T120000Z-0123456789"

@@ -18,7 +18,7 @@ import pytest
 from impyard.gateway import Gateway
 from impyard.gateway.ca import ca_certificate
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 from tests.tls_server import HOST, TlsPageServer
 

@@ -72,7 +72,7 @@ def test_metrics_need_a_session_unless_public(home: Cli) -> None:
 
 
 def test_metrics_count_gateway_requests_from_the_journal(home: Cli) -> None:
-    from impyard.journal import Journal
+    from impyard.journal.log import Journal
 
     journal = Journal(Home(home.home).journal)
     for decision, rule in (("allow", None), ("deny", "gateway.budget.requests_per_run")):

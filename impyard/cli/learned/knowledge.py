@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 from impyard.cli.learned.purge import purge_command
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, initialized_home, print_json
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 
 if TYPE_CHECKING:
     from impyard.gateway.receipts import Receipt

@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, initialized_home, print_json, warn
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 from impyard.home import Home
 from impyard.memory.block import DEFAULT_MAX_CHARS, render_block
 from impyard.memory.entry import DEFAULT_KIND, KINDS, MemoryEntry

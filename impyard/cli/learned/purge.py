@@ -10,8 +10,8 @@ import typer
 
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, initialized_home, print_json, warn
-from impyard.errors import UsageError
-from impyard.textsafe import visible
+from impyard.common.errors import UsageError
+from impyard.common.textsafe import visible
 
 if TYPE_CHECKING:
     from impyard.purge.purge import PurgeReport

@@ -261,7 +261,7 @@ def _group(kind: Kind) -> typer.Typer:
 
 def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
     from impyard.cli.shared._table import Column, print_table
-    from impyard.textsafe import visible
+    from impyard.common.textsafe import visible
 
     columns = [
         Column("run"),
@@ -293,7 +293,7 @@ def _print_rows(kind: Kind, rows: list[dict[str, Any]]) -> None:
 
 def _print_details(shown: dict[str, Any]) -> None:
     from impyard.cli.shared._table import print_fields
-    from impyard.textsafe import visible
+    from impyard.common.textsafe import visible
 
     rows: list[tuple[str, str]] = [
         ("run", shown["run_id"]),
@@ -335,7 +335,7 @@ def _print_details(shown: dict[str, Any]) -> None:
 
 
 def _print_diff(shown: dict[str, Any], noun: str) -> None:
-    from impyard.textsafe import visible
+    from impyard.common.textsafe import visible
 
     for f in shown["files"]:
         echo(visible(f"== {f['status']} {f['path']}"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from impyard.cli.shared._common import echo
-from impyard.textsafe import escape_text, visible
+from impyard.common.textsafe import escape_text, visible
 
 
 def print_retry(result: dict[str, Any]) -> None:

@@ -159,7 +159,7 @@ def _show(conn: socket.socket, args: list[str], parsed: dict[str, Any]) -> int |
 
     # Serve escaped every line it sent (as ``echo`` does); escaping is idempotent, and a
     # line is shown only once it is this process's own view of it.
-    from impyard.textsafe import visible
+    from impyard.common.textsafe import visible
 
     signal.signal(signal.SIGTERM, interrupt)
     stdout_broken = False

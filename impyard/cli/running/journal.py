@@ -16,9 +16,9 @@ import typer
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import initialized_home
 from impyard.cli.shared._wrap import terminal_width, wrap_words
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
+from impyard.common.textsafe import visible
 from impyard.home import Home
-from impyard.textsafe import visible
 
 #: How often a follower looks for new lines.
 FOLLOW_INTERVAL = 0.2
@@ -80,8 +80,8 @@ def _journal_imp(home: Home, imp: str) -> str:
     """``imp`` when it is an imp, or one the journal still has events of (a removed imp's
     stay); any other name is a typo, refused before anything is printed or followed."""
     from impyard.imp_lookup import checked_imp_name, unknown_imp
-    from impyard.journal_query import JournalQuery
-    from impyard.journal_tail import JournalTail
+    from impyard.journal.query import JournalQuery
+    from impyard.journal.tail import JournalTail
 
     checked_imp_name(home, imp)
     if home.repo(imp).is_dir():
@@ -127,8 +127,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show journal events (pointers to runs and commits, never note bodies); with -f,
         keep printing them as they are written until Ctrl-C."""
-        from impyard.journal_query import make_query
-        from impyard.journal_tail import JournalTail
+        from impyard.journal.query import make_query
+        from impyard.journal.tail import JournalTail
 
         home = initialized_home(ctx)
         if imp is not None:

@@ -7,10 +7,10 @@ import sys
 import threading
 from typing import Protocol
 
+from impyard.common.textsafe import StreamEscaper, visible
 from impyard.home import Home
 from impyard.runs.follow import box_output
 from impyard.runs.model import Manifest
-from impyard.textsafe import StreamEscaper, visible
 
 
 def outcome_lines(m: Manifest) -> list[str]:

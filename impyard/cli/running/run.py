@@ -12,7 +12,7 @@ import typer
 
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, initialized_home, print_json, state, warn
-from impyard.errors import ImpyardError, UsageError
+from impyard.common.errors import ImpyardError, UsageError
 from impyard.home import Home
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _interrupt_on_sigterm() -> None:
 
 
 def _settings_context(ctx: typer.Context, home: Home) -> RunContext:
-    from impyard.journal import Journal
+    from impyard.journal.log import Journal
     from impyard.runs.context import RunContext
 
     return RunContext(settings=state(ctx).settings, journal=Journal(home.journal))

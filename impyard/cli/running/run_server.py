@@ -38,13 +38,13 @@ from typing import Any
 
 from impyard import __version__
 from impyard.cli.running.handoff import handed_settings, socket_path
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
+from impyard.common.textsafe import StreamEscaper, visible
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.runs.context import RunContext
 from impyard.runs.model import Manifest, RunOutcome, RunRequest
 from impyard.settings import Settings
-from impyard.textsafe import StreamEscaper, visible
 
 log = logging.getLogger(__name__)
 

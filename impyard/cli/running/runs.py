@@ -8,7 +8,7 @@ import typer
 
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, echo_item, initialized_home, print_json
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
 from impyard.runs.model import Manifest
 
 #: Runs ``runs list`` shows without -n or --all.

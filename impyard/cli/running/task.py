@@ -64,9 +64,9 @@ def register(app: typer.Typer) -> None:
         """List tasks, oldest first."""
         from impyard.cli.shared._table import Column, print_table
         from impyard.cli.shared._wrap import preview
+        from impyard.common.textsafe import one_line
         from impyard.queue import tasks
         from impyard.queue.db import connect
-        from impyard.textsafe import one_line
 
         conn = connect(initialized_home(ctx).db)
         try:
@@ -163,10 +163,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the task as JSON."),
     ) -> None:
         """Queue a failed task again (after fixing its cause: a secret, a policy)."""
-        from impyard.journal import Journal
+        from impyard.common.textsafe import one_line
+        from impyard.journal.log import Journal
         from impyard.queue import tasks
         from impyard.queue.db import opened
-        from impyard.textsafe import one_line
 
         home = initialized_home(ctx)
         with opened(home.db) as conn:

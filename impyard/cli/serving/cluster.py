@@ -136,7 +136,7 @@ def _register_drain(cluster_app: typer.Typer, verb: str, drained: bool) -> None:
     ) -> None:
         from impyard.cluster.plane.registry import set_drained
         from impyard.cluster.view import node_rows
-        from impyard.errors import UsageError
+        from impyard.common.errors import UsageError
 
         home = initialized_home(ctx)
         known = {r["name"] for r in node_rows(home)}

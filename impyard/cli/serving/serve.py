@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         from impyard.cli.running.run_server import started_serving
         from impyard.cli.serving.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.cluster.plane.serving import start_cluster
-        from impyard.journal import Journal
+        from impyard.journal.log import Journal
         from impyard.runs.context import RunContext
         from impyard.serve.record import recorded, sole_serve
         from impyard.serve.signals import stop_signals

@@ -13,10 +13,10 @@ from queue import SimpleQueue
 from typing import TextIO
 
 from impyard.cli.shared._wrap import terminal_width, wrap_words
+from impyard.common.textsafe import one_line
 from impyard.serve.events import ServeEvent, ServeStatus
 from impyard.status.model import PolicySection
 from impyard.status.serve_start import ServeStart
-from impyard.textsafe import one_line
 
 #: Characters kept of a reason (a path can be 4,096 bytes long), of a message about serve
 #: itself, and of a name or id (host-made; bounded all the same).

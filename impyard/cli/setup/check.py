@@ -6,8 +6,8 @@ import typer
 
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, print_json, state
-from impyard.contract import DEFAULT_IMAGE
-from impyard.errors import UsageError
+from impyard.common.contract import DEFAULT_IMAGE
+from impyard.common.errors import UsageError
 
 check_app = typer.Typer(
     name="check",

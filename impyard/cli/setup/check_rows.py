@@ -14,7 +14,7 @@ from typing import TextIO
 
 from impyard.box.checkrow import Check
 from impyard.cli.shared._wrap import terminal_width, wrap_words
-from impyard.textsafe import visible
+from impyard.common.textsafe import visible
 
 GAP = 2  # spaces between columns, as every table has
 RESULT_WIDTH = len("result")

@@ -9,7 +9,7 @@ import typer
 
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, initialized_home, print_json
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 
 if TYPE_CHECKING:
     from impyard.knowledge.imps import ImpSettings
@@ -34,9 +34,9 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Create an imp and its knowledge repository (initial branch main)."""
+        from impyard.common.names import check_imp_name
         from impyard.knowledge.imps import ImpSettings, create_imp
         from impyard.lifecycle import require_image, settings_with
-        from impyard.names import check_imp_name
 
         home = initialized_home(ctx)
         check_imp_name(imp)  # a bad name is the first thing to say, before any image

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
+from impyard.common.textsafe import visible
 from impyard.home import Home, ResolvedHome, resolve_home_source
-from impyard.textsafe import visible
 
 if TYPE_CHECKING:
     from impyard.settings import Settings

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from impyard.cli.shared._wrap import cells, styled_output, terminal_width, wrap_words
-from impyard.textsafe import visible
+from impyard.common.textsafe import visible
 
 #: Colours for run and task states and checkpoints, shown on a terminal only.
 STATE_STYLES = {

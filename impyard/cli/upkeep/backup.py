@@ -10,7 +10,7 @@ import typer
 
 from impyard.cli.shared import complete
 from impyard.cli.shared._common import echo, error, initialized_home, print_json, state
-from impyard.errors import ImpyardError, UsageError
+from impyard.common.errors import ImpyardError, UsageError
 
 NO_REMOTES = (
     "no backup remotes configured: add them to [backup] remotes in policy/org.toml and run "

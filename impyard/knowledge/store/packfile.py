@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from impyard.fsutil import fsync_dir
+from impyard.common.fsutil import fsync_dir
 
 _OFS_DELTA = 6
 _PACK_HEADER = struct.Struct(">4sII")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from impyard.box.logs import LogFollower
 from impyard.box.spec import BoxMount, BoxSpec, StartedBox
-from impyard.fsutil import atomic_write_text
+from impyard.common.fsutil import atomic_write_text
 from impyard.gateway.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace

@@ -8,7 +8,7 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470

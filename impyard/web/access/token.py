@@ -12,7 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 
 #: Bytes of randomness in a token (43 URL-safe characters).
 TOKEN_BYTES = 32

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pygit2
 
-from impyard.textcap import cut, cut_lines
+from impyard.common.textcap import cut, cut_lines
 
 #: Characters of a summary line, and of an author's name, a page shows.
 SUMMARY_CHARS = 1_000

@@ -10,7 +10,8 @@ from typing import Any, cast
 
 import pygit2
 
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
+from impyard.common.textsafe import escape_text
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.store.gitobj import lookup_entry
@@ -20,7 +21,6 @@ from impyard.knowledge.validation.records import RECORDS, parse_frontmatter
 from impyard.runs.landing import run_receipts
 from impyard.status.knowledge import imp_knowledge
 from impyard.status.model import ImpKnowledge
-from impyard.textsafe import escape_text
 from impyard.web.pages import commitview
 
 #: First-parent commits of main a page lists.

@@ -11,8 +11,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from impyard.common.textsafe import escape_text, visible
 from impyard.status.units import human_age, human_bytes
-from impyard.textsafe import escape_text, visible
 
 
 def http_url(value: object) -> str | None:

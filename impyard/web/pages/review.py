@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 import pygit2
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
+from impyard.common.names import utc_now
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, open_repo
-from impyard.names import utc_now
 from impyard.repair import records
 from impyard.repair.approve import approve
 from impyard.repair.drop import drop

@@ -13,16 +13,16 @@ from typing import Any, cast
 import pygit2
 
 from impyard.box.livelog import LogReader
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
+from impyard.common.textsafe import StreamEscaper
 from impyard.gateway.receipts import Receipt
 from impyard.home import Home
-from impyard.journal_query import JournalQuery
-from impyard.journal_tail import JournalTail
+from impyard.journal.query import JournalQuery
+from impyard.journal.tail import JournalTail
 from impyard.knowledge.imps import open_repo
 from impyard.runs import manifest as manifests
 from impyard.runs.landing import run_receipts
 from impyard.runs.model import Manifest
-from impyard.textsafe import StreamEscaper
 from impyard.web.pages import commitview
 
 #: Box output a page shows before saying the rest is in ``runs logs``.

@@ -14,8 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from impyard.home import Home
-from impyard.journal_query import JournalQuery
-from impyard.journal_tail import Entry, JournalTail
+from impyard.journal.query import JournalQuery
+from impyard.journal.tail import Entry, JournalTail
 from impyard.knowledge.integration.lanepass import LANE_PASS_EVENT
 
 MAX_SERIES = 200

@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from impyard.errors import ImpyardError, NotFoundError, UsageError
-from impyard.names import check_imp_name
+from impyard.common.errors import ImpyardError, NotFoundError, UsageError
+from impyard.common.names import check_imp_name
 from impyard.web.access import auth
 from impyard.web.access.console import Console
 from impyard.web.pages import knowledgepage

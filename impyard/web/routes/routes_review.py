@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from impyard.errors import ImpyardError, NotFoundError
-from impyard.names import RUN_ID
+from impyard.common.errors import ImpyardError, NotFoundError
+from impyard.common.names import RUN_ID
 from impyard.repair.preserved import Kind
 from impyard.web.access import auth
 from impyard.web.access.console import Console

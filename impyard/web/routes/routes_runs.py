@@ -11,11 +11,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from impyard.errors import NotFoundError
-from impyard.names import RUN_ID
+from impyard.common.errors import NotFoundError
+from impyard.common.names import RUN_ID
+from impyard.common.textsafe import StreamEscaper
 from impyard.runs import follow
 from impyard.runs import manifest as manifests
-from impyard.textsafe import StreamEscaper
 from impyard.web.access.console import Console
 from impyard.web.pages import overview as overviews
 from impyard.web.pages.runpage import run_page

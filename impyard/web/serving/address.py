@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any
 
-from impyard.fsutil import lock_held
+from impyard.common.fsutil import lock_held
 from impyard.home import Home
 from impyard.web.access.listen import Listen
 

@@ -14,7 +14,7 @@ import time
 
 import uvicorn
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 from impyard.web.access.console import Console
 from impyard.web.access.listen import Listen
 from impyard.web.serving.app import build_app

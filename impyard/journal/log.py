@@ -4,7 +4,7 @@ Past ``retention.journal_max_bytes`` gc rotates it (``impyard.retention.rotation
 the live file is renamed to ``journal.<n>.jsonl`` (n counting up from 1, so a higher
 number is newer and no rotated file is ever renamed again), then compressed to
 ``journal.<n>.jsonl.gz``. Reading goes through every rotated file, oldest first, then
-the live one; ``impyard.journal_tail`` reads the newest events first and follows the
+the live one; ``impyard.journal.tail`` reads the newest events first and follows the
 journal as it is written.
 """
 
@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from impyard.fsutil import append_line, parse_jsonl, read_jsonl
-from impyard.names import utc_now
+from impyard.common.fsutil import append_line, parse_jsonl, read_jsonl
+from impyard.common.names import utc_now
 
 _SUFFIX = ".jsonl"
 _GZ = ".gz"

@@ -6,7 +6,7 @@ import re
 import secrets
 from datetime import UTC, datetime
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 
 IMP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 RUN_ID = re.compile(r"^run-\d{8}T\d{6}Z-[0-9a-f]{10}$")

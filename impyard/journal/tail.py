@@ -25,8 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from impyard.journal import read_rotated, rotated_numbers
-from impyard.journal_query import JournalQuery
+from impyard.journal.log import read_rotated, rotated_numbers
+from impyard.journal.query import JournalQuery
 
 Entry = dict[str, Any]
 

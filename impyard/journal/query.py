@@ -9,8 +9,8 @@ from datetime import UTC, date, datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from impyard.errors import UsageError
-from impyard.names import utc_epoch, utc_stamp
+from impyard.common.errors import UsageError
+from impyard.common.names import utc_epoch, utc_stamp
 
 _AGE = re.compile(r"([0-9]+)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
