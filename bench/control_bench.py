@@ -176,7 +176,7 @@ def box_times(log: str) -> dict[str, list[float]]:
 
 def host_times(home: Path, run_id: str) -> dict[str, list[float]]:
     """Per kind, the gateway's ``duration_ms`` of each request, in journal order."""
-    from impyard.journal import Journal
+    from impyard.journal.log import Journal
 
     by_path = {path: kind for kind, path in PATHS.items()}
     times: dict[str, list[float]] = {kind: [] for kind in PATHS}

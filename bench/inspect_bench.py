@@ -177,7 +177,7 @@ def gateway_child() -> None:
     Prints its port, serves until its stdin closes, then closes the gateway."""
     from impyard.gateway import Gateway
     from impyard.home import Home
-    from impyard.journal import Journal
+    from impyard.journal.log import Journal
     from impyard.policy.models import GatewayPolicy
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -452,7 +452,7 @@ def journal_check(mode: Mode, bodies: int) -> str:
     """What the gateway's journal (and receipts) say of the run, in one line."""
     from impyard.gateway.provenance.receipts import read_receipts
     from impyard.home import Home
-    from impyard.journal import Journal
+    from impyard.journal.log import Journal
 
     home = Home(mode.home)
     entries = Journal(home.journal).read(event="gateway.request")

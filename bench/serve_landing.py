@@ -13,9 +13,9 @@ from typing import cast
 import pygit2
 
 from bench.common import percentile
+from impyard.common.names import utc_epoch
 from impyard.home import Home
-from impyard.journal import Journal
-from impyard.names import utc_epoch
+from impyard.journal.log import Journal
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs.records import manifest as manifests

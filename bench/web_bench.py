@@ -30,9 +30,9 @@ from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.integration.lane import Trailers, integrate
 from impyard.knowledge.store.repo import main_commit
 from impyard.settings import load_settings
-from impyard.web.app import build_app
-from impyard.web.console import open_console
-from impyard.web.listen import checked_listen
+from impyard.web.access.console import open_console
+from impyard.web.access.listen import checked_listen
+from impyard.web.serving.app import build_app
 
 TARGET_MS = 300.0
 IMPS = ("ada", "bob", "cyd")

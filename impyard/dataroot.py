@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import importlib.resources
 
-from impyard.errors import UsageError
-from impyard.fsutil import atomic_write_bytes
+from impyard.common.errors import UsageError
+from impyard.common.fsutil import atomic_write_bytes
 from impyard.gateway.wiring.ca import ensure_ca
 from impyard.home import Home
 from impyard.policy.compile import deploy
 from impyard.queue.db import connect
-from impyard.web.token import ensure_token
+from impyard.web.access.token import ensure_token
 
 
 def init_home(home: Home, runtime: str | None = None) -> bool:

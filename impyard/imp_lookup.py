@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import difflib
 
-from impyard.errors import NotFoundError, UsageError
+from impyard.common.errors import NotFoundError, UsageError
+from impyard.common.names import check_imp_name
 from impyard.home import Home
-from impyard.names import check_imp_name
 
 #: Suggestions one error names at most.
 SUGGESTED = 3

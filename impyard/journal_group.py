@@ -21,10 +21,10 @@ import json
 import os
 from typing import Any
 
-from impyard.fsutil import locked_append_file
-from impyard.journal import Journal
+from impyard.common.fsutil import locked_append_file
+from impyard.common.names import utc_now
+from impyard.journal.log import Journal
 from impyard.knowledge.integration.lanequeue import Ticket, take_turn
-from impyard.names import utc_now
 
 
 class GroupJournal(Journal):

@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from impyard.errors import EngineError, ImageNotFoundError, UsageError
-from impyard.fsutil import atomic_write_json, fsync_dir, locked, remove_tree
+from impyard.common.errors import EngineError, ImageNotFoundError, UsageError
+from impyard.common.fsutil import atomic_write_json, fsync_dir, locked, remove_tree
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.imps import ImpSettings, read_imp_settings, require_imp
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from impyard.box.images.agents import AGENTS, MODEL_ROUTE_ENV
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.gateway.guard.address import AddressError, lookup
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, read_imp_settings

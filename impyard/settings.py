@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from impyard.errors import ConfigError
+from impyard.common.errors import ConfigError
 
 ENV_PREFIX = "IMPYARD_"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pygit2
 
 from impyard.backup.transport import Callbacks
-from impyard.errors import BackupError
+from impyard.common.errors import BackupError
 from impyard.knowledge.gates.treegate import Problems, TreeProblem
 
 RULE = "object-too-large"

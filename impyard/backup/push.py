@@ -26,7 +26,7 @@ from tenacity import (
 from impyard.backup.meta import SETTINGS_REF, settings_commit
 from impyard.backup.remotes import Location, ensure_local_repo, scrub
 from impyard.backup.transport import Callbacks, configure_transport
-from impyard.errors import BackupError, ImpyardError
+from impyard.common.errors import BackupError, ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo, read_imp_settings
 from impyard.knowledge.store.repo import MAIN

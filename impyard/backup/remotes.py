@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pygit2
 
-from impyard.errors import BackupError
+from impyard.common.errors import BackupError
+from impyard.common.names import IMP_NAME, check_imp_name
 from impyard.knowledge.store.repo import configure_libgit2
-from impyard.names import IMP_NAME, check_imp_name
 
 # ``user@host:path`` or ``host:path`` (what git calls scp-like syntax); a drive letter or a
 # path with a slash before the colon is a local path.

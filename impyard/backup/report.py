@@ -8,7 +8,7 @@ from typing import Any
 from impyard.backup.remotes import label
 from impyard.backup.status import RemoteStatus, read_status
 from impyard.backup.sync import configured_remotes
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.store.repo import main_commit

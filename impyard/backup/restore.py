@@ -42,10 +42,10 @@ from impyard.backup.offers import Choice, SettingsOffer, Source, offer
 from impyard.backup.push import MIRRORED, backed_up_refs
 from impyard.backup.remotes import Location, label, local_imps, locate, scrub
 from impyard.backup.transport import configure_transport
-from impyard.errors import BackupError
-from impyard.fsutil import atomic_write_json, fsync_dir, locked
+from impyard.common.errors import BackupError
+from impyard.common.fsutil import atomic_write_json, fsync_dir, locked
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.gates.repogate import check_repository
 from impyard.knowledge.gates.treegate import GateLimits, Problems

@@ -33,9 +33,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from impyard.fsutil import atomic_write_json, locked
+from impyard.common.fsutil import atomic_write_json, locked
+from impyard.common.names import utc_now
 from impyard.home import Home
-from impyard.names import utc_now
 
 if TYPE_CHECKING:
     from impyard.backup.push import PushResult

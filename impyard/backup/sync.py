@@ -12,9 +12,9 @@ import threading
 from typing import TYPE_CHECKING
 
 from impyard.backup import status
-from impyard.fsutil import locked
+from impyard.common.fsutil import locked
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 
 if TYPE_CHECKING:
     from impyard.backup.push import PushResult

@@ -7,7 +7,7 @@ import threading
 import pygit2
 from pygit2.enums import CredentialType
 
-from impyard.errors import BackupError
+from impyard.common.errors import BackupError
 from impyard.knowledge.store.repo import configure_libgit2
 
 #: A remote that never answers must not hold the backup worker (or a flush) for ever.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from impyard.contract import DEFAULT_USER, TMP_SIZE_BYTES
+from impyard.common.contract import DEFAULT_USER, TMP_SIZE_BYTES
 
 #: The box's /tmp, the contract's place for temporary files: 2 GiB, world-writable
 #: with the sticky bit, no setuid or device files. A runtime constant on

@@ -44,7 +44,7 @@ def main() -> None:
     args = sys.argv[1:]
     if "run" in args[:3]:
         # A foreground run a running serve can take: handed over before typer loads.
-        from impyard.cli.handoff import handed_off
+        from impyard.cli.running.handoff import handed_off
 
         handed = handed_off(args)
         if isinstance(handed, int):

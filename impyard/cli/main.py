@@ -11,32 +11,15 @@ import typer
 from typer.exceptions import TyperException
 
 from impyard import __version__
-from impyard.cli import (
-    _common,
-    agents,
-    archive,
-    backup,
-    check,
-    cluster,
-    conventions,
-    gc,
-    imp,
-    init,
-    journal,
-    knowledge,
-    memory,
-    policy,
-    repair,
-    run,
-    runs,
-    serve,
-    service,
-    status,
-    task,
-    web,
-)
+from impyard.cli import conventions
+from impyard.cli.learned import knowledge, memory, repair
+from impyard.cli.running import journal, run, runs, task
+from impyard.cli.serving import cluster, serve, service, web
+from impyard.cli.setup import agents, check, imp, init, policy
+from impyard.cli.shared import _common
+from impyard.cli.upkeep import archive, backup, gc, status
 from impyard.cli.usage import usage_error_lines
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home, resolve_home
 
 UNEXPECTED_EXIT = 70

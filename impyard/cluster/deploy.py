@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from impyard.cluster.protocol import TOKEN_SECRET
-from impyard.errors import ConfigError, EngineError
+from impyard.common.errors import ConfigError, EngineError
 from impyard.policy.cluster import ClusterPolicy
 
 SERVICE = "impyard-node"

@@ -26,7 +26,7 @@ from typing import Any
 
 from impyard.box.docker.engine import stderr_tail
 from impyard.box.images.agent_image import LABEL_RECIPE
-from impyard.errors import EngineError, ImpyardError
+from impyard.common.errors import EngineError, ImpyardError
 
 LABEL_VERSION = "impyard.version"
 VENV = "/opt/impyard"

@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 
 _CHUNK = 1 << 20
 

@@ -46,7 +46,7 @@ def image_rows(home: Home, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every image a run of this data root may use, the nodes that hold it and those that
     do not (by image id: the same name on a node may be another build)."""
     from impyard.box.docker.engine import api
-    from impyard.errors import ImpyardError
+    from impyard.common.errors import ImpyardError
     from impyard.knowledge.imps import list_imps, read_imp_settings
 
     policy = deployed_org_policy(home)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 
 
 class GatewayError(ImpyardError):

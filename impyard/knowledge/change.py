@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from impyard.textcap import cut
+from impyard.common.textcap import cut
 
 if TYPE_CHECKING:
     from impyard.policy.models import KnowledgePolicy

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from impyard.errors import KnowledgeError, UsageError
-from impyard.fsutil import atomic_write_json, fsync_dir
+from impyard.common.errors import KnowledgeError, UsageError
+from impyard.common.fsutil import atomic_write_json, fsync_dir
+from impyard.common.names import check_imp_name
 from impyard.home import Home
 from impyard.imp_lookup import known_imps, require_imp_name
 from impyard.knowledge.change import FileState
-from impyard.names import check_imp_name
 
 if TYPE_CHECKING:
     import pygit2

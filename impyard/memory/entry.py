@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 
 Kind = Literal["note", "fact", "preference", "summary"]
 KINDS: tuple[Kind, ...] = get_args(Kind)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from impyard.fsutil import atomic_write_bytes, fsync_dir
+from impyard.common.fsutil import atomic_write_bytes, fsync_dir
 from impyard.home import Home
 from impyard.memory.entry import MemoryEntry, entry_from_record
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from impyard.common.names import IMP_NAME, check_imp_name
 from impyard.home import Home
 from impyard.memory.files import (
     read_lines,
@@ -21,7 +22,6 @@ from impyard.memory.files import (
     rewrite_lines,
     write_lock,
 )
-from impyard.names import IMP_NAME, check_imp_name
 
 Action = Literal["moved", "merged", "nothing"]
 

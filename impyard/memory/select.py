@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 from impyard.memory.entry import MemoryEntry
 
 DEFAULT_LIMIT = 20

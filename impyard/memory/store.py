@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
+from impyard.common.names import check_imp_name, utc_now
 from impyard.home import Home
 from impyard.imp_lookup import require_imp_name
 from impyard.memory.entry import (
@@ -33,7 +34,6 @@ from impyard.memory.files import (
     write_lock,
 )
 from impyard.memory.migrate import Migration, migrate_locked
-from impyard.names import check_imp_name, utc_now
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from impyard.errors import ConfigError, EngineError
-from impyard.fsutil import atomic_write_json
+from impyard.common.errors import ConfigError, EngineError
+from impyard.common.fsutil import atomic_write_json
+from impyard.common.names import check_imp_name, utc_now
 from impyard.home import Home
-from impyard.names import check_imp_name, utc_now
 from impyard.policy.load import Source, check_overlay_name, overlay_paths, read_source, validate
 from impyard.policy.models import Policy
 from impyard.policy.overlay import apply_overlay

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from impyard.common.names import IMP_NAME
 from impyard.home import Home
-from impyard.names import IMP_NAME
 from impyard.policy.models import Policy
 from impyard.policy.violation import PolicyViolation
 

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
-from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
+from impyard.common.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
 from impyard.credentials import find_credentials
 from impyard.policy.base import (
     DISABLE,

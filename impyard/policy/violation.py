@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from impyard.errors import ConfigError
+from impyard.common.errors import ConfigError
 
 # Every rule a violation may name, with the sentence the README documents.
 RULES: dict[str, str] = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pygit2
 
-from impyard.fsutil import fsync_dir
+from impyard.common.fsutil import fsync_dir
 from impyard.knowledge.store.packfile import PackWriter
 from impyard.knowledge.store.packs import pack_dir
 from impyard.purge.selector import commit_refs

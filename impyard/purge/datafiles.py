@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from impyard.fsutil import atomic_write_bytes, locked_append_file
+from impyard.common.fsutil import atomic_write_bytes, locked_append_file
 from impyard.home import Home
 from impyard.purge.selector import REDACTED
 

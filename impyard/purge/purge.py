@@ -33,10 +33,10 @@ from typing import Any
 
 import pygit2
 
-from impyard.errors import ImpyardError
-from impyard.fsutil import locked
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import locked
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.imps import open_repo, require_imp
 from impyard.purge import compact, datafiles, runfiles
 from impyard.purge.remotes import RemotePurge, purge_remotes

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pygit2
 
-from impyard.errors import UsageError
-from impyard.fsutil import atomic_write_bytes
+from impyard.common.errors import UsageError
+from impyard.common.fsutil import atomic_write_bytes
 from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_store import layers_lock, list_layers, trash, trash_layer

@@ -17,10 +17,10 @@ from typing import Literal
 
 import pygit2
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
+from impyard.common.names import check_run_id
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.knowledge.validation.frontmatter import parse_frontmatter
-from impyard.names import check_run_id
 
 Kind = Literal["run", "source", "path", "text"]
 Verdict = Literal["purge", "keep", "not-cleared"]

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from impyard.errors import LeaseHeldError
+from impyard.common.errors import LeaseHeldError
 from impyard.queue.db import opened, transaction
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from impyard import names
-from impyard.errors import ImpyardError
+from impyard.common import names
+from impyard.common.errors import ImpyardError
 from impyard.queue.db import transaction
 
 #: 48 random bits per namespace: a clash is astronomically rare; several in a row mean

@@ -8,9 +8,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from impyard.errors import NotFoundError, UsageError
+from impyard.common.errors import NotFoundError, UsageError
+from impyard.common.names import check_channel, utc_now
 from impyard.home import Home
-from impyard.names import check_channel, utc_now
 from impyard.queue.db import opened, transaction
 
 #: ``done``: its run ended (landed, empty, rejected, conflict or quarantined); ``failed``:

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 import pygit2
 
+from impyard.common.textsafe import visible
 from impyard.knowledge.change import Change
 from impyard.knowledge.checkouts.treefs import is_blob, is_executable
 from impyard.knowledge.store.gitobj import lookup_entry
 from impyard.knowledge.store.repo import main_commit
-from impyard.textsafe import visible
 
 Status = Literal["added", "modified", "deleted", "unchanged"]
 

@@ -16,10 +16,10 @@ from typing import Any
 import pygit2
 
 from impyard import backup
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
+from impyard.common.names import check_run_id
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
-from impyard.names import check_run_id
 from impyard.repair import kept, records
 from impyard.repair.preserved import Kind, find_preserved, misplaced, ref_of
 from impyard.runs.records import manifest as manifests

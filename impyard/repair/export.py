@@ -17,8 +17,8 @@ from typing import Any
 
 import pygit2
 
-from impyard.errors import UsageError
-from impyard.fsutil import fsync_dir
+from impyard.common.errors import UsageError
+from impyard.common.fsutil import fsync_dir
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import main_commit

@@ -16,7 +16,9 @@ from typing import Literal
 
 import pygit2
 
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
+from impyard.common.names import RUN_ID, check_run_id
+from impyard.common.textcap import cut_lines
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, Violation
 from impyard.knowledge.checkouts.treefs import is_blob, is_executable
@@ -24,11 +26,9 @@ from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.integration.quarantine import deleted_by_trailers, not_kept_lines
 from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
-from impyard.names import RUN_ID, check_run_id
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.lookup import LAST, STAMP_CHARS, resolve_run
 from impyard.runs.records.model import Manifest
-from impyard.textcap import cut_lines
 
 Kind = Literal["candidate", "quarantine"]
 

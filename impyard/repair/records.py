@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
-from impyard import names
-from impyard.errors import ImpyardError
+from impyard.common import names
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.validation.violations import digest
 from impyard.repair.preserved import Kind
 from impyard.runs.records import manifest as manifests

@@ -42,7 +42,7 @@ from typing import Any, Literal
 import pygit2
 
 from impyard import backup
-from impyard.errors import ImpyardError, LeaseHeldError, UsageError
+from impyard.common.errors import ImpyardError, LeaseHeldError, UsageError
 from impyard.home import Home
 from impyard.knowledge.change import Violation
 from impyard.knowledge.integration import bulkdelete

@@ -13,7 +13,7 @@ from typing import Literal
 
 import pygit2
 
-from impyard.errors import ImpyardError, KnowledgeError, NotFoundError
+from impyard.common.errors import ImpyardError, KnowledgeError, NotFoundError
 from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.checkouts.snapshot import snapshot

@@ -20,10 +20,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.checkouts.layers import collect_layers
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.policy.models import Policy
 
 DAY_SECONDS = 86400.0

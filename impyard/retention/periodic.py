@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import RetentionPolicy
 from impyard.retention.apply import run_gc

@@ -16,13 +16,13 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
+from impyard.common.names import utc_epoch, utc_stamp
 from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
 from impyard.knowledge.checkouts.layers import unneeded_layers
 from impyard.knowledge.checkouts.runspace import spares_dir
 from impyard.knowledge.imps import list_imps
-from impyard.names import utc_epoch, utc_stamp
 from impyard.policy.compile import deployed_org_policy
 from impyard.queue import tasks
 from impyard.queue.db import opened

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pygit2
 
-from impyard.errors import ImpyardError, NotFoundError
-from impyard.fsutil import fsync_dir, remove_tree
+from impyard.common.errors import ImpyardError, NotFoundError
+from impyard.common.fsutil import fsync_dir, remove_tree
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref

@@ -24,8 +24,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from impyard.fsutil import fsync_dir, locked_append_file
-from impyard.journal import rotated_numbers, rotated_path
+from impyard.common.fsutil import fsync_dir, locked_append_file
+from impyard.journal.log import rotated_numbers, rotated_path
 from impyard.retention.model import GcItem
 
 _CHUNK = 1024 * 1024

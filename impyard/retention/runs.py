@@ -15,11 +15,11 @@ from typing import Literal
 
 import pygit2
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
+from impyard.common.names import RUN_ID, utc_epoch
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps, open_repo
 from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
-from impyard.names import RUN_ID, utc_epoch
 from impyard.retention.model import GcItem, Limits, age_days
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import Manifest

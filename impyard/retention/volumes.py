@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 from impyard.box.launcher.helpers import LeftHelper, left_helpers, remove_helper
 from impyard.box.spec import LABEL_IMP, LABEL_RUN
-from impyard.errors import EngineError, ImpyardError, NotFoundError
+from impyard.common.errors import EngineError, ImpyardError, NotFoundError
+from impyard.common.names import RUN_ID
 from impyard.home import Home
-from impyard.names import RUN_ID
 from impyard.retention.model import GcItem, GcOutcome, age_days
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.owner import RunOwnership

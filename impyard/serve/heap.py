@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 
-import impyard.libc
+import impyard.common.libc
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def _glibc() -> ctypes.CDLL | None:
         if not _loaded:
             _loaded = True
             try:
-                libc: ctypes.CDLL | None = impyard.libc.libc()
+                libc: ctypes.CDLL | None = impyard.common.libc.libc()
             except OSError:
                 libc = None
             if libc is not None and hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim"):

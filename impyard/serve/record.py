@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from impyard import __version__
-from impyard.errors import ImpyardError
-from impyard.fsutil import lock_held
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import lock_held
+from impyard.common.names import utc_now
 from impyard.home import Home
-from impyard.names import utc_now
 
 #: A hidden temporary record older than this whose lock is free was left by a serve
 #: that died while starting; younger ones may belong to a serve starting right now.

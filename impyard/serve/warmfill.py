@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from impyard.box.launcher.launch import resolve_image
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.policy.compile import deployed_policy
 from impyard.runs.ready import pool as warmpool

@@ -26,8 +26,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from impyard import backup
-from impyard.errors import EngineError, ImpyardError, LeaseHeldError
-from impyard.journal import Journal
+from impyard.common.errors import EngineError, ImpyardError, LeaseHeldError
+from impyard.journal.log import Journal
 from impyard.journal_group import GroupJournal
 from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.queue import leases, tasks

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from impyard.errors import ImpyardError
-from impyard.fsutil import atomic_write_bytes
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import atomic_write_bytes
 
 
 class UnitExistsError(ImpyardError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impyard import __version__
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 
 DEFAULT_UNIT_PATH = Path("/etc/systemd/system/impyard.service")
 DEFAULT_ENV_FILE = Path("/etc/impyard/impyard.env")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.status.model import BackupSection, BackupState, ImpBackup, ImpKnowledge, RemoteBackup
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from impyard.box.images.agents import build_hint
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import list_imps
 from impyard.policy.compile import deployed_org_policy

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from impyard.errors import EngineError, ImageNotFoundError
+from impyard.common.errors import EngineError, ImageNotFoundError
 from impyard.status.model import EngineStatus, ImageStatus
 
 #: Seconds one engine call of ``status`` may take.

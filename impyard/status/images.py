@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import read_imp_settings
 from impyard.policy.compile import deployed_org_policy, deployed_policy

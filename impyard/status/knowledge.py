@@ -6,7 +6,7 @@ or an owner deals with it, so its count is the work pending for that imp.
 
 from __future__ import annotations
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import MAIN

@@ -8,7 +8,7 @@ import os
 import statistics
 from collections import Counter
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.policy.compile import deployed_policy
 from impyard.runs.ready.claim import wants

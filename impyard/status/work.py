@@ -7,8 +7,8 @@ import os
 import sqlite3
 from datetime import UTC, datetime
 
+from impyard.common.names import RUN_ID
 from impyard.home import Home
-from impyard.names import RUN_ID
 from impyard.queue import leases, tasks
 from impyard.queue.db import is_locked, opened
 from impyard.runs.records.model import TERMINAL_STATES

@@ -11,7 +11,7 @@ from typing import Any
 
 from impyard.gateway import Gateway
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 from tests.helpers.upstream import Upstream
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from impyard.gateway import Gateway
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 
 RUN_ID = "run-20260711T120000Z-0123456789"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.store.trees import PathConflict
 
 # Names whose git order differs from plain string order once directories count as "name/".

@@ -11,9 +11,9 @@ from starlette.testclient import TestClient
 
 from impyard.home import Home
 from impyard.settings import load_settings
-from impyard.web.app import build_app
-from impyard.web.console import Console, open_console
-from impyard.web.listen import checked_listen
+from impyard.web.access.console import Console, open_console
+from impyard.web.access.listen import checked_listen
+from impyard.web.serving.app import build_app
 from tests.helpers.runs import write_run
 
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -14,7 +14,7 @@ from typing import Any
 import pygit2
 import pytest
 
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from tests.helpers.cli import Cli
 from tests.helpers.git import GIT_ENV, git
 from tests.helpers.repo import assert_fsck_clean

@@ -11,7 +11,7 @@ import pytest
 from impyard.box.docker import engine
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.imps import create_imp
 from impyard.runs.drive import run_checkout
 from impyard.runs.drive.context import RunContext

@@ -28,7 +28,7 @@ from impyard.gateway import (
     write_ready,
 )
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 from tests.helpers.images import BOX_IMAGE
 from tests.helpers.upstream import RawUpstream, Upstream

@@ -18,7 +18,7 @@ import pytest
 
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.imps import create_imp, open_repo
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs.drive.context import RunContext

@@ -19,7 +19,7 @@ from impyard.box.launcher.helpers import helper_labels, holding
 from impyard.box.spec import LABEL_HELPER, LABEL_ROOT, root_label
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.imps import create_imp
 from impyard.runs.records import manifest as manifests
 from tests.helpers.git import GIT_ENV

@@ -23,7 +23,7 @@ from impyard.backup.status import read_status
 from impyard.backup.sync import backup_imp
 from impyard.backup.worker import Worker
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration.quarantine import quarantine

@@ -17,7 +17,7 @@ import pytest
 from impyard import backup
 from impyard.backup.sync import backup_imp
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.change import MESSAGE_CHARS, Change, KnowledgeLimits
 from impyard.knowledge.gates.repogate import MAX_COMMIT_LINE
 from impyard.knowledge.gates.treegate import GateLimits

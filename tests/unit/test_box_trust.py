@@ -15,7 +15,7 @@ from impyard.box.images.trust import (
     certificates_of,
     write_box_bundle,
 )
-from impyard.errors import ConfigError
+from impyard.common.errors import ConfigError
 from impyard.gateway.wiring.ca import ca_certificate, ensure_ca
 from tests.tls_server import make_ca_and_leaf
 

@@ -9,7 +9,7 @@ import pytest
 
 from impyard.box.checks.check import row_names
 from impyard.box.checks.checkrow import Check
-from impyard.cli.check_rows import RowPrinter
+from impyard.cli.setup.check_rows import RowPrinter
 
 TITLE = "impyard check box: impyard-box:latest under runsc"
 LONG = "127.0.0.1:3128 answered; no route; refused: " + "a host loopback port; " * 8

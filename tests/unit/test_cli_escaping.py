@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.change import Violation
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import CheckpointRecord, RepairRecord
@@ -117,7 +117,7 @@ def test_an_error_quoting_a_name_is_escaped(home: Home) -> None:
     assert not UNSAFE.search(shown.stderr), shown.stderr
 
 
-#: Modules that write to stdout or stderr without ``impyard.textsafe``, and why: each
+#: Modules that write to stdout or stderr without ``impyard.common.textsafe``, and why: each
 #: prints no text from outside Impyard.
 NO_OUTSIDE_TEXT = {
     "entry.py": "the version and an exit code",
@@ -144,9 +144,9 @@ def _writes_itself(tree: ast.Module) -> bool:
 
 
 def _escapes(tree: ast.Module) -> bool:
-    """Whether ``tree`` imports the escaping of ``impyard.textsafe``."""
+    """Whether ``tree`` imports the escaping of ``impyard.common.textsafe``."""
     return any(
-        isinstance(node, ast.ImportFrom) and node.module == "impyard.textsafe"
+        isinstance(node, ast.ImportFrom) and node.module == "impyard.common.textsafe"
         for node in ast.walk(tree)
     )
 
@@ -156,7 +156,7 @@ def test_the_cli_prints_only_through_its_escaping_helpers() -> None:
     that writes itself (a stream of box output, journal lines) escapes with textsafe."""
     cli = Path(__file__).resolve().parents[2] / "impyard" / "cli"
     stray = []
-    for path in sorted(cli.glob("*.py")):
+    for path in sorted(cli.rglob("*.py")):
         tree = ast.parse(path.read_text())
         if _writes_itself(tree) and not _escapes(tree) and path.name not in NO_OUTSIDE_TEXT:
             stray.append(path.name)

@@ -9,6 +9,7 @@ since a lazy import is still a dependency and a loop through one is still a loop
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import grimp
@@ -18,6 +19,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "impyard"
 #: Lines a module may hold; the run's orchestration stays a page or so of steps.
 MAX_MODULE_LINES = 400
 MAX_PIPELINE_LINES = 250
+#: Modules (``__init__.py`` included) one package folder may hold before it is split into
+#: sub-packages a reader can find their way in.
+MAX_PACKAGE_MODULES = 15
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,14 @@ def test_no_module_is_longer_than_one_reader_takes_in() -> None:
     over = {path: n for path, n in lengths.items() if n > MAX_MODULE_LINES}
     assert over == {}, f"modules over {MAX_MODULE_LINES} lines: {over}"
     assert lengths["impyard/runs/drive/pipeline.py"] <= MAX_PIPELINE_LINES
+
+
+def test_no_package_folder_holds_more_modules_than_a_reader_finds_their_way_in() -> None:
+    counts = Counter(
+        path.parent.relative_to(PACKAGE.parent).as_posix() for path in PACKAGE.rglob("*.py")
+    )
+    over = {folder: n for folder, n in counts.items() if n > MAX_PACKAGE_MODULES}
+    assert over == {}, f"package folders over {MAX_PACKAGE_MODULES} modules: {over}"
 
 
 def _package_edges(graph: grimp.ImportGraph) -> set[tuple[str, str]]:

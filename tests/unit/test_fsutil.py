@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from impyard.fsutil import atomic_write_text
+from impyard.common.fsutil import atomic_write_text
 
 
 def test_threads_replacing_the_same_file_never_trip_over_each_other(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from impyard.gateway import Gateway
 from impyard.gateway.proxy.control import ControlRefused, RunControl, render_text
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 from tests.helpers.gateway import gateway_home, loopback_listener
 

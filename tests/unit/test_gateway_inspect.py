@@ -17,7 +17,7 @@ import pytest
 
 from impyard.gateway import Gateway
 from impyard.gateway.wiring.ca import ca_certificate
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 from tests.helpers.gateway import gateway_home, loopback_listener
 from tests.tls_server import HOST, TlsPageServer

@@ -16,7 +16,7 @@ import pytest
 
 from impyard.gateway import Gateway, write_ready
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 from tests.helpers.gateway import RUN_ID, SECRET, Served, serve_on_loopback, via_proxy
 from tests.helpers.upstream import Upstream

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from tests.helpers.checkout import build_tree
 

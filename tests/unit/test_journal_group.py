@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from impyard import journal_group
-from impyard.fsutil import locked_append_file
-from impyard.journal import Journal
+from impyard.common.fsutil import locked_append_file
+from impyard.journal.log import Journal
 from impyard.journal_group import GroupJournal
 from impyard.knowledge.integration import lanequeue
 

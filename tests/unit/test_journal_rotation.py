@@ -11,7 +11,7 @@ from pathlib import Path
 
 from impyard.dataroot import init_home
 from impyard.home import Home
-from impyard.journal import Journal, read_all, rotated_numbers
+from impyard.journal.log import Journal, read_all, rotated_numbers
 from impyard.policy.compile import deploy
 from impyard.retention.rotation import rotate, rotation_item
 from tests.helpers.cli import Cli, json_lines

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from impyard.journal import Journal, rotated_numbers, rotated_path
-from impyard.journal_query import JournalQuery
-from impyard.journal_tail import JournalTail
-from impyard.names import utc_stamp
+from impyard.common.names import utc_stamp
+from impyard.journal.log import Journal, rotated_numbers, rotated_path
+from impyard.journal.query import JournalQuery
+from impyard.journal.tail import JournalTail
 from impyard.retention.rotation import rotate
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.follow import Follower

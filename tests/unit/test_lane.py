@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits
 from impyard.knowledge.imps import open_repo

@@ -13,8 +13,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.errors import KnowledgeError
-from impyard.fsutil import locked
+from impyard.common.errors import KnowledgeError
+from impyard.common.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo

@@ -11,14 +11,14 @@ import pygit2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from impyard.errors import KnowledgeError
-from impyard.fsutil import locked
+from impyard.common.errors import KnowledgeError
+from impyard.common.fsutil import locked
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.integration import lane as lane_module
 from impyard.knowledge.integration.lane import integrate
 from impyard.knowledge.integration.lanequeue import waiting
-from impyard.web.tallies import MAX_SERIES, OTHER, LaneTally
+from impyard.web.pages.tallies import MAX_SERIES, OTHER, LaneTally
 from tests.helpers.repo import change_of, make_imp, note_text, run_id, trailers
 from tests.helpers.web import console_for
 from tests.unit.test_lane_group import Job, Outcome, one_note_jobs, results, wait_for

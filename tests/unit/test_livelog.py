@@ -14,7 +14,7 @@ from impyard.box.watch.livelog import (
     LogReader,
     live_dir,
 )
-from impyard.textsafe import StreamEscaper, escape_text
+from impyard.common.textsafe import StreamEscaper, escape_text
 
 HEAD, TAIL, SEGMENT = 1000, 3000, 512
 

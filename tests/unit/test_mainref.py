@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.store.mainref import read_main
 from impyard.knowledge.store.repo import main_commit
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.errors import NotFoundError, UsageError
+from impyard.common.errors import NotFoundError, UsageError
 from impyard.home import Home
 from impyard.memory import (
     MAX_TEXT_BYTES,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.change import FileState
 from impyard.knowledge.store import packfile, packs
 from impyard.knowledge.store.packfile import PackWriter

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from impyard.common.errors import ConfigError, UsageError
 from impyard.dataroot import init_home
-from impyard.errors import ConfigError, UsageError
 from impyard.home import Home
 from impyard.policy import PolicyError, deploy, policy_for_run
 

@@ -15,7 +15,7 @@ import pytest
 
 from impyard.backup.sync import backup_imp
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.integration.lane import candidate_ref
 from impyard.knowledge.integration.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit

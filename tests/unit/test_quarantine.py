@@ -7,7 +7,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
 from impyard.knowledge.change import Violation
 from impyard.knowledge.integration.quarantine import not_kept_lines, quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit

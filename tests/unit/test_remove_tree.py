@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.fsutil import remove_tree
+from impyard.common.fsutil import remove_tree
 
 
 def nest(root: Path, depth: int, name: str = "d" * 40) -> None:

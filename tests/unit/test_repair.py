@@ -14,6 +14,7 @@ from typing import Any
 import pygit2
 import pytest
 
+from impyard.common.loopspace import loop_supported
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Violation
 from impyard.knowledge.checkouts import runspace
@@ -24,7 +25,6 @@ from impyard.knowledge.integration.lane import Trailers, candidate_ref, integrat
 from impyard.knowledge.integration.quarantine import quarantine, quarantine_ref
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import landed_by
-from impyard.loopspace import loop_supported
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import CheckpointRecord, Manifest
 from tests.helpers.backup import reject_note

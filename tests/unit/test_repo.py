@@ -8,8 +8,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from impyard.common.errors import KnowledgeError, NotFoundError, UsageError
 from impyard.dataroot import init_home
-from impyard.errors import KnowledgeError, NotFoundError, UsageError
 from impyard.home import Home
 from impyard.knowledge.change import FileState
 from impyard.knowledge.imps import ImpSettings, create_imp, list_imps, open_repo, read_imp_settings

@@ -21,17 +21,17 @@ import pytest
 
 from impyard.box.docker.engine import EngineUnreachableError
 from impyard.box.launcher.helpers import LeftHelper
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
+from impyard.common.names import utc_epoch
 from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.runspace import RunSpace
 from impyard.knowledge.integration.lane import candidate_ref
 from impyard.knowledge.integration.quarantine import quarantine_ref
 from impyard.knowledge.store.repo import main_commit
-from impyard.names import utc_epoch
 from impyard.policy.compile import deploy
 from impyard.queue import namespaces, tasks
 from impyard.queue.db import opened

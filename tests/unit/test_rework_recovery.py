@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs.drive.context import RunContext

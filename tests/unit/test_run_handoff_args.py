@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from impyard.cli.handoff import _in_process, handed_settings, parse
+from impyard.cli.running.handoff import _in_process, handed_settings, parse
 
 
 def test_a_plain_run_is_read_with_its_options() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.errors import AmbiguousError, NotFoundError
+from impyard.common.errors import AmbiguousError, NotFoundError
 from impyard.home import Home
 from impyard.runs.records.lookup import resolve_run
 from tests.helpers.cli import Cli

@@ -27,7 +27,7 @@ def loaded_before_start() -> set[str]:
     """The modules a fresh interpreter holds once the CLI and a run's admission are loaded
     (everything the main thread imports before it asks the engine to start the box)."""
     code = (
-        "import sys, impyard.cli.main, impyard.runs.host.admission, impyard.cli.outcome; "
+        "import sys, impyard.cli.main, impyard.runs.host.admission, impyard.cli.running.outcome; "
         "print('\\n'.join(sys.modules))"
     )
     out = subprocess.run(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from impyard.common.loopspace import loop_supported
 from impyard.dataroot import init_home
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace
-from impyard.loopspace import loop_supported
 
 
 def test_a_space_unmounted_since_mountinfo_was_read_is_not_promised_twice(

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from impyard.cli.serve_lines import LineWriter, event_line, start_line, stop_line
-from impyard.errors import EngineError, UsageError
+from impyard.cli.serving.serve_lines import LineWriter, event_line, start_line, stop_line
+from impyard.common.errors import EngineError, UsageError
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.change import Violation
 from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.knowledge.imps import create_imp

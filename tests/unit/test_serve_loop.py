@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from impyard.errors import EngineError
+from impyard.common.errors import EngineError
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.journal_group import GroupJournal
 from impyard.knowledge.checkouts.runspace import DiskSpaceError
 from impyard.knowledge.imps import create_imp

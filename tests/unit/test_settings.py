@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from impyard.errors import ConfigError
+from impyard.common.errors import ConfigError
 from impyard.settings import load_settings
 
 

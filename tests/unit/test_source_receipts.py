@@ -12,7 +12,7 @@ from typing import Any
 import pygit2
 import pytest
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
 from impyard.home import Home
 from impyard.knowledge.change import RULES, KnowledgeLimits

@@ -20,7 +20,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.errors import EngineError
+from impyard.common.errors import EngineError
 from impyard.home import Home
 from impyard.knowledge.imps import ImpSettings, create_imp, open_repo
 from impyard.knowledge.store.repo import MAIN

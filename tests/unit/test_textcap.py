@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from impyard.common.textcap import cut, cut_at_line, cut_lines, marker
 from impyard.knowledge.change import MESSAGE_CHARS, Violation
 from impyard.knowledge.validation.violations import digest
-from impyard.textcap import cut, cut_at_line, cut_lines, marker
 from tests.helpers.cli import Cli
 from tests.helpers.repo import NS, RUN, make_imp
 from tests.unit.test_repair import write_manifest

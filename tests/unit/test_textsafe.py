@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from impyard.textsafe import DEFAULT_LIMIT, ELLIPSIS, one_line
+from impyard.common.textsafe import DEFAULT_LIMIT, ELLIPSIS, one_line
 
 
 def printable(text: str) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.change import RULES, Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.sizes import tree_bytes

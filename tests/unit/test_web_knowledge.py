@@ -9,11 +9,11 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from impyard.common.textcap import marker
 from impyard.gateway.provenance.receipts import Receipt
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
-from impyard.textcap import marker
-from impyard.web.commitview import SUMMARY_CHARS, TRAILERS
+from impyard.web.pages.commitview import SUMMARY_CHARS, TRAILERS
 from tests.helpers.cli import Cli
 from tests.helpers.hostile import IMG, MESSAGE, SCRIPT, commit_files, commit_hostile_note
 from tests.helpers.repo import note_path

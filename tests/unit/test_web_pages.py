@@ -72,7 +72,7 @@ def test_metrics_need_a_session_unless_public(home: Cli) -> None:
 
 
 def test_metrics_count_gateway_requests_from_the_journal(home: Cli) -> None:
-    from impyard.journal import Journal
+    from impyard.journal.log import Journal
 
     journal = Journal(Home(home.home).journal)
     for decision, rule in (("allow", None), ("deny", "gateway.budget.requests_per_run")):
@@ -195,7 +195,7 @@ def test_a_missing_run_is_a_404_page(home: Cli) -> None:
 def test_an_unexpected_error_still_carries_the_security_headers(home: Cli) -> None:
     from starlette.testclient import TestClient
 
-    from impyard.web.app import build_app
+    from impyard.web.serving.app import build_app
 
     console, _ = console_for(home.home)
     client = TestClient(build_app(console), raise_server_exceptions=False)

@@ -37,8 +37,8 @@ from impyard.box.docker.runtime import require_runtime
 from impyard.box.launcher.helpers import helper_labels, holding
 from impyard.box.spec import TMP_TMPFS
 from impyard.box.watch.tmpwatch import gib
-from impyard.contract import TMP_SIZE_BYTES
-from impyard.errors import EngineError, ImpyardError
+from impyard.common.contract import TMP_SIZE_BYTES
+from impyard.common.errors import EngineError, ImpyardError
 
 if TYPE_CHECKING:
     from impyard.home import Home
@@ -244,7 +244,7 @@ def _checkout_row(settings: Settings, home: Home, image: str) -> tuple[str, Chec
 
 
 def _space_row(settings: Settings) -> Check:
-    from impyard.loopspace import loop_supported
+    from impyard.common.loopspace import loop_supported
 
     unsupported = loop_supported() if settings.run_space != "plain" else "IMPYARD_RUN_SPACE=plain"
     if unsupported is None:

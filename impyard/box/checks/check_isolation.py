@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from impyard.box.checks.checkrow import Check, CheckRunError
-from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER
+from impyard.common.contract import DEFAULT_IMAGE, DEFAULT_USER
 from impyard.gateway.wiring.netns import listen_in_netns
 
 #: What the listener in the box's namespace answers; the box must read it back.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impyard.box.docker import engine
-from impyard.errors import EngineError
+from impyard.common.errors import EngineError
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from impyard.box.docker.enginehttp import (
     NotAnEngineAnswer,
     Transport,
 )
-from impyard.errors import EngineError, ImageNotFoundError, NotFoundError
+from impyard.common.errors import EngineError, ImageNotFoundError, NotFoundError
 
 log = logging.getLogger(__name__)
 

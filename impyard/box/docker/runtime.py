@@ -9,7 +9,7 @@ is deployed and before a box is created.
 from __future__ import annotations
 
 from impyard.box.docker import engine
-from impyard.errors import EngineError
+from impyard.common.errors import EngineError
 
 #: How the owner gets runsc onto an engine that lacks it.
 RUNSC_FIX = (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from impyard.box.images.agents import AGENTS, Agent
-from impyard.errors import EngineError, ImageNotFoundError
+from impyard.common.errors import EngineError, ImageNotFoundError
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 from impyard.box.docker.engine import stderr_tail
 from impyard.box.images.agents import AGENTS, Agent, agent_named
 from impyard.box.spec import TMP_TMPFS
-from impyard.errors import EngineError, ImpyardError
+from impyard.common.errors import EngineError, ImpyardError
 
 LABEL_RECIPE = "impyard.recipe"
 LABEL_AGENT = "impyard.agent"

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from impyard.contract import DEFAULT_IMAGE
-from impyard.errors import UsageError
+from impyard.common.contract import DEFAULT_IMAGE
+from impyard.common.errors import UsageError
 
 #: The ``[box.env]`` variable naming the gateway route an imp's model calls go to.
 MODEL_ROUTE_ENV = "IMPYARD_MODEL_ROUTE"

@@ -15,8 +15,8 @@ from pathlib import Path
 from impyard.box.docker import engine
 from impyard.box.docker.engine import EngineObjectNotFoundError
 from impyard.box.images.trust import IMAGE_ROOT_PATHS, MAX_IMAGE_ROOTS_BYTES
-from impyard.errors import ImpyardError
-from impyard.fsutil import atomic_write_text
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import atomic_write_text
 
 HELPER_IMAGE_ROOTS = "image-roots"
 #: A tar of one bundle: its size plus headers and padding.

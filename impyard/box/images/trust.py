@@ -21,8 +21,8 @@ import re
 import ssl
 from pathlib import Path
 
-from impyard.errors import ConfigError
-from impyard.fsutil import atomic_write_text
+from impyard.common.errors import ConfigError
+from impyard.common.fsutil import atomic_write_text
 
 BOX_CA_BUNDLE = "/opt/impyard/ca-bundle.pem"
 #: Where images keep their system roots (Debian/Ubuntu/Alpine, Fedora/RHEL, others).

@@ -22,7 +22,7 @@ from impyard.box.docker import engine
 from impyard.box.docker.engine import EngineObjectNotFoundError, call
 from impyard.box.launcher.launch import remove_box
 from impyard.box.spec import LABEL_HELPER, LABEL_LOCK, LABEL_ROOT, LABEL_RUN, box_labels, root_label
-from impyard.fsutil import lock_held
+from impyard.common.fsutil import lock_held
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from impyard.box.docker import engine
 from impyard.box.docker.engine import EngineObjectNotFoundError, call
 from impyard.box.launcher.helpers import helper_labels, holding
 from impyard.box.spec import BoxMount, BoxSpec
-from impyard.checkoutkind import CheckoutKind
-from impyard.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
-from impyard.errors import ImpyardError
-from impyard.fsutil import atomic_write_json, remove_tree
+from impyard.common.checkoutkind import CheckoutKind
+from impyard.common.contract import DEFAULT_IMAGE, DEFAULT_USER, parse_user
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import atomic_write_json, remove_tree
 from impyard.home import Home
 
 if TYPE_CHECKING:

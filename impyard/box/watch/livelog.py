@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from impyard.fsutil import atomic_write_json, remove_tree
+from impyard.common.fsutil import atomic_write_json, remove_tree
 
 HEAD_BYTES = 2 * 1024 * 1024
 TAIL_BYTES = 6 * 1024 * 1024

@@ -24,8 +24,8 @@ from impyard.cluster.node.boxrun import NodeRun
 from impyard.cluster.node.client import ClusterCallError, ClusterClient
 from impyard.cluster.node.origins import Origins
 from impyard.cluster.protocol import TOKEN_FILE, Assignment, HeartbeatAnswer, HeldRun, NodeReport
-from impyard.errors import ConfigError, EngineError
-from impyard.fsutil import remove_tree
+from impyard.common.errors import ConfigError, EngineError
+from impyard.common.fsutil import remove_tree
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from impyard.cluster.node.origins import Origins
 from impyard.cluster.node.relay import Relay
 from impyard.cluster.protocol import MAX_TREE_BYTES, Assignment, ExitReport, Started
 from impyard.cluster.treetar import TreeTooLarge, pack, unpack
-from impyard.contract import parse_user
-from impyard.errors import EngineError
-from impyard.fsutil import remove_tree
+from impyard.common.contract import parse_user
+from impyard.common.errors import EngineError
+from impyard.common.fsutil import remove_tree
 from impyard.gateway.wiring.boxside import write_ready
 
 log = logging.getLogger(__name__)

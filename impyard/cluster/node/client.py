@@ -13,7 +13,7 @@ from urllib.parse import urlencode, urlsplit
 from pydantic import BaseModel
 
 from impyard.cluster.protocol import API, RELAY_PROTOCOL, ExitReport, FileKind
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 
 _TIMEOUT = 30.0
 _MAX_ANSWER = 1 << 20

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from impyard.cluster.node.client import ClusterClient
 from impyard.cluster.treetar import holdings, unpack
-from impyard.fsutil import remove_tree
+from impyard.common.fsutil import remove_tree
 
 #: The most one origin update may carry.
 _MAX_UPDATE = 1 << 30

@@ -28,7 +28,7 @@ from impyard.cluster.protocol import (
     NodeReport,
     Started,
 )
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.gateway.proxy.server import Gateway
 from impyard.home import Home
 from impyard.policy.cluster import ClusterPolicy

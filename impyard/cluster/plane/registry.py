@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from impyard import names
 from impyard.cluster.protocol import NodeReport, NodeState
-from impyard.fsutil import atomic_write_json
+from impyard.common import names
+from impyard.common.fsutil import atomic_write_json
 from impyard.home import Home
 
 #: How often ``nodes.json`` is rewritten at most (heartbeats arrive every second or so).

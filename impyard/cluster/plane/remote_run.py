@@ -14,15 +14,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from impyard import names
 from impyard.box.images.trust import BOX_CA_BUNDLE
 from impyard.box.spec import BoxExit, BoxSpec
 from impyard.cluster.plane.hub import Hub
 from impyard.cluster.plane.leases import Lease
 from impyard.cluster.protocol import MAX_TREE_BYTES, BoxOrder, FileKind, MountKind, OrderMount
 from impyard.cluster.treetar import TreeRefused, TreeTooLarge, pack, unpack
-from impyard.errors import ImpyardError
-from impyard.fsutil import remove_tree
+from impyard.common import names
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import remove_tree
 from impyard.gateway.proxy.control import ControlRefused
 from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR
 from impyard.knowledge.checkouts.checkout import forget_identities

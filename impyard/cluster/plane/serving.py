@@ -9,7 +9,7 @@ from typing import Any
 from impyard.cluster.plane.api import ClusterServer, start_server
 from impyard.cluster.plane.hub import Hub
 from impyard.cluster.plane.remote_run import RemoteRun
-from impyard.errors import ConfigError
+from impyard.common.errors import ConfigError
 from impyard.home import Home
 from impyard.policy.compile import deployed_org_policy
 from impyard.policy.models import EffectivePolicy

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import secrets
 
-from impyard.fsutil import atomic_write_bytes
+from impyard.common.fsutil import atomic_write_bytes
 from impyard.home import Home
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from impyard.fsutil import atomic_write_text, locked
+from impyard.common.fsutil import atomic_write_text, locked
 from impyard.gateway.errors import GatewayError
 from impyard.home import Home
 from impyard.policy.models import GatewayBudget

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from impyard.errors import NotFoundError, UsageError
-from impyard.fsutil import atomic_write_text, fsync_dir, locked
+from impyard.common.errors import NotFoundError, UsageError
+from impyard.common.fsutil import atomic_write_text, fsync_dir, locked
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _OBJECTS = "sha256"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
+from impyard.common.names import utc_now
 from impyard.gateway.provenance.archive_intake import ArchivedBody, RunArchive
 from impyard.gateway.provenance.digest import BodyDigest
 from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
-from impyard.names import utc_now
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from urllib.parse import unquote_plus
 
 from pydantic import BaseModel, ConfigDict
 
-from impyard.fsutil import append_line_durably, read_jsonl
+from impyard.common.fsutil import append_line_durably, read_jsonl
 
 RECEIPT_HEADER = "X-Impyard-Receipt"
 REDACTED = "REDACTED"

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from impyard.common.names import check_imp_name
 from impyard.gateway.errors import GatewayError
 from impyard.gateway.guard.budget import DailyCounter, RunBudget
 from impyard.gateway.guard.outcome import Record
@@ -30,8 +31,7 @@ from impyard.gateway.proxy.handler import GatewayHandler
 from impyard.gateway.wiring.boxside import proxy_env
 from impyard.gateway.wiring.netns import listen_in_netns
 from impyard.home import Home
-from impyard.journal import Journal
-from impyard.names import check_imp_name
+from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
 
 log = logging.getLogger(__name__)

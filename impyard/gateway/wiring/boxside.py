@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from impyard.fsutil import atomic_write_text
+from impyard.common.fsutil import atomic_write_text
 
 # Where the box sees the host's signal dir, and the file box-init waits for.
 BOX_SIGNAL_DIR = "/opt/impyard/signal"

@@ -21,8 +21,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from impyard.errors import ImpyardError
-from impyard.fsutil import atomic_write_text, locked
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import atomic_write_text, locked
 
 LEAF_DAYS = 7
 RENEW_BEFORE = datetime.timedelta(days=1)

@@ -20,8 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from impyard.common.libc import syscall
 from impyard.gateway.errors import GatewayError
-from impyard.libc import syscall
 
 log = logging.getLogger(__name__)
 

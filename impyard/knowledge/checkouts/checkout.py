@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from impyard.checkoutkind import CheckoutKind
-from impyard.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
+from impyard.common.checkoutkind import CheckoutKind
+from impyard.common.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
 from impyard.home import Home
 from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.layers import (

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from impyard.checkoutkind import CheckoutKind
-from impyard.errors import KnowledgeError
+from impyard.common.checkoutkind import CheckoutKind
+from impyard.common.errors import KnowledgeError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING
 
-from impyard.fsutil import atomic_write_json, fsync_dir
+from impyard.common.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_store import (
     META_FORMAT,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from impyard.fsutil import locked
+from impyard.common.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, parse_owner
 

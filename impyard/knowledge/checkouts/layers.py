@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_build import build_layer
 from impyard.knowledge.checkouts.layer_store import (

@@ -20,7 +20,7 @@ import os
 import struct
 from pathlib import Path
 
-from impyard.libc import syscall
+from impyard.common.libc import syscall
 
 LOOP_CONTROL = Path("/dev/loop-control")
 

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from impyard.errors import ImpyardError
-from impyard.fsutil import remove_tree
+from impyard.common.errors import ImpyardError
+from impyard.common.fsutil import remove_tree
+from impyard.common.libc import syscall
 from impyard.home import Home
 from impyard.knowledge.checkouts import loopmount
-from impyard.libc import syscall
 
 SpaceKind = Literal["loop", "plain"]
 

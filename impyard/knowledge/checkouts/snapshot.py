@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import pygit2
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.change import RULES, Change, FileState, Violation
 from impyard.knowledge.change import KnowledgeLimits as Limits
 from impyard.knowledge.checkouts.checkout import Checkout, read_identities

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from impyard.contract import parse_user
-from impyard.errors import KnowledgeError
+from impyard.common.contract import parse_user
+from impyard.common.errors import KnowledgeError
+from impyard.common.textsafe import visible
 from impyard.knowledge.validation.pathnames import MAX_DEPTH, entry_name_rules
-from impyard.textsafe import visible
 
 if TYPE_CHECKING:
     import pygit2

@@ -21,8 +21,8 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
-from impyard.errors import KnowledgeError
-from impyard.fsutil import atomic_write_bytes
+from impyard.common.errors import KnowledgeError
+from impyard.common.fsutil import atomic_write_bytes
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkouts.treefs import MAX_FILES

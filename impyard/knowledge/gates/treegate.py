@@ -27,13 +27,13 @@ from typing import Literal, NamedTuple
 
 import pygit2
 
+from impyard.common.textcap import cut
+from impyard.common.textsafe import visible
 from impyard.knowledge.change import MESSAGE_CHARS, KnowledgeLimits
 from impyard.knowledge.checkouts.treefs import MAX_FILES
 from impyard.knowledge.store.gitfsck import TreeEntry, parse_tree
 from impyard.knowledge.store.repo import TREE_CACHE_LIMIT
 from impyard.knowledge.validation.pathnames import MAX_DEPTH, entry_name_rules, normalize_segment
-from impyard.textcap import cut
-from impyard.textsafe import visible
 
 #: Problems kept in full; the rest are counted (a hostile tree can hold millions).
 MAX_PROBLEMS = 1_000

@@ -47,8 +47,8 @@ from typing import cast
 
 import pygit2
 
-from impyard.errors import KnowledgeError
-from impyard.fsutil import locked
+from impyard.common.errors import KnowledgeError
+from impyard.common.fsutil import locked
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.imps import open_repo

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from impyard.errors import UsageError
+from impyard.common.errors import UsageError
+from impyard.common.names import check_run_id
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.imps import require_imp
@@ -27,7 +28,6 @@ from impyard.knowledge.integration.readers import validation_reader
 from impyard.knowledge.validation.citations import Receipts
 from impyard.knowledge.validation.increments import Landed, Split, split
 from impyard.knowledge.validation.validate import check_change
-from impyard.names import check_run_id
 
 
 @dataclass(frozen=True)

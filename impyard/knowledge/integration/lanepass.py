@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.integration.lanequeue import Ticket, take_turn
 
 if TYPE_CHECKING:  # the console reads the event's name without loading the lane (pygit2)

@@ -14,7 +14,7 @@ from typing import Literal, cast
 
 import pygit2
 
-from impyard.errors import KnowledgeError, UsageError
+from impyard.common.errors import KnowledgeError, UsageError
 from impyard.home import Home
 from impyard.knowledge.change import Change, Mode, Violation
 from impyard.knowledge.imps import open_repo

@@ -30,7 +30,8 @@ from typing import cast
 
 import pygit2
 
-from impyard.fsutil import fsync_dir, locked
+from impyard.common.fsutil import fsync_dir, locked
+from impyard.common.names import check_imp_name
 from impyard.home import Home
 from impyard.knowledge.store.gitcalls import Repository
 from impyard.knowledge.store.history import Added
@@ -42,7 +43,6 @@ from impyard.knowledge.store.repo import (
     main_commit,
     open_repo_at,
 )
-from impyard.names import check_imp_name
 
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}

@@ -21,14 +21,14 @@ from typing import cast
 
 import pygit2
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
+from impyard.common.names import check_run_id
 from impyard.knowledge.change import Change, FileState, Violation
 from impyard.knowledge.store.refnames import quarantine_ref
 from impyard.knowledge.store.repo import host_signature
 from impyard.knowledge.store.trees import PathConflict, build_tree
 from impyard.knowledge.validation.pathnames import is_storable_path
 from impyard.knowledge.validation.violations import digest
-from impyard.names import check_run_id
 
 DELETED_TRAILER = "Impyard-Deleted"
 #: The message paragraph listing what a preserved commit does not hold.

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pygit2
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.store.gitcalls import tree_entry
 
 

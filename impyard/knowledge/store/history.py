@@ -25,7 +25,7 @@ from typing import cast
 
 import pygit2
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.store.gitobj import changed_paths
 
 #: How many commits' facts, and how many changed paths in all, the process remembers:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.store.refnames import MAIN
 
 _OID = re.compile(r"[0-9a-f]{40}")

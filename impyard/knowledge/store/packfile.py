@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from isal import isal_zlib
 
-from impyard.fsutil import fsync_dir
+from impyard.common.fsutil import fsync_dir
 
 _OFS_DELTA = 6
 _PACK_HEADER = struct.Struct(">4sII")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pygit2
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.store.gitcalls import Repository
 from impyard.knowledge.store.refnames import MAIN as MAIN  # one definition, shared with mainref
 

@@ -9,7 +9,7 @@ from typing import cast
 
 import pygit2
 
-from impyard.errors import KnowledgeError
+from impyard.common.errors import KnowledgeError
 from impyard.knowledge.change import FileState
 from impyard.knowledge.store.gitcalls import builder_get, builder_remove
 from impyard.knowledge.store.packs import PACK_THRESHOLD, ObjectBatch

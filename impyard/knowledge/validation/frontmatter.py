@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from impyard.textcap import marker
+from impyard.common.textcap import marker
 
 KNOWN_KEYS: tuple[str, ...] = (
     "id",

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pygit2
 
-from impyard.errors import NotFoundError
+from impyard.common.errors import NotFoundError
 from impyard.home import Home
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.gitobj import lookup_entry

@@ -13,7 +13,7 @@ from typing import cast
 
 import pygit2
 
-from impyard.fsutil import atomic_write_bytes, locked
+from impyard.common.fsutil import atomic_write_bytes, locked
 from impyard.knowledge.change import FileState
 from impyard.knowledge.store.gitobj import lookup_entry
 from impyard.knowledge.store.repo import TREE_MODE

@@ -39,8 +39,8 @@ from typing import cast
 
 import pygit2
 
+from impyard.common.errors import KnowledgeError
 from impyard.credentials import find_credentials
-from impyard.errors import KnowledgeError
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits, Mode, Violation
 from impyard.knowledge.store.gitobj import lookup_entry
 from impyard.knowledge.store.repo import TREE_MODE

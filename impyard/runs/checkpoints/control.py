@@ -16,7 +16,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from impyard import backup, names
+from impyard import backup
+from impyard.common import names
 from impyard.gateway.proxy.control import ControlRefused
 from impyard.runs.provision.taint import READ_ONLY, participant_violations, read_only_knowledge
 from impyard.runs.records.model import MAX_LISTED, CheckpointRecord, Manifest

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pygit2
 
-from impyard import names
+from impyard.common import names
 from impyard.gateway.provenance.receipts import Receipt, read_receipts
 from impyard.home import Home
 from impyard.knowledge.change import Change, KnowledgeLimits

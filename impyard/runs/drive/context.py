@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.runs.records.model import Manifest
 from impyard.settings import Settings
 

@@ -14,8 +14,8 @@ from typing import Any
 from impyard import backup
 from impyard.box.launcher.launch import kill_box, remove_box
 from impyard.box.launcher.volumes import remove_volume
-from impyard.contract import parse_user
-from impyard.errors import ImpyardError
+from impyard.common.contract import parse_user
+from impyard.common.errors import ImpyardError
 from impyard.knowledge.change import Violation
 from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer
 from impyard.knowledge.checkouts.snapshot import snapshot

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from impyard import names
 from impyard.box.docker.engine import EngineCallError
 from impyard.box.launcher.launch import box_pid, kill_box, remove_box, start_box, wait_box
 from impyard.box.spec import BoxExit, BoxSpec, StartedBox
 from impyard.box.watch.logs import LogFollower
 from impyard.box.watch.tmpwatch import TmpWatch
-from impyard.errors import ImpyardError
+from impyard.common import names
+from impyard.common.errors import ImpyardError
 from impyard.knowledge.change import Checkpoint, KnowledgeLimits
 from impyard.policy.models import EffectivePolicy
 from impyard.queue import leases

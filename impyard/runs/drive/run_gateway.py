@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from impyard.gateway.wiring.boxside import write_ready
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.runs.checkpoints.control import BoxControl
 from impyard.runs.records.active import ActiveRun
 

@@ -10,17 +10,17 @@ nothing behind; one that is admitted is driven to a terminal state by the pipeli
 
 from __future__ import annotations
 
-from impyard import names
 from impyard.box.launcher.volumes import select_checkout_kind
-from impyard.errors import ConfigError, UsageError
-from impyard.fsutil import locked, remove_tree
+from impyard.common import names
+from impyard.common.errors import ConfigError, UsageError
+from impyard.common.fsutil import locked, remove_tree
+from impyard.common.loopspace import loop_supported
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.runspace import RunSpace
 from impyard.knowledge.gates.maincheck import check_base
 from impyard.knowledge.imps import read_imp_settings, require_imp
 from impyard.knowledge.store.mainref import read_main
-from impyard.loopspace import loop_supported
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import EffectivePolicy
 from impyard.preflight import run_refusal

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
-from impyard.errors import ImpyardError
+from impyard.common.errors import ImpyardError
 from impyard.home import Home
 from impyard.runs.records.model import Manifest, RunRequest
 

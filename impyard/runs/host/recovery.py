@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from impyard import names
 from impyard.box.launcher.helpers import sweep_helpers
 from impyard.box.launcher.launch import box_pid, find_boxes
-from impyard.errors import EngineError, ImpyardError
+from impyard.common import names
+from impyard.common.errors import EngineError, ImpyardError
 from impyard.knowledge.checkouts import runspace
 from impyard.policy.compile import policy_for_run
 from impyard.policy.models import Policy

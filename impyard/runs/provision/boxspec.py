@@ -11,7 +11,7 @@ from pathlib import Path
 
 from impyard.box.images.trust import BOX_CA_BUNDLE, bundle_env
 from impyard.box.spec import BoxMount, BoxSpec, box_labels
-from impyard.fsutil import atomic_write_text
+from impyard.common.fsutil import atomic_write_text
 from impyard.gateway.wiring.boxside import BOX_READY_PATH, BOX_SIGNAL_DIR, WAIT_FOR_ENV, proxy_env
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits

@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from impyard import names
-from impyard.errors import ImpyardError, NotFoundError
+from impyard.common import names
+from impyard.common.errors import ImpyardError, NotFoundError
+from impyard.common.textcap import cut, cut_at_line
+from impyard.common.textsafe import escape_text, visible
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.seed import (
     SeedFile,
@@ -36,8 +38,6 @@ from impyard.knowledge.store.refnames import candidate_ref, quarantine_ref
 from impyard.queue import tasks
 from impyard.queue.db import opened
 from impyard.runs.records.model import Manifest, RepairRecord, ReworkOrigin, RunRequest
-from impyard.textcap import cut, cut_at_line
-from impyard.textsafe import escape_text, visible
 
 #: Journal event of a queued rework task.
 QUEUED_EVENT = "task.rework_queued"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from impyard.box.spec import BoxMount, BoxSpec, StartedBox
 from impyard.box.watch.logs import LogFollower
-from impyard.fsutil import atomic_write_text
+from impyard.common.fsutil import atomic_write_text
 from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR, write_ready
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace

@@ -34,8 +34,8 @@ from impyard.box.docker.engine import EngineObjectNotFoundError, api, call
 from impyard.box.images.trust import BOX_CA_BUNDLE
 from impyard.box.launcher.launch import find_boxes, remove_box, start_box
 from impyard.box.spec import LABEL_ROOT, BoxMount, BoxSpec, Runtime, box_labels, root_label
-from impyard.contract import parse_user
-from impyard.fsutil import atomic_write_text, locked, remove_tree
+from impyard.common.contract import parse_user
+from impyard.common.fsutil import atomic_write_text, locked, remove_tree
 from impyard.gateway.wiring.boxside import BOX_SIGNAL_DIR
 from impyard.home import Home
 from impyard.knowledge.checkouts import runspace

@@ -20,11 +20,11 @@ import json
 import os
 from pathlib import Path
 
-from impyard.fsutil import atomic_write_text
+from impyard.common.fsutil import atomic_write_text
+from impyard.common.libc import syscall
 from impyard.home import Home
 from impyard.knowledge.checkouts.checkout import prefill_copy
 from impyard.knowledge.store.mainref import read_main
-from impyard.libc import syscall
 from impyard.runs.provision.boxspec import BOX_KNOWLEDGE
 from impyard.runs.ready.pool import PoolBox
 

@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from impyard.errors import AmbiguousError, NotFoundError
+from impyard.common.errors import AmbiguousError, NotFoundError
+from impyard.common.names import RUN_ID
 from impyard.home import Home
-from impyard.names import RUN_ID
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import Manifest
 

@@ -6,10 +6,10 @@ import json
 import os
 from collections.abc import Iterator
 
-from impyard.errors import NotFoundError
-from impyard.fsutil import atomic_write_json
+from impyard.common.errors import NotFoundError
+from impyard.common.fsutil import atomic_write_json
+from impyard.common.names import RUN_ID
 from impyard.home import Home
-from impyard.names import RUN_ID
 from impyard.runs.records.model import Manifest
 
 

@@ -15,7 +15,7 @@ import contextlib
 import fcntl
 import os
 
-from impyard.fsutil import lock_held
+from impyard.common.fsutil import lock_held
 from impyard.home import Home
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from impyard.home import Home
-from impyard.journal import Journal
+from impyard.journal.log import Journal
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import Manifest
 
