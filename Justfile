@@ -48,12 +48,13 @@ lint:
 # time on the one engine (each counts only the boxes of its own data root), once with boxes
 # under runc and once under gVisor (runsc); then every bench at its smoke size (each must
 # still run and pass its own checks; figures are not judged). Work stealing keeps the long
-# Pi and serve tests from ending the pass on one worker.
+# Pi and serve tests from ending the pass on one worker. Each part prints what it took
+# (`==> part: N s`), and each docker pass its ten slowest tests.
 test: lint
-    {{venv}}/pytest -q -n auto tests/unit
-    {{venv}}/pytest -q -n 3 --dist worksteal tests/integration
-    IMPYARD_INIT_RUNTIME=runsc {{venv}}/pytest -q -n 3 --dist worksteal tests/integration
-    {{venv}}/python -m bench --smoke
+    @scripts/timed.sh unit {{venv}}/pytest -q -n auto tests/unit
+    @scripts/timed.sh "docker under runc" {{venv}}/pytest -q -n 3 --dist worksteal --durations=10 tests/integration
+    @IMPYARD_INIT_RUNTIME=runsc scripts/timed.sh "docker under runsc" {{venv}}/pytest -q -n 3 --dist worksteal --durations=10 tests/integration
+    @scripts/timed.sh "bench smoke" {{venv}}/python -m bench --smoke
 
 # Full demo: verify the tmpfs primitive
 demo:
