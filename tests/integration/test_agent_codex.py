@@ -9,8 +9,6 @@ knowledge pipeline.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from impyard.devtools.model_server import (
@@ -22,7 +20,6 @@ from impyard.devtools.model_server import (
 )
 from tests.helpers import agent_runs, agents
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import git
 from tests.helpers.images import CODEX_IMAGE
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("codex_image")]
@@ -55,29 +52,15 @@ def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli
     first = turns[0].conversation
     assert first is not None and first.tool("shell") is not None
     assert turns[0].body["model"] == MODEL and turns[0].body["stream"] is True
-    run = json.loads(cli("runs", "list", "--json").stdout)[0]
-    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-    namespace = shown["namespace"]
-    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in first.system()
-    assert "Write one note." in first.user()
-    assert shown["checkpoint"] == "integrated", shown
-    assert shown["agent_steps"] == 3
+    run_id, namespace = agent_runs.assert_note_run_integrated(cli, first, "Write one note.")
     # The box's output is the steps and the answer: no warning of Codex's before them.
-    logs = cli("runs", "logs", run["run_id"]).stdout
+    logs = cli("runs", "logs", run_id).stdout
     assert logs.startswith("[codex] model turn 1 ("), logs
 
-    repo = cli("knowledge", "yuko").stdout.strip()
-    path = f"records/codex/first-note--{namespace}_1.md"
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    assert git("-C", repo, "show", f"main:{path}").stdout.startswith(f"---\nid: {namespace}_1\n")
-    # Nothing but the model's calls and the host's report left the box: Codex asked for
-    # no update, analytics, plugin or model list.
-    events = json_lines(cli("journal", "--run", run["run_id"], "--json").stdout)
-    requests = [e for e in events if e["event"] == "gateway.request"]
-    assert {(e["method"], e.get("path"), e["decision"]) for e in requests} == {
-        ("POST", "/v1/responses", "allowed"),
-        ("POST", "/impyard/report", "allowed"),
-    }, requests
+    # Codex asked for no update, analytics, plugin or model list.
+    agent_runs.assert_first_note_landed_asking_only_the_model(
+        cli, "codex", run_id, namespace, "/v1/responses"
+    )
 
 
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:

@@ -8,14 +8,11 @@ credential route of docs/agents.md and the knowledge pipeline.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from impyard.devtools.model_server import ModelServer, Reply, note_script
 from tests.helpers import agent_runs, agents
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import git
 from tests.helpers.images import GEMINI_IMAGE
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("gemini_image")]
@@ -50,26 +47,12 @@ def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cl
     first = turns[0].conversation
     assert first is not None
     assert first.tool("shell") is not None and first.tool("write") is not None
-    run = json.loads(cli("runs", "list", "--json").stdout)[0]
-    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-    namespace = shown["namespace"]
-    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in first.system()
-    assert "Write one note." in first.user()
-    assert shown["checkpoint"] == "integrated", shown
-    assert shown["agent_steps"] == 3
+    run_id, namespace = agent_runs.assert_note_run_integrated(cli, first, "Write one note.")
 
-    repo = cli("knowledge", "yuko").stdout.strip()
-    path = f"records/gemini/first-note--{namespace}_1.md"
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    assert git("-C", repo, "show", f"main:{path}").stdout.startswith(f"---\nid: {namespace}_1\n")
-    # Nothing but the model's calls and the host's report left the box: no usage
-    # statistics (play.googleapis.com), update check or telemetry.
-    events = json_lines(cli("journal", "--run", run["run_id"], "--json").stdout)
-    requests = [e for e in events if e["event"] == "gateway.request"]
-    assert {(e["method"], e.get("path"), e["decision"]) for e in requests} == {
-        ("POST", MODEL_PATH, "allowed"),
-        ("POST", "/impyard/report", "allowed"),
-    }, requests
+    # No usage statistics (play.googleapis.com), update check or telemetry.
+    agent_runs.assert_first_note_landed_asking_only_the_model(
+        cli, "gemini", run_id, namespace, MODEL_PATH
+    )
 
 
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
