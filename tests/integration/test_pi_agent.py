@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,21 @@ def set_up_owner(
         assert created.code == 0, created.stderr
 
 
+def note_landed_alone_by(repo: str, run: dict[str, Any], path: str) -> str:
+    """The note at ``path``: the one file the last commit of ``repo`` added, trailed by the
+    host as ``run``'s append (imp, run, base and mode), whatever Pi wrote."""
+    message = git("-C", repo, "log", "-1", "--format=%B").stdout
+    for trailer in (
+        "Impyard-Imp: yuko",
+        f"Impyard-Run: {run['run_id']}",
+        f"Impyard-Base: {run['base_commit']}",
+        "Impyard-Mode: append",
+    ):
+        assert trailer in message
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+    return git("-C", repo, "show", f"main:{path}").stdout
+
+
 @pytest.fixture
 def model() -> Iterator[ModelServer]:
     with ModelServer(note_script()) as server:
@@ -94,17 +110,8 @@ def test_pi_writes_a_note_that_integrates_with_trusted_trailers(
     assert "Write one note about the box" in Conversation(first["messages"]).user()
 
     repo = cli("knowledge", "yuko").stdout.strip()
-    message = git("-C", repo, "log", "-1", "--format=%B").stdout
-    for trailer in (
-        "Impyard-Imp: yuko",
-        f"Impyard-Run: {run['run_id']}",
-        f"Impyard-Base: {run['base_commit']}",
-        "Impyard-Mode: append",
-    ):
-        assert trailer in message
     path = f"records/pi/first-note--{namespace}_1.md"
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    note = git("-C", repo, "show", f"main:{path}").stdout
+    note = note_landed_alone_by(repo, run, path)
     assert note.startswith(f"---\nid: {namespace}_1\n")
     assert git("-C", repo, "fsck", "--strict").returncode == 0
 
@@ -376,16 +383,7 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
     assert run["checkpoint"] == "integrated", run
     assert run["validation_errors"] == [], run
     repo = cli("knowledge", "yuko").stdout.strip()
-    message = git("-C", repo, "log", "-1", "--format=%B").stdout
-    for trailer in (
-        "Impyard-Imp: yuko",
-        f"Impyard-Run: {run['run_id']}",
-        f"Impyard-Base: {run['base_commit']}",
-        "Impyard-Mode: append",
-    ):
-        assert trailer in message
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    note = git("-C", repo, "show", f"main:{path}").stdout
+    note = note_landed_alone_by(repo, run, path)
     assert note.startswith(f"---\nid: {namespace}_1\ncreated_at: ")
     assert agents.FIXED_MARKER in note
     assert BAD_MARKER not in git("-C", repo, "log", "-p", "main").stdout
