@@ -106,6 +106,17 @@ def assert_secret_kept_out(cli: Cli, run_id: str, secret: str) -> None:
             assert secret.encode() not in path.read_bytes(), path
 
 
+def assert_probe_found_no_secret(cli: Cli, run_id: str, seen: str, *expected: str) -> None:
+    """What :func:`secret_probe_command` printed in the box (``seen``) holds ``hits=0``,
+    each of ``expected`` (the placeholder and settings the box has instead) and never
+    :data:`SECRET`; nor does anything the run left on the host."""
+    assert "hits=0" in seen, seen
+    for setting in expected:
+        assert setting in seen
+    assert SECRET not in seen
+    assert_secret_kept_out(cli, run_id, SECRET)
+
+
 def chatty_script() -> Script:
     """Three shell turns before an answer: more requests than a budget of two allows."""
 

@@ -178,12 +178,14 @@ def test_the_key_never_reaches_the_box_and_calls_beside_the_route_are_refused(
     assert [t.headers["x-api-key"] for t in turns] == [agents.SECRET] * 2
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "ANTHROPIC_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
-    assert "IMPYARD_MODEL=scripted-model" in seen
-    assert agents.SECRET not in seen
     run_id = str(run["run_id"])
-    agents.assert_secret_kept_out(cli, run_id, agents.SECRET)
+    agents.assert_probe_found_no_secret(
+        cli,
+        run_id,
+        seen,
+        "ANTHROPIC_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
+        "IMPYARD_MODEL=scripted-model",
+    )
 
     events = json_lines(cli("journal", "--run", run_id, "--json").stdout)
     beside = [

@@ -78,13 +78,15 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert [t.headers["authorization"] for t in turns] == [f"Bearer {agents.SECRET}"] * 2
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "OPENAI_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
-    assert f"IMPYARD_MODEL={MODEL}" in seen
-    assert "\nTMPDIR=/tmp\n" in seen  # the box's scratch space, not Codex's own
-    assert 'base_url = "http://127.0.0.1:3128/route/llm/v1"' in seen
-    assert agents.SECRET not in seen
-    agents.assert_secret_kept_out(cli, str(run["run_id"]), agents.SECRET)
+    agents.assert_probe_found_no_secret(
+        cli,
+        str(run["run_id"]),
+        seen,
+        "OPENAI_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
+        f"IMPYARD_MODEL={MODEL}",
+        "\nTMPDIR=/tmp\n",  # the box's scratch space, not Codex's own
+        'base_url = "http://127.0.0.1:3128/route/llm/v1"',
+    )
 
 
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:

@@ -64,13 +64,15 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert [t.headers["x-goog-api-key"] for t in turns] == [agents.SECRET] * 2
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "GEMINI_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
-    assert "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:3128/route/llm" in seen
-    assert f"IMPYARD_MODEL={MODEL}" in seen
-    assert agents.SECRET not in seen
     run_id = str(run["run_id"])
-    agents.assert_secret_kept_out(cli, run_id, agents.SECRET)
+    agents.assert_probe_found_no_secret(
+        cli,
+        run_id,
+        seen,
+        "GEMINI_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:3128/route/llm",
+        f"IMPYARD_MODEL={MODEL}",
+    )
 
 
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:

@@ -185,12 +185,14 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert code == 0, run
     assert [t.headers["authorization"] for t in turns] == [f"Bearer {agents.SECRET}"] * 2
     seen = Conversation(turns[1].body["messages"]).last_tool_result()
-    assert "hits=0" in seen, seen
-    assert '"apiKey": "impyard-gateway-adds-the-key"' in seen  # only the placeholder
-    assert "IMPYARD_MODEL=scripted-model" in seen
-    assert agents.SECRET not in seen
     run_id = str(run["run_id"])
-    agents.assert_secret_kept_out(cli, run_id, agents.SECRET)
+    agents.assert_probe_found_no_secret(
+        cli,
+        run_id,
+        seen,
+        '"apiKey": "impyard-gateway-adds-the-key"',  # only the placeholder
+        "IMPYARD_MODEL=scripted-model",
+    )
 
 
 @pytest.mark.usefixtures("opencode_image")

@@ -227,12 +227,14 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert code == 0, run
     assert [t.headers["authorization"] for t in turns] == [f"Bearer {agents.SECRET}"] * 2
     seen = Conversation(turns[1].body["messages"]).last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "impyard-gateway-adds-the-key" in seen  # Pi holds only the placeholder
-    assert "IMPYARD_MODEL=scripted-model" in seen
-    assert "no_proxy=127.0.0.1,localhost,::1" in seen
-    assert agents.SECRET not in seen
-    agents.assert_secret_kept_out(cli, str(run["run_id"]), agents.SECRET)
+    agents.assert_probe_found_no_secret(
+        cli,
+        str(run["run_id"]),
+        seen,
+        "impyard-gateway-adds-the-key",  # Pi holds only the placeholder
+        "IMPYARD_MODEL=scripted-model",
+        "no_proxy=127.0.0.1,localhost,::1",
+    )
 
 
 def edit_existing_script() -> Script:
