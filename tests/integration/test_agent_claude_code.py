@@ -180,11 +180,11 @@ def test_the_key_never_reaches_the_box_and_calls_beside_the_route_are_refused(
     seen = turns[1].conversation.last_tool_result()
     run_id = str(run["run_id"])
     agents.assert_probe_found_no_secret(
-        cli,
-        run_id,
         seen,
         "ANTHROPIC_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
         "IMPYARD_MODEL=scripted-model",
+        cli=cli,
+        run_id=run_id,
     )
 
     events = json_lines(cli("journal", "--run", run_id, "--json").stdout)

@@ -79,13 +79,13 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
     agents.assert_probe_found_no_secret(
-        cli,
-        str(run["run_id"]),
         seen,
         "OPENAI_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
         f"IMPYARD_MODEL={MODEL}",
         "\nTMPDIR=/tmp\n",  # the box's scratch space, not Codex's own
         'base_url = "http://127.0.0.1:3128/route/llm/v1"',
+        cli=cli,
+        run_id=str(run["run_id"]),
     )
 
 

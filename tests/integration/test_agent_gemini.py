@@ -64,14 +64,13 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     assert [t.headers["x-goog-api-key"] for t in turns] == [agents.SECRET] * 2
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
-    run_id = str(run["run_id"])
     agents.assert_probe_found_no_secret(
-        cli,
-        run_id,
         seen,
         "GEMINI_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
         "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:3128/route/llm",
         f"IMPYARD_MODEL={MODEL}",
+        cli=cli,
+        run_id=str(run["run_id"]),
     )
 
 

@@ -225,15 +225,14 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
         code, run = agent_runs.run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
     assert code == 0, run
-    assert [t.headers["authorization"] for t in turns] == [f"Bearer {agents.SECRET}"] * 2
-    seen = Conversation(turns[1].body["messages"]).last_tool_result()
+    seen = agents.probe_output_after_bearer_turns(turns)
     agents.assert_probe_found_no_secret(
-        cli,
-        str(run["run_id"]),
         seen,
         "impyard-gateway-adds-the-key",  # Pi holds only the placeholder
         "IMPYARD_MODEL=scripted-model",
         "no_proxy=127.0.0.1,localhost,::1",
+        cli=cli,
+        run_id=str(run["run_id"]),
     )
 
 
