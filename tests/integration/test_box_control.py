@@ -29,6 +29,24 @@ def note(topic: str, slug: str, body: str) -> str:
     return f'printf "{body}\\n" | impyard-note {topic} {slug} >/dev/null'
 
 
+#: Note facts/one of :func:`checkpoint_one_then` inside the box, by the run's namespace.
+NOTE_ONE = f"{KDIR}/records/facts/one--${{NS}}_1.md"
+
+
+def checkpoint_one_then(claim: str, *then: str) -> str:
+    """A box script that notes facts/one saying ``claim``, lands it with
+    ``impyard-checkpoint``, then runs each of ``then`` (which may name it as
+    :data:`NOTE_ONE`)."""
+    return "; ".join(
+        [
+            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
+            note("facts", "one", claim),
+            "impyard-checkpoint",
+            *then,
+        ]
+    )
+
+
 def repo_of(cli: Cli) -> Path:
     return Path(cli("knowledge", "yuko").stdout.strip())
 
@@ -203,14 +221,10 @@ def test_two_checkpoints_and_the_exit_land_three_commits_in_order(yuko: Cli) -> 
 def test_a_checkpointed_note_changed_later_is_refused_at_exit_while_the_rest_lands(
     yuko: Cli,
 ) -> None:
-    script = "; ".join(
-        [
-            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
-            note("facts", "one", "the original claim"),
-            "impyard-checkpoint",
-            f"printf 'edited afterwards\\n' >> {KDIR}/records/facts/one--${{NS}}_1.md",
-            note("facts", "two", "a new fact"),
-        ]
+    script = checkpoint_one_then(
+        "the original claim",
+        f"printf 'edited afterwards\\n' >> {NOTE_ONE}",
+        note("facts", "two", "a new fact"),
     )
     code, record = run(yuko, script)
     assert code == 0, record
@@ -232,14 +246,8 @@ def test_a_checkpointed_note_changed_later_is_refused_at_exit_while_the_rest_lan
 def test_a_checkpointed_note_deleted_later_stays_on_main_and_the_deletion_is_kept(
     yuko: Cli,
 ) -> None:
-    script = "; ".join(
-        [
-            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
-            note("facts", "one", "the original claim"),
-            "impyard-checkpoint",
-            f"rm {KDIR}/records/facts/one--${{NS}}_1.md",
-            note("facts", "two", "a new fact"),
-        ]
+    script = checkpoint_one_then(
+        "the original claim", f"rm {NOTE_ONE}", note("facts", "two", "a new fact")
     )
     code, record = run(yuko, script)
     assert code == 0, record
@@ -290,15 +298,8 @@ def test_a_box_killed_after_a_checkpoint_keeps_it_and_quarantines_only_the_rest(
 def test_a_killed_box_that_deleted_a_checkpointed_note_has_the_deletion_quarantined(
     yuko: Cli,
 ) -> None:
-    script = "; ".join(
-        [
-            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
-            note("facts", "one", "landed"),
-            "impyard-checkpoint",
-            f"rm {KDIR}/records/facts/one--${{NS}}_1.md",
-            note("facts", "two", "lost?"),
-            "sleep 60",
-        ]
+    script = checkpoint_one_then(
+        "landed", f"rm {NOTE_ONE}", note("facts", "two", "lost?"), "sleep 60"
     )
     code, record = run(yuko, script, "--timeout", "4")
     assert code == 4, record
