@@ -11,9 +11,14 @@ import pytest
 
 from impyard.common.errors import UsageError
 from impyard.home import Home
-from impyard.knowledge.change import Change, KnowledgeLimits
+from impyard.knowledge.change import Change, KnowledgeLimits, Mode
 from impyard.knowledge.imps import open_repo
-from impyard.knowledge.integration.lane import LaneResult, find_landed_commit, integrate
+from impyard.knowledge.integration.lane import (
+    LaneResult,
+    Trailers,
+    find_landed_commit,
+    integrate,
+)
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.sizes import tree_bytes, tree_bytes_full
 from tests.helpers import repo as knowledge
@@ -258,33 +263,33 @@ def test_repo_size_is_rechecked_against_the_new_head(tmp_path: Path) -> None:
     assert main_commit(open_repo(home, "yuko")) == landed
 
 
+def integrate_nothing_trailed(home: Home, base: str, mode: Mode, trailers: Trailers) -> LaneResult:
+    """The lane's ``integrate`` of an empty change for yuko in ``mode``, with ``trailers``
+    passed as they are: :func:`knowledge.integrate_change` would write honest ones, and
+    these tests hand the lane trailers that disagree with the call or smuggle a line."""
+    return integrate(
+        home,
+        "yuko",
+        Change(),
+        base=base,
+        namespace=NS,
+        mode=mode,
+        limits=LIMITS,
+        trailers=trailers,
+    )
+
+
 def test_trailer_values_are_checked(tmp_path: Path) -> None:
     home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     bad = knowledge.trailers(base)
     with pytest.raises(UsageError):
-        integrate(
-            home,
-            "yuko",
-            Change(),
-            base=base,
-            namespace=NS,
-            mode="reorganize",
-            limits=LIMITS,
-            trailers=bad,
-        )
+        integrate_nothing_trailed(home, base, "reorganize", bad)
     from dataclasses import replace
 
     with pytest.raises(UsageError, match="Impyard-Channel"):
-        integrate(
-            home,
-            "yuko",
-            Change(),
-            base=base,
-            namespace=NS,
-            mode="append",
-            limits=LIMITS,
-            trailers=replace(bad, channel="a\nImpyard-Run: forged"),
+        integrate_nothing_trailed(
+            home, base, "append", replace(bad, channel="a\nImpyard-Run: forged")
         )
 
 
