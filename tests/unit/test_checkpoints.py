@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pygit2
 
@@ -68,6 +69,31 @@ def show_ref(repo: pygit2.Repository, ref: str) -> str:
     return str(repo.lookup_reference(ref).target)
 
 
+class NoteOneCheckpointed(NamedTuple):
+    """yuko's data root and repository, run RUN's ``base``, the note ``path`` and ``data``
+    its mid-run checkpoint 1 landed (``first``), and what the run has ``landed`` by then."""
+
+    home: Home
+    repo: pygit2.Repository
+    base: str
+    path: str
+    data: bytes
+    first: LaneResult
+    landed: Landed
+
+
+def note_one_checkpointed(tmp_path: Path) -> NoteOneCheckpointed:
+    """Run RUN of a new imp yuko, after a mid-run checkpoint landed its note 1."""
+    home, repo = knowledge.make_imp(tmp_path)
+    base = main_commit(repo)
+    path, data = knowledge.note(number=1)
+    first = checkpoint(
+        home, knowledge.change_of(repo, {path: data}), base, 1, at_exit=False, landed={}
+    )
+    landed = landed_by(repo, [first.commit or ""])
+    return NoteOneCheckpointed(home, repo, base, path, data, first, landed)
+
+
 def test_mid_run_then_exit_land_only_what_is_new_with_numbered_trailers(tmp_path: Path) -> None:
     home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
@@ -96,13 +122,7 @@ def test_mid_run_then_exit_land_only_what_is_new_with_numbered_trailers(tmp_path
 
 
 def test_a_changed_checkpointed_note_is_refused_while_the_rest_lands(tmp_path: Path) -> None:
-    home, repo = knowledge.make_imp(tmp_path)
-    base = main_commit(repo)
-    path, data = knowledge.note(number=1)
-    first = checkpoint(
-        home, knowledge.change_of(repo, {path: data}), base, 1, at_exit=False, landed={}
-    )
-    landed = landed_by(repo, [first.commit or ""])
+    home, repo, base, path, data, _, landed = note_one_checkpointed(tmp_path)
     rewritten = knowledge.note_text(f"{NS}_1", body="A different claim.\n").encode()
     two = knowledge.note(number=2)
     last = checkpoint(
@@ -128,13 +148,7 @@ def test_a_changed_checkpointed_note_is_refused_while_the_rest_lands(tmp_path: P
 
 
 def test_deleting_a_checkpointed_note_is_refused_and_it_stays(tmp_path: Path) -> None:
-    home, repo = knowledge.make_imp(tmp_path)
-    base = main_commit(repo)
-    path, data = knowledge.note(number=1)
-    first = checkpoint(
-        home, knowledge.change_of(repo, {path: data}), base, 1, at_exit=False, landed={}
-    )
-    landed = landed_by(repo, [first.commit or ""])
+    home, repo, base, path, data, _, landed = note_one_checkpointed(tmp_path)
     last = checkpoint(home, knowledge.change_of(repo, {}), base, 2, at_exit=True, landed=landed)
     assert last.checkpoint == "empty"
     assert [(v.path, v.rule) for v in last.violations] == [(path, "checkpointed")]
@@ -157,13 +171,7 @@ def test_a_checkpointed_deletion_is_shown_and_stays_refused_on_retry(tmp_path: P
     """The owner sees the deletion as the run's exit left it: `candidates show` lists the
     checkpointed violation and the note as deleted against main; a retry refuses it again
     and keeps the candidate as it was."""
-    home, repo = knowledge.make_imp(tmp_path)
-    base = main_commit(repo)
-    path, data = knowledge.note(number=1)
-    first = checkpoint(
-        home, knowledge.change_of(repo, {path: data}), base, 1, at_exit=False, landed={}
-    )
-    landed = landed_by(repo, [first.commit or ""])
+    home, repo, base, path, data, first, landed = note_one_checkpointed(tmp_path)
     last = checkpoint(home, knowledge.change_of(repo, {}), base, 2, at_exit=True, landed=landed)
     write_run(
         home,
