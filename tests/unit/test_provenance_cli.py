@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pygit2
 import pytest
 
-from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.gateway.provenance.receipts import Receipt
 from impyard.home import Home
 from impyard.knowledge.imps import create_imp
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs.checkpoints.landing import run_receipts
 from tests.helpers import repo as knowledge
 from tests.helpers.cli import Cli
+from tests.helpers.receipts import fetched
 from tests.helpers.repo import NS, RUN
 
 URL = "https://example.com/report"
@@ -26,20 +26,7 @@ BODY = b"<html>report</html>"
 def landed(tmp_path: Path) -> tuple[Cli, Receipt, str]:
     """Imp yuko with one note on main citing a receipt of the run that landed it."""
     home, repo = knowledge.make_imp(tmp_path)
-    receipt = Receipt(
-        id=new_receipt_id(),
-        run=RUN,
-        method="GET",
-        url=URL,
-        status=200,
-        content_type="text/html; charset=utf-8",
-        bytes=len(BODY),
-        sha256=hashlib.sha256(BODY).hexdigest(),
-        started_at="2026-07-11T12:00:00.000000Z",
-        ended_at="2026-07-11T12:00:00.250000Z",
-    )
-    home.run_dir(RUN).mkdir(parents=True)
-    ReceiptLog(home.run_receipts(RUN)).write(receipt)
+    receipt = fetched(home, URL, body=BODY, content_type="text/html; charset=utf-8")
     path = knowledge.note_path()
     text = knowledge.note_text(
         f"{NS}_1", urls=[URL, "https://example.com/more"], receipts=[receipt.id]
@@ -161,21 +148,7 @@ def test_a_partial_citation_is_shown_as_partial(tmp_path: Path) -> None:
     says, from the commit alone, that the citation is partial."""
     home, repo = knowledge.make_imp(tmp_path)
     cut = b"<html>the first part"
-    receipt = Receipt(
-        id=new_receipt_id(),
-        run=RUN,
-        method="GET",
-        url=URL,
-        status=200,
-        content_type="text/html",
-        bytes=len(cut),
-        sha256=hashlib.sha256(cut).hexdigest(),
-        complete=False,
-        started_at="2026-07-11T12:00:00.000000Z",
-        ended_at="2026-07-11T12:00:00.250000Z",
-    )
-    home.run_dir(RUN).mkdir(parents=True)
-    ReceiptLog(home.run_receipts(RUN)).write(receipt)
+    receipt = fetched(home, URL, body=cut, complete=False)
     text = knowledge.note_text(f"{NS}_1", urls=[URL], receipts=[receipt.id], partial=[receipt.id])
     base = main_commit(repo)
     result = knowledge.integrate_change(

@@ -5,7 +5,6 @@ checkpoint read the run's receipts."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from impyard.runs.checkpoints.landing import run_receipts
 from impyard.runs.drive import endings
 from tests.helpers import repo as knowledge
 from tests.helpers.git import git
+from tests.helpers.receipts import fetched
 from tests.helpers.repo import NS, RUN, run_id
 from tests.helpers.runs import FakeRun
 from tests.helpers.runs import running as running_run
@@ -32,34 +32,6 @@ from tests.helpers.runs import running as running_run
 LIMITS = KnowledgeLimits()
 URL = "https://example.com/report"
 OTHER_URL = "https://example.com/other"
-
-
-def fetched(
-    home: Home,
-    url: str = URL,
-    *,
-    run: str = RUN,
-    body: bytes = b"<html>report</html>",
-    complete: bool = True,
-) -> Receipt:
-    """A receipt as the gateway writes it, appended to ``run``'s receipt log; ``complete``
-    False for a body cut short (``body`` is then what passed)."""
-    receipt = Receipt(
-        id=new_receipt_id(),
-        run=run,
-        method="GET",
-        url=url,
-        status=200,
-        content_type="text/html",
-        bytes=len(body),
-        sha256=hashlib.sha256(body).hexdigest(),
-        complete=complete,
-        started_at="2026-07-11T12:00:00.000000Z",
-        ended_at="2026-07-11T12:00:00.250000Z",
-    )
-    home.run_dir(run).mkdir(parents=True, exist_ok=True)
-    ReceiptLog(home.run_receipts(run)).write(receipt)
-    return receipt
 
 
 def citing(
