@@ -34,6 +34,7 @@ from impyard.status.engine import EngineVersion
 from impyard.status.serve_start import serve_start
 from tests.helpers.cli import Cli
 from tests.helpers.repo import make_imp, run_id
+from tests.helpers.runs import manifest_for
 
 Execute = Callable[[RunContext, RunRequest], RunOutcome]
 
@@ -61,16 +62,7 @@ def home(tmp_path: Path) -> Home:
 
 
 def manifest(request: RunRequest, number: int) -> Manifest:
-    return Manifest(
-        run_id=run_id(number),
-        imp=request.imp,
-        task_id=request.task_id,
-        channel=None,
-        mode="append",
-        base_commit="0" * 40,
-        namespace=f"n_{number:012x}",
-        container_id=f"c{number}",
-    )
+    return manifest_for(request, number, container_id=f"c{number}")
 
 
 def add(home: Home, imp: str, prompt: str) -> str:
