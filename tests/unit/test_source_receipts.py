@@ -82,6 +82,19 @@ def land(
     )
 
 
+def receipt_trailers_git_reads(home: Home) -> list[str]:
+    """The Source-Receipt trailers of the last commit on yuko's main as git itself reads
+    them (``git log``, values only), one a line: what an owner without Impyard sees."""
+    return git(
+        "-C",
+        home.repo("yuko"),
+        "log",
+        "-1",
+        "--format=%(trailers:key=Source-Receipt,valueonly)",
+        "main",
+    ).stdout.split("\n")
+
+
 def message_of(repo: pygit2.Repository, sha: str | None) -> str:
     assert sha is not None
     return repo[sha].peel(pygit2.Commit).message
@@ -253,15 +266,7 @@ def test_a_partial_citation_lands_with_a_trailer_that_says_partial(tmp_path: Pat
         Citation(whole.id, OTHER_URL, whole.sha256),
     }
     # git reads the marked one as a trailer too.
-    shown = git(
-        "-C",
-        home.repo("yuko"),
-        "log",
-        "-1",
-        "--format=%(trailers:key=Source-Receipt,valueonly)",
-        "main",
-    ).stdout
-    assert f"{cut.id} {URL} sha256={cut.sha256} partial" in shown.splitlines()
+    assert f"{cut.id} {URL} sha256={cut.sha256} partial" in receipt_trailers_git_reads(home)
     knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
@@ -290,14 +295,7 @@ def test_the_commit_carries_a_source_receipt_trailer_per_cited_receipt(tmp_path:
         Citation(r.id, r.url, r.sha256) for r in (first, second)
     }
     # git itself reads them as trailers: `git log` alone shows what a note was based on.
-    shown = git(
-        "-C",
-        home.repo("yuko"),
-        "log",
-        "-1",
-        "--format=%(trailers:key=Source-Receipt,valueonly)",
-        "main",
-    ).stdout.split("\n")
+    shown = receipt_trailers_git_reads(home)
     assert [line for line in shown if line] == [line.split(": ", 1)[1] for line in expected]
     assert repo[result.commit or ""].peel(pygit2.Commit).message_trailers["Impyard-Run"] == RUN
 
