@@ -98,8 +98,7 @@ def rejected_candidate(
     return base, m
 
 
-@pytest.fixture
-def long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
+def refused_long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
     """Imp yuko under max_file_chars 300 (deployed), with a 640-character note refused."""
     home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
@@ -108,6 +107,11 @@ def long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
     text = knowledge.note_text(f"{NS}_1", body=LONG_BODY).encode()
     rejected_candidate(home, repo, {knowledge.note_path(): text})
     return home, repo, cli
+
+
+@pytest.fixture
+def long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
+    return refused_long_note(tmp_path)
 
 
 def test_a_candidate_lands_once_after_the_owner_raises_the_limit(
