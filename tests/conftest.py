@@ -193,7 +193,8 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
 def yuko(cli: Cli) -> Cli:
     """``cli`` on a data root holding one imp, yuko (``init``, then ``imp create yuko``)."""
     assert cli("init").code == 0
-    assert cli("imp", "create", "yuko").code == 0
+    created = cli("imp", "create", "yuko")
+    assert created.code == 0, created.stderr
     return cli
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from impyard.devtools.model_server import Conversation, ModelServer
 from tests.helpers.agents import FIXED_MARKER, REWORK_SLUG, SECRET_ENV, TITLED_MARKER
-from tests.helpers.cli import Cli
+from tests.helpers.cli import Cli, json_lines
 from tests.helpers.follow import impyard_command, impyard_env
 from tests.helpers.git import git
 from tests.helpers.policy import edit_org
@@ -73,6 +73,38 @@ def run_showing_steps_live(cli: Cli, watch: bytes, *args: str, timeout: float = 
     assert proc.returncode == 0, out + live.err.decode(errors="replace")
     assert live.line_while_running, out
     return out
+
+
+def assert_note_run_integrated(cli: Cli, first: Conversation, prompt: str) -> tuple[str, str]:
+    """yuko's latest run integrated after three agent steps, and its first model turn held
+    ``prompt`` and the record contract under the run's namespace. The run's id and
+    namespace."""
+    run = json.loads(cli("runs", "list", "--json").stdout)[0]
+    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+    namespace = shown["namespace"]
+    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in first.system()
+    assert prompt in first.user()
+    assert shown["checkpoint"] == "integrated", shown
+    assert shown["agent_steps"] == 3
+    return run["run_id"], namespace
+
+
+def assert_first_note_landed_asking_only_the_model(
+    cli: Cli, topic: str, run_id: str, namespace: str, model_path: str
+) -> None:
+    """The run's one commit on yuko's main added ``records/<topic>/first-note`` under its
+    namespace, and nothing but POSTs to ``model_path`` and the host's report left its box:
+    an agent that phones home (updates, telemetry) fails here."""
+    repo = cli("knowledge", "yuko").stdout.strip()
+    path = f"records/{topic}/first-note--{namespace}_1.md"
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+    assert git("-C", repo, "show", f"main:{path}").stdout.startswith(f"---\nid: {namespace}_1\n")
+    events = json_lines(cli("journal", "--run", run_id, "--json").stdout)
+    requests = [e for e in events if e["event"] == "gateway.request"]
+    assert {(e["method"], e.get("path"), e["decision"]) for e in requests} == {
+        ("POST", model_path, "allowed"),
+        ("POST", "/impyard/report", "allowed"),
+    }, requests
 
 
 def serve_failing_hanging_chatty(

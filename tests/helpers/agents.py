@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from impyard.devtools.model_server import (
     NAMESPACE,
     Conversation,
+    Received,
     Reply,
     Script,
     ToolCall,
@@ -104,6 +106,25 @@ def assert_secret_kept_out(cli: Cli, run_id: str, secret: str) -> None:
     for path in cli.home.rglob("*"):
         if path.is_file() and "repo.git" not in path.parts and "origin.git" not in path.parts:
             assert secret.encode() not in path.read_bytes(), path
+
+
+def probe_output_after_bearer_turns(turns: Sequence[Received]) -> str:
+    """What the secret probe printed, as an OpenAI-chat agent's second and last model turn
+    sent it back; both turns carried the route's key as a Bearer token (the gateway adds
+    it: the box never holds it)."""
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 2
+    return Conversation(turns[1].body["messages"]).last_tool_result()
+
+
+def assert_probe_found_no_secret(seen: str, *expected: str, cli: Cli, run_id: str) -> None:
+    """What :func:`secret_probe_command` printed in the box (``seen``) holds ``hits=0``,
+    each of ``expected`` (the placeholder and settings the box has instead) and never
+    :data:`SECRET`; nor does anything the run left on the host."""
+    assert "hits=0" in seen, seen
+    for setting in expected:
+        assert setting in seen
+    assert SECRET not in seen
+    assert_secret_kept_out(cli, run_id, SECRET)
 
 
 def chatty_script() -> Script:

@@ -60,6 +60,18 @@ def loopback_listener(backlog: int) -> tuple[socket.socket, int]:
     return listener, listener.getsockname()[1]
 
 
+def read_until_closed(sock: socket.socket) -> bytes:
+    """All ``sock`` receives until the peer closes it; bounded, so a gateway that never
+    closes fails the test rather than hanging it."""
+    data = b""
+    for _ in range(1000):
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        data += piece
+    return data
+
+
 def gateway_home(tmp_path: Path) -> tuple[Home, Journal]:
     """The data root ``tmp_path/home``, made, and its journal: all a gateway writes to."""
     home = Home(tmp_path / "home")

@@ -18,8 +18,8 @@ from impyard.knowledge.checkouts.checkout import prepare_checkout
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs.records import manifest as manifests
-from impyard.runs.records.model import Manifest
-from tests.helpers.repo import NS, RUN
+from impyard.runs.records.model import Manifest, RunRequest
+from tests.helpers.repo import NS, RUN, namespace, run_id
 
 
 @dataclass
@@ -85,6 +85,21 @@ def write_run(home: Home, run_id: str, imp: str = "yuko", **fields: Any) -> Mani
     home.run_dir(run_id).mkdir(parents=True, exist_ok=True)
     manifests.write(home, manifest)
     return manifest
+
+
+def manifest_for(request: RunRequest, number: int, **fields: Any) -> Manifest:
+    """The record of ``request`` run as run ``number`` (its run id and namespace made from
+    the number), an append on a null base; ``fields`` set the rest."""
+    return Manifest(
+        run_id=run_id(number),
+        imp=request.imp,
+        task_id=request.task_id,
+        channel=None,
+        mode="append",
+        base_commit="0" * 40,
+        namespace=namespace(number),
+        **fields,
+    )
 
 
 def allocated_bytes(root: Path) -> int:

@@ -21,26 +21,7 @@ from impyard.devtools.model_server import (
     shell_call,
     write_note,
 )
-from tests.helpers.agent_runs import (
-    assert_all_quarantined,
-    assert_rework_landed_once,
-    assert_rework_told,
-    rework_of_rejected,
-    run_showing_steps_live,
-    runs_by_imp,
-    serve_failing_hanging_chatty,
-    serve_one_reworked_task,
-)
-from tests.helpers.agents import (
-    SECRET,
-    SECRET_ENV,
-    assert_secret_kept_out,
-    chatty_script,
-    docs_agent_policy,
-    secret_probe_script,
-    set_up_agent_owner,
-    titled_then_rework_script,
-)
+from tests.helpers import agent_runs, agents
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import CLAUDE_CODE_IMAGE
@@ -58,8 +39,8 @@ URL = "https://example.com/first-note"
 def set_up_owner(
     cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
 ) -> None:
-    policy = docs_agent_policy("Claude Code", upstream)
-    set_up_agent_owner(cli, policy, AGENT, CLAUDE_CODE_IMAGE, extra=extra, imps=imps)
+    policy = agents.docs_agent_policy("Claude Code", upstream)
+    agents.set_up_agent_owner(cli, policy, AGENT, CLAUDE_CODE_IMAGE, extra=extra, imps=imps)
 
 
 def anthropic(script: Script) -> ModelServer:
@@ -104,7 +85,9 @@ def test_claude_code_lands_a_note_through_the_gateway_and_never_reads_a_claude_m
     with anthropic(planting_note_script()) as model:
         set_up_owner(cli, model.url)
         prompt = "Write one note about the box you run in."
-        out = run_showing_steps_live(cli, b"[claude-code] tool Bash: ", "--prompt", prompt)
+        out = agent_runs.run_showing_steps_live(
+            cli, b"[claude-code] tool Bash: ", "--prompt", prompt
+        )
         turns = model.turns()
         received = list(model.received)
 
@@ -122,7 +105,7 @@ def test_claude_code_lands_a_note_through_the_gateway_and_never_reads_a_claude_m
     # and only the model API's path: no other request reached the provider.
     assert len(turns) == 5
     assert [(r.method, r.path.split("?")[0]) for r in received] == [("POST", "/v1/messages")] * 5
-    assert [t.headers["x-api-key"] for t in turns] == [SECRET] * 5
+    assert [t.headers["x-api-key"] for t in turns] == [agents.SECRET] * 5
     first = turns[0].body
     assert first["stream"] is True and first["model"] == "scripted-model"
     assert {t["name"] for t in first["tools"]} == {"Bash", "Read", "Write", "Edit", "Glob", "Grep"}
@@ -166,7 +149,7 @@ def test_the_key_never_reaches_the_box_and_calls_beside_the_route_are_refused(
     """The owner switches Claude Code's non-essential traffic back on ([box.env]): its
     direct calls to api.anthropic.com are refused by the gateway and journaled, and the
     run still answers. The key is nowhere in the box, its output or the run's records."""
-    probe = secret_probe_script(SECRET, show="$CLAUDE_CONFIG_DIR/.claude.json")
+    probe = agents.secret_probe_script(agents.SECRET, show="$CLAUDE_CONFIG_DIR/.claude.json")
 
     def script(conversation: Conversation) -> Reply:
         if not conversation.tools:  # the session title it asks for, now switched on
@@ -181,20 +164,28 @@ def test_the_key_never_reaches_the_box_and_calls_beside_the_route_are_refused(
         (overlays / "yuko.toml").write_text(extra)
         assert cli("deploy").code == 0
         result = cli(
-            "run", "yuko", "--prompt", "Look for the key.", "--json", env=SECRET_ENV, timeout=180
+            "run",
+            "yuko",
+            "--prompt",
+            "Look for the key.",
+            "--json",
+            env=agents.SECRET_ENV,
+            timeout=180,
         )
         turns = [t for t in model.turns() if t.conversation and t.conversation.tools]
     run = json.loads(result.stdout)
     assert result.code == 0 and run["checkpoint"] == "empty", run  # it wrote nothing
-    assert [t.headers["x-api-key"] for t in turns] == [SECRET] * 2
+    assert [t.headers["x-api-key"] for t in turns] == [agents.SECRET] * 2
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "ANTHROPIC_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
-    assert "IMPYARD_MODEL=scripted-model" in seen
-    assert SECRET not in seen
     run_id = str(run["run_id"])
-    assert_secret_kept_out(cli, run_id, SECRET)
+    agents.assert_probe_found_no_secret(
+        seen,
+        "ANTHROPIC_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
+        "IMPYARD_MODEL=scripted-model",
+        cli=cli,
+        run_id=run_id,
+    )
 
     events = json_lines(cli("journal", "--run", run_id, "--json").stdout)
     beside = [
@@ -211,17 +202,17 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     two requests. Each is quarantined with a reason an owner can act on."""
     failing = anthropic(lambda conversation: Reply.error(500, "scripted provider outage"))
     hanging = anthropic(lambda conversation: Reply.stall())
-    with failing, hanging, anthropic(chatty_script()) as chatty:
+    with failing, hanging, anthropic(agents.chatty_script()) as chatty:
         servers = (failing, hanging, chatty)
-        serve_failing_hanging_chatty(
+        agent_runs.serve_failing_hanging_chatty(
             cli, set_up_owner, servers, header="x-api-key", value="{secret}"
         )
         assert len(failing.turns()) == 3  # the request and two retries, no more
         assert hanging.turns()
         assert len(chatty.turns()) == 2  # the third request never left the gateway
 
-    runs, shown = runs_by_imp(cli)
-    assert_all_quarantined(shown)
+    runs, shown = agent_runs.runs_by_imp(cli)
+    agent_runs.assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     failed = cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert "[claude-code] model turn 1 (" in failed and "500 scripted provider outage" in failed
@@ -236,14 +227,14 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 
 def test_a_rejected_note_is_reworked_by_claude_code_and_lands_once(cli: Cli) -> None:
-    script = titled_then_rework_script("claude")
+    script = agents.titled_then_rework_script("claude")
     with anthropic(script) as model:
         set_up_owner(cli, model.url)
-        serve_one_reworked_task(cli)
+        agent_runs.serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    rework = rework_of_rejected(cli, "claude", show_logs=True)
+    rework = agent_runs.rework_of_rejected(cli, "claude", show_logs=True)
     # What Claude Code was told in the rework run: the violation by its new name. It read
     # the note, rewrote it, checked it and answered: four model turns.
-    assert_rework_told(turns, rework, count=4, contract=("A rework task",))
-    assert_rework_landed_once(cli, "claude", rework)
+    agent_runs.assert_rework_told(turns, rework, count=4, contract=("A rework task",))
+    agent_runs.assert_rework_landed_once(cli, "claude", rework)

@@ -9,8 +9,6 @@ knowledge pipeline.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from impyard.devtools.model_server import (
@@ -20,28 +18,8 @@ from impyard.devtools.model_server import (
     note_script,
     shell_call,
 )
-from tests.helpers.agent_runs import (
-    assert_all_quarantined,
-    assert_rework_landed_once,
-    assert_rework_told,
-    rework_of_rejected,
-    run_json,
-    run_showing_steps_live,
-    runs_by_imp,
-    serve_failing_hanging_chatty,
-    serve_one_reworked_task,
-)
-from tests.helpers.agents import (
-    SECRET,
-    assert_secret_kept_out,
-    chatty_script,
-    docs_agent_policy,
-    secret_probe_command,
-    set_up_agent_owner,
-    titled_then_rework_script,
-)
+from tests.helpers import agent_runs, agents
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import git
 from tests.helpers.images import CODEX_IMAGE
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("codex_image")]
@@ -54,15 +32,15 @@ MODEL = "gpt-5.5"
 def set_up_owner(
     cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
 ) -> None:
-    policy = docs_agent_policy("Codex", upstream, MODEL)
-    set_up_agent_owner(cli, policy, "codex", CODEX_IMAGE, extra=extra, imps=imps)
+    policy = agents.docs_agent_policy("Codex", upstream, MODEL)
+    agents.set_up_agent_owner(cli, policy, "codex", CODEX_IMAGE, extra=extra, imps=imps)
 
 
 def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
     with ModelServer(note_script("codex"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
         watch = b"[codex] tool exec_command"
-        out = run_showing_steps_live(cli, watch, "--prompt", "Write one note.")
+        out = agent_runs.run_showing_steps_live(cli, watch, "--prompt", "Write one note.")
         turns = model.turns()
     assert "[codex] tool exec_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[codex] answer after 3 model turns and 2 tool calls:\nWrote one note." in out
@@ -70,57 +48,45 @@ def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli
     # Three model turns, each one POST of the Responses API through the route, with the
     # route's key; Codex offered its shell tool, and the contract came from the image.
     assert [(t.method, t.path) for t in turns] == [("POST", "/v1/responses")] * 3
-    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 3
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {agents.SECRET}"] * 3
     first = turns[0].conversation
     assert first is not None and first.tool("shell") is not None
     assert turns[0].body["model"] == MODEL and turns[0].body["stream"] is True
-    run = json.loads(cli("runs", "list", "--json").stdout)[0]
-    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-    namespace = shown["namespace"]
-    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in first.system()
-    assert "Write one note." in first.user()
-    assert shown["checkpoint"] == "integrated", shown
-    assert shown["agent_steps"] == 3
+    run_id, namespace = agent_runs.assert_note_run_integrated(cli, first, "Write one note.")
     # The box's output is the steps and the answer: no warning of Codex's before them.
-    logs = cli("runs", "logs", run["run_id"]).stdout
+    logs = cli("runs", "logs", run_id).stdout
     assert logs.startswith("[codex] model turn 1 ("), logs
 
-    repo = cli("knowledge", "yuko").stdout.strip()
-    path = f"records/codex/first-note--{namespace}_1.md"
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    assert git("-C", repo, "show", f"main:{path}").stdout.startswith(f"---\nid: {namespace}_1\n")
-    # Nothing but the model's calls and the host's report left the box: Codex asked for
-    # no update, analytics, plugin or model list.
-    events = json_lines(cli("journal", "--run", run["run_id"], "--json").stdout)
-    requests = [e for e in events if e["event"] == "gateway.request"]
-    assert {(e["method"], e.get("path"), e["decision"]) for e in requests} == {
-        ("POST", "/v1/responses", "allowed"),
-        ("POST", "/impyard/report", "allowed"),
-    }, requests
+    # Codex asked for no update, analytics, plugin or model list.
+    agent_runs.assert_first_note_landed_asking_only_the_model(
+        cli, "codex", run_id, namespace, "/v1/responses"
+    )
 
 
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
     def script(conversation: Conversation) -> Reply:
         if conversation.turn == 0:
-            command = secret_probe_command(SECRET, show="$CODEX_HOME/config.toml")
+            command = agents.secret_probe_command(agents.SECRET, show="$CODEX_HOME/config.toml")
             return shell_call(conversation, command)
         return Reply.say("Looked everywhere.")
 
     with ModelServer(script, protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
+        code, run = agent_runs.run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.turns()
     assert code == 0, run
-    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 2
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {agents.SECRET}"] * 2
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "OPENAI_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
-    assert f"IMPYARD_MODEL={MODEL}" in seen
-    assert "\nTMPDIR=/tmp\n" in seen  # the box's scratch space, not Codex's own
-    assert 'base_url = "http://127.0.0.1:3128/route/llm/v1"' in seen
-    assert SECRET not in seen
-    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
+    agents.assert_probe_found_no_secret(
+        seen,
+        "OPENAI_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
+        f"IMPYARD_MODEL={MODEL}",
+        "\nTMPDIR=/tmp\n",  # the box's scratch space, not Codex's own
+        'base_url = "http://127.0.0.1:3128/route/llm/v1"',
+        cli=cli,
+        run_id=str(run["run_id"]),
+    )
 
 
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
@@ -129,17 +95,17 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     quarantined with a reason and Codex's own words in `runs logs`."""
     failing = ModelServer(lambda c: Reply.error(500, "scripted provider outage"), protocol=PROTOCOL)
     hanging = ModelServer(lambda c: Reply.stall(), protocol=PROTOCOL)
-    with failing, hanging, ModelServer(chatty_script(), protocol=PROTOCOL) as chatty:
+    with failing, hanging, ModelServer(agents.chatty_script(), protocol=PROTOCOL) as chatty:
         servers = (failing, hanging, chatty)
-        serve_failing_hanging_chatty(
+        agent_runs.serve_failing_hanging_chatty(
             cli, set_up_owner, servers, header="Authorization", value="Bearer {secret}"
         )
         # One request each: no retry of the 500 (Codex's default is ten more).
         assert len(failing.turns()) == 1 and len(hanging.turns()) == 1
         assert len(chatty.turns()) == 2  # the third request never left the gateway
 
-    runs, shown = runs_by_imp(cli)
-    assert_all_quarantined(shown)
+    runs, shown = agent_runs.runs_by_imp(cli)
+    agent_runs.assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     failing_log = cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert "[codex] model turn 1 (" in failing_log and "high demand" in failing_log
@@ -155,14 +121,14 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 
 def test_a_rejected_codex_note_is_reworked_by_codex_and_lands_once(cli: Cli) -> None:
-    with ModelServer(titled_then_rework_script("codex"), protocol=PROTOCOL) as model:
+    with ModelServer(agents.titled_then_rework_script("codex"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        serve_one_reworked_task(cli)
+        agent_runs.serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    rework = rework_of_rejected(cli, "codex")
+    rework = agent_runs.rework_of_rejected(cli, "codex")
     # What Codex was told in the rework run: the violation by its new name, and the
     # contract's rework rules in its developer instructions.
     contract = ("do not finish until impyard-check prints ok",)
-    assert_rework_told(turns, rework, count=3, contract=contract)
-    assert_rework_landed_once(cli, "codex", rework)
+    agent_runs.assert_rework_told(turns, rework, count=3, contract=contract)
+    agent_runs.assert_rework_landed_once(cli, "codex", rework)

@@ -8,33 +8,11 @@ credential route of docs/agents.md and the knowledge pipeline.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from impyard.devtools.model_server import ModelServer, Reply, note_script
-from tests.helpers.agent_runs import (
-    assert_all_quarantined,
-    assert_rework_landed_once,
-    assert_rework_told,
-    rework_of_rejected,
-    run_json,
-    run_showing_steps_live,
-    runs_by_imp,
-    serve_failing_hanging_chatty,
-    serve_one_reworked_task,
-)
-from tests.helpers.agents import (
-    SECRET,
-    assert_secret_kept_out,
-    chatty_script,
-    docs_agent_policy,
-    secret_probe_script,
-    set_up_agent_owner,
-    titled_then_rework_script,
-)
+from tests.helpers import agent_runs, agents
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.git import git
 from tests.helpers.images import GEMINI_IMAGE
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("gemini_image")]
@@ -47,15 +25,15 @@ MODEL_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"
 def set_up_owner(
     cli: Cli, upstream: str, *, extra: str = "", imps: tuple[str, ...] = ("yuko",)
 ) -> None:
-    policy = docs_agent_policy("Gemini CLI", upstream, MODEL)
-    set_up_agent_owner(cli, policy, "gemini", GEMINI_IMAGE, extra=extra, imps=imps)
+    policy = agents.docs_agent_policy("Gemini CLI", upstream, MODEL)
+    agents.set_up_agent_owner(cli, policy, "gemini", GEMINI_IMAGE, extra=extra, imps=imps)
 
 
 def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli) -> None:
     with ModelServer(note_script("gemini"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
         watch = b"[gemini] tool run_shell_command"
-        out = run_showing_steps_live(cli, watch, "--prompt", "Write one note.")
+        out = agent_runs.run_showing_steps_live(cli, watch, "--prompt", "Write one note.")
         turns = model.turns()
     assert "[gemini] tool run_shell_command: echo ns=$IMPYARD_KNOWLEDGE_NAMESPACE" in out
     assert "[gemini] tool write_file: /opt/impyard/knowledge/records/gemini/first-note" in out
@@ -65,48 +43,35 @@ def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cl
     # the route's key; the CLI offered its shell and write tools, and the contract came
     # from the image.
     assert [(t.method, t.path) for t in turns] == [("POST", f"{MODEL_PATH}?alt=sse")] * 3
-    assert [t.headers["x-goog-api-key"] for t in turns] == [SECRET] * 3
+    assert [t.headers["x-goog-api-key"] for t in turns] == [agents.SECRET] * 3
     first = turns[0].conversation
     assert first is not None
     assert first.tool("shell") is not None and first.tool("write") is not None
-    run = json.loads(cli("runs", "list", "--json").stdout)[0]
-    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
-    namespace = shown["namespace"]
-    assert f"records/<topic>/<slug>--{namespace}_<n>.md" in first.system()
-    assert "Write one note." in first.user()
-    assert shown["checkpoint"] == "integrated", shown
-    assert shown["agent_steps"] == 3
+    run_id, namespace = agent_runs.assert_note_run_integrated(cli, first, "Write one note.")
 
-    repo = cli("knowledge", "yuko").stdout.strip()
-    path = f"records/gemini/first-note--{namespace}_1.md"
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    assert git("-C", repo, "show", f"main:{path}").stdout.startswith(f"---\nid: {namespace}_1\n")
-    # Nothing but the model's calls and the host's report left the box: no usage
-    # statistics (play.googleapis.com), update check or telemetry.
-    events = json_lines(cli("journal", "--run", run["run_id"], "--json").stdout)
-    requests = [e for e in events if e["event"] == "gateway.request"]
-    assert {(e["method"], e.get("path"), e["decision"]) for e in requests} == {
-        ("POST", MODEL_PATH, "allowed"),
-        ("POST", "/impyard/report", "allowed"),
-    }, requests
+    # No usage statistics (play.googleapis.com), update check or telemetry.
+    agent_runs.assert_first_note_landed_asking_only_the_model(
+        cli, "gemini", run_id, namespace, MODEL_PATH
+    )
 
 
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    with ModelServer(secret_probe_script(SECRET), protocol=PROTOCOL) as model:
+    with ModelServer(agents.secret_probe_script(agents.SECRET), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
+        code, run = agent_runs.run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.turns()
     assert code == 0, run
-    assert [t.headers["x-goog-api-key"] for t in turns] == [SECRET] * 2
+    assert [t.headers["x-goog-api-key"] for t in turns] == [agents.SECRET] * 2
     assert turns[1].conversation is not None
     seen = turns[1].conversation.last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "GEMINI_API_KEY=impyard-gateway-adds-the-key" in seen  # only the placeholder
-    assert "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:3128/route/llm" in seen
-    assert f"IMPYARD_MODEL={MODEL}" in seen
-    assert SECRET not in seen
-    run_id = str(run["run_id"])
-    assert_secret_kept_out(cli, run_id, SECRET)
+    agents.assert_probe_found_no_secret(
+        seen,
+        "GEMINI_API_KEY=impyard-gateway-adds-the-key",  # only the placeholder
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:3128/route/llm",
+        f"IMPYARD_MODEL={MODEL}",
+        cli=cli,
+        run_id=str(run["run_id"]),
+    )
 
 
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
@@ -115,9 +80,9 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     ten times: each is quarantined with a reason and the CLI's own words in `runs logs`."""
     failing = ModelServer(lambda c: Reply.error(500, "scripted provider outage"), protocol=PROTOCOL)
     hanging = ModelServer(lambda c: Reply.stall(), protocol=PROTOCOL)
-    with failing, hanging, ModelServer(chatty_script(), protocol=PROTOCOL) as chatty:
+    with failing, hanging, ModelServer(agents.chatty_script(), protocol=PROTOCOL) as chatty:
         servers = (failing, hanging, chatty)
-        serve_failing_hanging_chatty(
+        agent_runs.serve_failing_hanging_chatty(
             cli, set_up_owner, servers, header="x-goog-api-key", value="{secret}"
         )
         # Two attempts at the 500 (the CLI's default is ten, over minutes).
@@ -125,8 +90,8 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
         # The third request never left the gateway (its 429 is tried again, then ends it).
         assert len(chatty.turns()) == 2
 
-    runs, shown = runs_by_imp(cli)
-    assert_all_quarantined(shown)
+    runs, shown = agent_runs.runs_by_imp(cli)
+    agent_runs.assert_all_quarantined(shown)
     # The CLI exits with the failed call's HTTP status, taken modulo 256: 500 is 244.
     assert shown["failing"]["reason"] == "exited with status 244"
     failing_log = cli("runs", "logs", runs["failing"]["run_id"]).stdout
@@ -144,15 +109,15 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
 
 
 def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
-    script = titled_then_rework_script("gemini")
+    script = agents.titled_then_rework_script("gemini")
     with ModelServer(script, protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
-        serve_one_reworked_task(cli)
+        agent_runs.serve_one_reworked_task(cli)
         turns = [t.conversation for t in model.turns() if t.conversation is not None]
 
-    rework = rework_of_rejected(cli, "gemini")
+    rework = agent_runs.rework_of_rejected(cli, "gemini")
     # What the CLI was told in the rework run: the violation by its new name, and the
     # contract's rework rules in its system instruction.
     contract = ("do not finish until impyard-check prints ok",)
-    assert_rework_told(turns, rework, count=3, contract=contract)
-    assert_rework_landed_once(cli, "gemini", rework)
+    agent_runs.assert_rework_told(turns, rework, count=3, contract=contract)
+    agent_runs.assert_rework_landed_once(cli, "gemini", rework)

@@ -19,24 +19,7 @@ from impyard.devtools.model_server import (
     Reply,
     note_script,
 )
-from tests.helpers.agent_runs import (
-    run_json as agent_run_json,
-)
-from tests.helpers.agent_runs import (
-    run_showing_steps_live,
-    runs_by_imp,
-    serve_failing_hanging_chatty,
-)
-from tests.helpers.agents import (
-    SECRET,
-    SECRET_ENV,
-    assert_secret_kept_out,
-    chatty_script,
-    docs_agent_policy,
-    secret_probe_script,
-    set_up_agent_owner,
-    titled_then_rework_script,
-)
+from tests.helpers import agent_runs, agents
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import OPENCODE_IMAGE
@@ -50,12 +33,12 @@ def set_up_owner(
 ) -> None:
     """The policy docs/agents.md gives for OpenCode (route llm, the key in
     IMPYARD_SECRET_LLM) pointed at ``upstream``, and OpenCode imps."""
-    policy = docs_agent_policy("OpenCode", upstream)
-    set_up_agent_owner(cli, policy, "opencode", OPENCODE_IMAGE, extra=extra, imps=imps)
+    policy = agents.docs_agent_policy("OpenCode", upstream)
+    agents.set_up_agent_owner(cli, policy, "opencode", OPENCODE_IMAGE, extra=extra, imps=imps)
 
 
 def run_json(cli: Cli, *args: str) -> tuple[int, dict[str, Any]]:
-    return agent_run_json(cli, *args, timeout=240)
+    return agent_runs.run_json(cli, *args, timeout=240)
 
 
 def journal(cli: Cli, run_id: str) -> list[dict[str, Any]]:
@@ -68,13 +51,13 @@ def test_opencode_lands_a_note_with_its_steps_live_and_asks_only_its_model(cli: 
         set_up_owner(cli, model.url)
         prompt = "Write one note about the box you run in."
         watch = b"[opencode] tool bash: "
-        out = run_showing_steps_live(cli, watch, "--prompt", prompt, timeout=240)
+        out = agent_runs.run_showing_steps_live(cli, watch, "--prompt", prompt, timeout=240)
         turns = model.completions()
 
     # Three model calls (read the namespace, write the note, answer) and no title request:
     # each carried the tools and the key the gateway added, never the box's placeholder.
     assert len(turns) == 3, [t.body.get("messages") for t in turns]
-    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 3
+    assert [t.headers["authorization"] for t in turns] == [f"Bearer {agents.SECRET}"] * 3
     first = turns[0].body
     assert first["stream"] is True and first["model"] == "scripted-model"
     assert {t["function"]["name"] for t in first["tools"]} >= {"bash", "write", "read"}
@@ -123,9 +106,9 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     message in `runs logs`."""
     failing = ModelServer(outage_script)
     hanging = ModelServer(lambda conversation: Reply.stall())
-    with failing, hanging, ModelServer(chatty_script()) as chatty:
+    with failing, hanging, ModelServer(agents.chatty_script()) as chatty:
         servers = (failing, hanging, chatty)
-        serve_failing_hanging_chatty(
+        agent_runs.serve_failing_hanging_chatty(
             cli,
             set_up_owner,
             servers,
@@ -136,7 +119,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
         assert len(failing.completions()) == 2 and hanging.completions()
         assert len(chatty.completions()) == 2  # the third request never left the gateway
 
-    runs, shown = runs_by_imp(cli)
+    runs, shown = agent_runs.runs_by_imp(cli)
     assert {imp: (s["checkpoint"], s["reason"]) for imp, s in shown.items()} == {
         "failing": ("quarantined", "exited with status 1"),
         "hanging": ("quarantined", "timed out and killed"),
@@ -165,13 +148,13 @@ FIXED_MARKER = "fixed-in-the-rework-8a17"
 def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
     cli: Cli,
 ) -> None:
-    script = titled_then_rework_script("opencode", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
+    script = agents.titled_then_rework_script("opencode", REWORK_SLUG, TITLED_MARKER, FIXED_MARKER)
     with ModelServer(script) as model:
         set_up_owner(cli, model.url)
         edit_org(cli.home, "rework_attempts = 0", "rework_attempts = 1")
         assert cli("deploy").code == 0
         assert cli("task", "add", "yuko", "--prompt", "Note what you know.").code == 0
-        served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+        served = cli("serve", "--once", env=agents.SECRET_ENV, timeout=300)
         assert served.code == 0, served.stdout + served.stderr
         turns = model.completions()
 
@@ -195,19 +178,19 @@ def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
 
 @pytest.mark.usefixtures("opencode_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    with ModelServer(secret_probe_script(SECRET, show="$OPENCODE_CONFIG")) as model:
+    with ModelServer(agents.secret_probe_script(agents.SECRET, show="$OPENCODE_CONFIG")) as model:
         set_up_owner(cli, model.url)
         code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
     assert code == 0, run
-    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 2
-    seen = Conversation(turns[1].body["messages"]).last_tool_result()
-    assert "hits=0" in seen, seen
-    assert '"apiKey": "impyard-gateway-adds-the-key"' in seen  # only the placeholder
-    assert "IMPYARD_MODEL=scripted-model" in seen
-    assert SECRET not in seen
-    run_id = str(run["run_id"])
-    assert_secret_kept_out(cli, run_id, SECRET)
+    seen = agents.probe_output_after_bearer_turns(turns)
+    agents.assert_probe_found_no_secret(
+        seen,
+        '"apiKey": "impyard-gateway-adds-the-key"',  # only the placeholder
+        "IMPYARD_MODEL=scripted-model",
+        cli=cli,
+        run_id=str(run["run_id"]),
+    )
 
 
 @pytest.mark.usefixtures("opencode_image")

@@ -29,12 +29,22 @@ def note(topic: str, slug: str, body: str) -> str:
     return f'printf "{body}\\n" | impyard-note {topic} {slug} >/dev/null'
 
 
-@pytest.fixture
-def yard(cli: Cli) -> Cli:
-    assert cli("init").code == 0
-    created = cli("imp", "create", "yuko")
-    assert created.code == 0, created.stderr
-    return cli
+#: Note facts/one of :func:`checkpoint_one_then` inside the box, by the run's namespace.
+NOTE_ONE = f"{KDIR}/records/facts/one--${{NS}}_1.md"
+
+
+def checkpoint_one_then(claim: str, *then: str) -> str:
+    """A box script that notes facts/one saying ``claim``, lands it with
+    ``impyard-checkpoint``, then runs each of ``then`` (which may name it as
+    :data:`NOTE_ONE`)."""
+    return "; ".join(
+        [
+            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
+            note("facts", "one", claim),
+            "impyard-checkpoint",
+            *then,
+        ]
+    )
 
 
 def repo_of(cli: Cli) -> Path:
@@ -97,12 +107,12 @@ def finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def test_check_reports_each_violation_kind_from_a_running_box_and_writes_nothing(
-    yard: Cli,
+    yuko: Cli,
 ) -> None:
-    code, first = run(yard, note("facts", "base", "an existing record"))
+    code, first = run(yuko, note("facts", "base", "an existing record"))
     assert code == 0, first
     existing = f"records/facts/base--{first['namespace']}_1.md"
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     before = repo_state(repo)
     deep = "/".join(["d"] * 70)
     bad = f"""
@@ -135,10 +145,10 @@ cat /tmp/check.out
 cat /tmp/existing.md > {existing} && cat /tmp/README.md > README.md
 rm -rf records/t records/d organization/index.md .hidden
 """
-    code, record = run(yard, bad)
+    code, record = run(yuko, bad)
     assert code == 0, record
     assert record["checkpoint"] == "empty"
-    log = box_log(yard, record["run_id"])
+    log = box_log(yuko, record["run_id"])
     assert "check-status=1" in log, log
     rules = {
         line.split(": ")[1]
@@ -174,7 +184,7 @@ rm -rf records/t records/d organization/index.md .hidden
     assert repo_state(repo) == before
 
 
-def test_two_checkpoints_and_the_exit_land_three_commits_in_order(yard: Cli) -> None:
+def test_two_checkpoints_and_the_exit_land_three_commits_in_order(yuko: Cli) -> None:
     script = "; ".join(
         [
             note("facts", "one", "first"),
@@ -184,9 +194,9 @@ def test_two_checkpoints_and_the_exit_land_three_commits_in_order(yard: Cli) -> 
             note("facts", "three", "third"),
         ]
     )
-    code, record = run(yard, script)
+    code, record = run(yuko, script)
     assert code == 0, record
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     ns = record["namespace"]
     assert checkpoint_trailers(repo, record["run_id"]) == ["1 (mid-run)", "2 (mid-run)", "3 (exit)"]
     commits = git("-C", repo, "rev-list", "--reverse", "main").stdout.split()[1:]
@@ -201,32 +211,28 @@ def test_two_checkpoints_and_the_exit_land_three_commits_in_order(yard: Cli) -> 
         (2, "integrated", commits[1]),
     ]
     assert listed[0]["files"] == [f"records/facts/one--{ns}_1.md"] and listed[0]["landed_at"]
-    log = box_log(yard, record["run_id"])
+    log = box_log(yuko, record["run_id"])
     assert f"impyard-checkpoint: checkpoint 1 landed as {commits[0]} (1 file(s))" in log
-    shown = yard("runs", "show", record["run_id"]).stdout
+    shown = yuko("runs", "show", record["run_id"]).stdout
     assert "mid-run checkpoints:" in shown and commits[1] in shown
     assert_fsck_clean(repo)
 
 
 def test_a_checkpointed_note_changed_later_is_refused_at_exit_while_the_rest_lands(
-    yard: Cli,
+    yuko: Cli,
 ) -> None:
-    script = "; ".join(
-        [
-            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
-            note("facts", "one", "the original claim"),
-            "impyard-checkpoint",
-            f"printf 'edited afterwards\\n' >> {KDIR}/records/facts/one--${{NS}}_1.md",
-            note("facts", "two", "a new fact"),
-        ]
+    script = checkpoint_one_then(
+        "the original claim",
+        f"printf 'edited afterwards\\n' >> {NOTE_ONE}",
+        note("facts", "two", "a new fact"),
     )
-    code, record = run(yard, script)
+    code, record = run(yuko, script)
     assert code == 0, record
     ns = record["namespace"]
     one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
     assert record["checkpoint"] == "integrated"
     assert [(e["path"], e["rule"]) for e in record["validation_errors"]] == [(one, "checkpointed")]
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     assert {one, two} <= main_files(repo)
     landed = git("-C", repo, "show", f"main:{one}").stdout
     assert "the original claim" in landed and "edited afterwards" not in landed
@@ -238,24 +244,18 @@ def test_a_checkpointed_note_changed_later_is_refused_at_exit_while_the_rest_lan
 
 
 def test_a_checkpointed_note_deleted_later_stays_on_main_and_the_deletion_is_kept(
-    yard: Cli,
+    yuko: Cli,
 ) -> None:
-    script = "; ".join(
-        [
-            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
-            note("facts", "one", "the original claim"),
-            "impyard-checkpoint",
-            f"rm {KDIR}/records/facts/one--${{NS}}_1.md",
-            note("facts", "two", "a new fact"),
-        ]
+    script = checkpoint_one_then(
+        "the original claim", f"rm {NOTE_ONE}", note("facts", "two", "a new fact")
     )
-    code, record = run(yard, script)
+    code, record = run(yuko, script)
     assert code == 0, record
     ns, run_id = record["namespace"], record["run_id"]
     one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
     assert record["checkpoint"] == "integrated"
     assert [(e["path"], e["rule"]) for e in record["validation_errors"]] == [(one, "checkpointed")]
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     assert {one, two} <= main_files(repo)  # main keeps what landed, and the rest went on
     # The refused state is kept as the box left it: its final tree, without note one.
     assert record["candidate_ref"] == f"refs/candidates/{run_id}"
@@ -263,7 +263,7 @@ def test_a_checkpointed_note_deleted_later_stays_on_main_and_the_deletion_is_kep
     assert two in kept and one not in kept
     differs = git("-C", repo, "diff", "--name-status", "main", record["candidate_ref"]).stdout
     assert differs.splitlines() == [f"D\t{one}"]
-    shown = yard("candidates", "show", run_id, "--json")
+    shown = yuko("candidates", "show", run_id, "--json")
     assert shown.code == 0, shown.stderr
     found = json.loads(shown.stdout)
     assert [(v["path"], v["rule"]) for v in found["violations"]] == [(one, "checkpointed")]
@@ -272,7 +272,7 @@ def test_a_checkpointed_note_deleted_later_stays_on_main_and_the_deletion_is_kep
 
 
 def test_a_box_killed_after_a_checkpoint_keeps_it_and_quarantines_only_the_rest(
-    yard: Cli,
+    yuko: Cli,
 ) -> None:
     script = "; ".join(
         [
@@ -282,12 +282,12 @@ def test_a_box_killed_after_a_checkpoint_keeps_it_and_quarantines_only_the_rest(
             "sleep 60",
         ]
     )
-    code, record = run(yard, script, "--timeout", "4")
+    code, record = run(yuko, script, "--timeout", "4")
     assert code == 4, record
     assert record["checkpoint"] == "quarantined" and record["timed_out"]
     ns = record["namespace"]
     one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     assert one in main_files(repo) and two not in main_files(repo)
     assert record["produced_commit"] == git("-C", repo, "rev-parse", "main").stdout.strip()
     assert [c["state"] for c in record["checkpoints"]] == ["integrated"]
@@ -296,23 +296,16 @@ def test_a_box_killed_after_a_checkpoint_keeps_it_and_quarantines_only_the_rest(
 
 
 def test_a_killed_box_that_deleted_a_checkpointed_note_has_the_deletion_quarantined(
-    yard: Cli,
+    yuko: Cli,
 ) -> None:
-    script = "; ".join(
-        [
-            "NS=$IMPYARD_KNOWLEDGE_NAMESPACE",
-            note("facts", "one", "landed"),
-            "impyard-checkpoint",
-            f"rm {KDIR}/records/facts/one--${{NS}}_1.md",
-            note("facts", "two", "lost?"),
-            "sleep 60",
-        ]
+    script = checkpoint_one_then(
+        "landed", f"rm {NOTE_ONE}", note("facts", "two", "lost?"), "sleep 60"
     )
-    code, record = run(yard, script, "--timeout", "4")
+    code, record = run(yuko, script, "--timeout", "4")
     assert code == 4, record
     ns, run_id = record["namespace"], record["run_id"]
     one, two = f"records/facts/one--{ns}_1.md", f"records/facts/two--{ns}_2.md"
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     assert one in main_files(repo) and two not in main_files(repo)  # what landed stays
     # The quarantine holds the box's final tree and says the landed note went: against
     # main it differs by exactly the deletion and the new note.
@@ -323,14 +316,14 @@ def test_a_killed_box_that_deleted_a_checkpointed_note_has_the_deletion_quaranti
     assert sorted(differs) == sorted([f"D\t{one}", f"A\t{two}"])
     message = git("-C", repo, "log", "-1", "--format=%B", ref).stdout
     assert f"Impyard-Deleted: {one}" in message.splitlines()
-    shown = yard("quarantine", "show", run_id, "--json")
+    shown = yuko("quarantine", "show", run_id, "--json")
     assert shown.code == 0, shown.stderr
     files = [(f["path"], f["status"]) for f in json.loads(shown.stdout)["files"]]
     assert (one, "deleted") in files and (two, "added") in files
     assert_fsck_clean(repo)
 
 
-def test_concurrent_runs_of_one_imp_checkpointing_at_once_all_land(yard: Cli) -> None:
+def test_concurrent_runs_of_one_imp_checkpointing_at_once_all_land(yuko: Cli) -> None:
     script = "; ".join(
         [
             note("facts", "a", "first"),
@@ -341,10 +334,10 @@ def test_concurrent_runs_of_one_imp_checkpointing_at_once_all_land(yard: Cli) ->
             note("facts", "d", "fourth"),
         ]
     )
-    procs = [start(yard, script) for _ in range(4)]
+    procs = [start(yuko, script) for _ in range(4)]
     records = [finished(p) for p in procs]
     assert all(r["checkpoint"] == "integrated" for r in records), records
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     files = main_files(repo)
     for r in records:
         ns = r["namespace"]
@@ -354,11 +347,11 @@ def test_concurrent_runs_of_one_imp_checkpointing_at_once_all_land(yard: Cli) ->
     assert_fsck_clean(repo)
 
 
-def test_a_box_cannot_checkpoint_on_another_runs_behalf(yard: Cli) -> None:
+def test_a_box_cannot_checkpoint_on_another_runs_behalf(yuko: Cli) -> None:
     """Each gateway answers for its own run only: a box that names another run (query,
     header, body) checkpoints itself, and never what the other run wrote."""
-    other = start(yard, note("facts", "theirs", "not yours") + "; sleep 6")
-    manifests = yard.home / "runs"
+    other = start(yuko, note("facts", "theirs", "not yours") + "; sleep 6")
+    manifests = yuko.home / "runs"
     deadline = time.monotonic() + 60
     victim = None
     while victim is None and time.monotonic() < deadline:
@@ -378,13 +371,13 @@ def test_a_box_cannot_checkpoint_on_another_runs_behalf(yard: Cli) -> None:
             "exit 3",
         ]
     )
-    code, mine = run(yard, script)
+    code, mine = run(yuko, script)
     assert code == 4, mine  # exited 3: the rest is quarantined, the checkpoint stays
     answer = json.loads(
-        next(line for line in box_log(yard, mine["run_id"]).splitlines() if line.startswith("{"))
+        next(line for line in box_log(yuko, mine["run_id"]).splitlines() if line.startswith("{"))
     )
     theirs = finished(other)
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     commit = answer["commit"]
     message = git("-C", repo, "log", "-1", "--format=%B", commit).stdout
     assert f"Impyard-Run: {mine['run_id']}" in message
@@ -394,7 +387,7 @@ def test_a_box_cannot_checkpoint_on_another_runs_behalf(yard: Cli) -> None:
     assert checkpoint_trailers(repo, theirs["run_id"]) == ["1 (exit)"]
 
 
-def test_a_reorganize_run_checkpoints_while_it_keeps_the_lease(yard: Cli) -> None:
+def test_a_reorganize_run_checkpoints_while_it_keeps_the_lease(yuko: Cli) -> None:
     script = "; ".join(
         [
             f"printf '# Index\\n' > {KDIR}/organization/index.md",
@@ -403,20 +396,20 @@ def test_a_reorganize_run_checkpoints_while_it_keeps_the_lease(yard: Cli) -> Non
             f"printf '# Summary\\n' > {KDIR}/organization/summary.md",
         ]
     )
-    proc = start(yard, script, "--reorganize")
-    repo = repo_of(yard)
+    proc = start(yuko, script, "--reorganize")
+    repo = repo_of(yuko)
     deadline = time.monotonic() + 60
     while "organization/index.md" not in main_files(repo) and time.monotonic() < deadline:
         time.sleep(0.1)
     try:
         # Landed mid-run, and the lease is still this run's: no second reorganizer.
         assert "organization/index.md" in main_files(repo)
-        second = yard("run", "yuko", "--prompt", "again", "--reorganize", "--command", "true")
+        second = yuko("run", "yuko", "--prompt", "again", "--reorganize", "--command", "true")
         assert second.code != 0 and "held by run" in second.stderr
     finally:
         record = finished(proc)
     assert record["checkpoint"] == "integrated" and record["mode"] == "reorganize"
     assert checkpoint_trailers(repo, record["run_id"]) == ["1 (mid-run)", "2 (exit)"]
     assert {"organization/index.md", "organization/summary.md"} <= main_files(repo)
-    events = [e["event"] for e in Journal(yard.home / "journal.jsonl").read(run=record["run_id"])]
+    events = [e["event"] for e in Journal(yuko.home / "journal.jsonl").read(run=record["run_id"])]
     assert events.index("knowledge.checkpointed") < events.index("lease.released")

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,24 +25,7 @@ from impyard.devtools.model_server import (
     note_script,
     write_note,
 )
-from tests.helpers.agent_runs import (
-    assert_all_quarantined,
-    assert_rework_landed_once,
-    assert_rework_told,
-    rework_of_rejected,
-    run_json,
-    runs_by_imp,
-    serve_failing_hanging_chatty,
-    serve_one_reworked_task,
-)
-from tests.helpers.agents import (
-    FIXED_MARKER,
-    SECRET,
-    SECRET_ENV,
-    assert_secret_kept_out,
-    secret_probe_script,
-    titled_then_rework_script,
-)
+from tests.helpers import agent_runs, agents
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.git import git
 from tests.helpers.images import PI_IMAGE
@@ -78,6 +62,21 @@ def set_up_owner(
         assert created.code == 0, created.stderr
 
 
+def note_landed_alone_by(repo: str, run: dict[str, Any], path: str) -> str:
+    """The note at ``path``: the one file the last commit of ``repo`` added, trailed by the
+    host as ``run``'s append (imp, run, base and mode), whatever Pi wrote."""
+    message = git("-C", repo, "log", "-1", "--format=%B").stdout
+    for trailer in (
+        "Impyard-Imp: yuko",
+        f"Impyard-Run: {run['run_id']}",
+        f"Impyard-Base: {run['base_commit']}",
+        "Impyard-Mode: append",
+    ):
+        assert trailer in message
+    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
+    return git("-C", repo, "show", f"main:{path}").stdout
+
+
 @pytest.fixture
 def model() -> Iterator[ModelServer]:
     with ModelServer(note_script()) as server:
@@ -89,7 +88,9 @@ def test_pi_writes_a_note_that_integrates_with_trusted_trailers(
     cli: Cli, model: ModelServer
 ) -> None:
     set_up_owner(cli, model.url)
-    code, run = run_json(cli, "yuko", "--prompt", "Write one note about the box you run in.")
+    code, run = agent_runs.run_json(
+        cli, "yuko", "--prompt", "Write one note about the box you run in."
+    )
     assert code == 0, run
     assert run["checkpoint"] == "integrated", run
     namespace = str(run["namespace"])
@@ -109,17 +110,8 @@ def test_pi_writes_a_note_that_integrates_with_trusted_trailers(
     assert "Write one note about the box" in Conversation(first["messages"]).user()
 
     repo = cli("knowledge", "yuko").stdout.strip()
-    message = git("-C", repo, "log", "-1", "--format=%B").stdout
-    for trailer in (
-        "Impyard-Imp: yuko",
-        f"Impyard-Run: {run['run_id']}",
-        f"Impyard-Base: {run['base_commit']}",
-        "Impyard-Mode: append",
-    ):
-        assert trailer in message
     path = f"records/pi/first-note--{namespace}_1.md"
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    note = git("-C", repo, "show", f"main:{path}").stdout
+    note = note_landed_alone_by(repo, run, path)
     assert note.startswith(f"---\nid: {namespace}_1\n")
     assert git("-C", repo, "fsck", "--strict").returncode == 0
 
@@ -149,7 +141,7 @@ def test_a_pi_task_without_its_secret_fails_under_serve_and_runs_once_retried(
     assert model.completions() == []
 
     assert cli("task", "retry", pi_task).code == 0
-    served = cli("serve", "--once", env=SECRET_ENV, timeout=300)
+    served = cli("serve", "--once", env=agents.SECRET_ENV, timeout=300)
     assert served.code == 0, served.stdout + served.stderr
     shown = json.loads(cli("task", "show", pi_task, "--json").stdout)
     assert (shown["state"], shown["checkpoint"], shown["error"]) == ("done", "integrated", None)
@@ -198,7 +190,7 @@ def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_pa
                 "confirm /opt/impyard/scratch does not exist, and note what the page says."
             )
             assert cli("task", "add", "yuko", "--prompt", prompt).code == 0
-            served = cli("serve", "--once", env=SECRET_ENV, timeout=180)
+            served = cli("serve", "--once", env=agents.SECRET_ENV, timeout=180)
             assert served.code == 0, served.stdout + served.stderr
             seen = Conversation(model.completions()[1].body["messages"]).last_tool_result()
     assert "TMPDIR=/tmp" in seen
@@ -227,20 +219,21 @@ def test_the_specs_end_to_end_check_under_serve_from_the_readme(cli: Cli, tmp_pa
 
 @pytest.mark.usefixtures("pi_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
-    probe = secret_probe_script(SECRET, show="$PI_CODING_AGENT_DIR/models.json")
+    probe = agents.secret_probe_script(agents.SECRET, show="$PI_CODING_AGENT_DIR/models.json")
     with ModelServer(probe) as model:
         set_up_owner(cli, model.url)
-        code, run = run_json(cli, "yuko", "--prompt", "Look for the key.")
+        code, run = agent_runs.run_json(cli, "yuko", "--prompt", "Look for the key.")
         turns = model.completions()
     assert code == 0, run
-    assert [t.headers["authorization"] for t in turns] == [f"Bearer {SECRET}"] * 2
-    seen = Conversation(turns[1].body["messages"]).last_tool_result()
-    assert "hits=0" in seen, seen
-    assert "impyard-gateway-adds-the-key" in seen  # Pi holds only the placeholder
-    assert "IMPYARD_MODEL=scripted-model" in seen
-    assert "no_proxy=127.0.0.1,localhost,::1" in seen
-    assert SECRET not in seen
-    assert_secret_kept_out(cli, str(run["run_id"]), SECRET)
+    seen = agents.probe_output_after_bearer_turns(turns)
+    agents.assert_probe_found_no_secret(
+        seen,
+        "impyard-gateway-adds-the-key",  # Pi holds only the placeholder
+        "IMPYARD_MODEL=scripted-model",
+        "no_proxy=127.0.0.1,localhost,::1",
+        cli=cli,
+        run_id=str(run["run_id"]),
+    )
 
 
 def edit_existing_script() -> Script:
@@ -269,11 +262,11 @@ def test_a_pi_that_modifies_an_existing_record_is_rejected(cli: Cli) -> None:
 
     with ModelServer(script) as model:
         set_up_owner(cli, model.url)
-        code, first = run_json(cli, "yuko", "--prompt", "Write a note.")
+        code, first = agent_runs.run_json(cli, "yuko", "--prompt", "Write a note.")
         assert code == 0 and first["checkpoint"] == "integrated", first
         repo = cli("knowledge", "yuko").stdout.strip()
         main_before = git("-C", repo, "rev-parse", "main").stdout
-        code, second = run_json(cli, "yuko", "--prompt", "Correct the existing note.")
+        code, second = agent_runs.run_json(cli, "yuko", "--prompt", "Correct the existing note.")
     assert code == 3, second
     assert second["checkpoint"] == "rejected"
     errors = second["validation_errors"]
@@ -305,14 +298,14 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     hanging = ModelServer(lambda conversation: Reply.stall())
     with failing, hanging, ModelServer(chatty_script()) as chatty:
         servers = (failing, hanging, chatty)
-        serve_failing_hanging_chatty(
+        agent_runs.serve_failing_hanging_chatty(
             cli, set_up_owner, servers, header="Authorization", value="Bearer {secret}"
         )
         assert failing.completions() and hanging.completions()
         assert len(chatty.completions()) == 2  # the third request never left the gateway
 
-    runs, shown = runs_by_imp(cli)
-    assert_all_quarantined(shown)
+    runs, shown = agent_runs.runs_by_imp(cli)
+    agent_runs.assert_all_quarantined(shown)
     assert shown["failing"]["reason"] == "exited with status 1"
     assert "500 scripted provider outage" in cli("runs", "logs", runs["failing"]["run_id"]).stdout
     assert shown["hanging"]["timed_out"] is True
@@ -355,7 +348,7 @@ def check_and_fix_script() -> Script:
             if violation not in seen:
                 return Reply.say(f"UNEXPECTED: impyard-check did not report the note: {seen!r}")
             url = f"https://example.com/{CHECKED_SLUG}"
-            return write_note(namespace, "pi", CHECKED_SLUG, url, f"{FIXED_MARKER}\n")
+            return write_note(namespace, "pi", CHECKED_SLUG, url, f"{agents.FIXED_MARKER}\n")
         if conversation.turn == 4 and "impyard-check: ok" in seen and violation not in seen:
             return Reply.say("Fixed the note; impyard-check prints ok.")
         return Reply.say(f"UNEXPECTED at turn {conversation.turn}: {seen!r}")
@@ -367,7 +360,7 @@ def check_and_fix_script() -> Script:
 def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> None:
     with ModelServer(check_and_fix_script()) as model:
         set_up_owner(cli, model.url)
-        code, run = run_json(cli, "yuko", "--prompt", "Write one checked note.")
+        code, run = agent_runs.run_json(cli, "yuko", "--prompt", "Write one checked note.")
         turns = model.completions()
     namespace = str(run["namespace"])
     path = f"records/pi/{CHECKED_SLUG}--{namespace}_1.md"
@@ -391,18 +384,9 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
     assert run["checkpoint"] == "integrated", run
     assert run["validation_errors"] == [], run
     repo = cli("knowledge", "yuko").stdout.strip()
-    message = git("-C", repo, "log", "-1", "--format=%B").stdout
-    for trailer in (
-        "Impyard-Imp: yuko",
-        f"Impyard-Run: {run['run_id']}",
-        f"Impyard-Base: {run['base_commit']}",
-        "Impyard-Mode: append",
-    ):
-        assert trailer in message
-    assert git("-C", repo, "log", "-1", "--name-only", "--format=").stdout.split() == [path]
-    note = git("-C", repo, "show", f"main:{path}").stdout
+    note = note_landed_alone_by(repo, run, path)
     assert note.startswith(f"---\nid: {namespace}_1\ncreated_at: ")
-    assert FIXED_MARKER in note
+    assert agents.FIXED_MARKER in note
     assert BAD_MARKER not in git("-C", repo, "log", "-p", "main").stdout
 
     # Both checks went through this run's gateway, answered and journaled.
@@ -417,15 +401,17 @@ def test_pi_fixes_what_impyard_check_reports_before_it_finishes(cli: Cli) -> Non
 
 @pytest.mark.usefixtures("pi_image")
 def test_a_rejected_pi_note_is_reworked_by_pi_and_lands_once(cli: Cli) -> None:
-    with ModelServer(titled_then_rework_script("pi", read_first=False)) as model:
+    with ModelServer(agents.titled_then_rework_script("pi", read_first=False)) as model:
         set_up_owner(cli, model.url, imps=())
         # The image under test (IMPYARD_TEST_PI_IMAGE): its adapter holds the contract.
         assert cli("imp", "create", "yuko", "--agent", "pi", "--image", PI_IMAGE).code == 0
-        serve_one_reworked_task(cli)
+        agent_runs.serve_one_reworked_task(cli)
         turns = [Conversation(t.body["messages"]) for t in model.completions()]
 
-    rework = rework_of_rejected(cli, "pi")
+    rework = agent_runs.rework_of_rejected(cli, "pi")
     # What Pi was told in the rework run: what a rework is, and the violation by its new name.
     contract = ("A rework task", "do not finish until impyard-check prints ok")
-    assert_rework_told(turns, rework, count=3, told_also=("> Write one note.",), contract=contract)
-    assert_rework_landed_once(cli, "pi", rework, sole=True)
+    agent_runs.assert_rework_told(
+        turns, rework, count=3, told_also=("> Write one note.",), contract=contract
+    )
+    agent_runs.assert_rework_landed_once(cli, "pi", rework, sole=True)

@@ -15,9 +15,10 @@ from tests.helpers.agent_runs import (
     follow_live,
     start_run,
 )
+from tests.helpers.agents import SECRET_ENV
 from tests.helpers.cli import Cli, json_lines
 from tests.helpers.policy import edit_org
-from tests.integration.test_pi_agent import SECRET_ENV, set_up_owner
+from tests.integration.test_pi_agent import set_up_owner
 
 pytestmark = pytest.mark.docker
 

@@ -22,14 +22,6 @@ pytestmark = pytest.mark.docker
 NOTE = 'printf "body\\n" | impyard-note vendors acme-sso --source https://example.com/report'
 
 
-@pytest.fixture
-def yard(cli: Cli) -> Cli:
-    assert cli("init").code == 0
-    created = cli("imp", "create", "yuko")
-    assert created.code == 0, created.stderr
-    return cli
-
-
 def repo_of(cli: Cli, imp: str = "yuko") -> Path:
     result = cli("knowledge", imp)
     assert result.code == 0, result.stderr
@@ -51,10 +43,10 @@ def assert_fsck_clean(repo: Path) -> None:
     assert fsck.returncode == 0, fsck.stdout + fsck.stderr
 
 
-def test_clean_run_lands_one_note_with_trusted_trailers(yard: Cli) -> None:
-    repo = repo_of(yard)
+def test_clean_run_lands_one_note_with_trusted_trailers(yuko: Cli) -> None:
+    repo = repo_of(yuko)
     before = head(repo)
-    code, record = run_json(yard, "--command", NOTE)
+    code, record = run_json(yuko, "--command", NOTE)
     assert code == 0, record
     assert record["checkpoint"] == "integrated"
     assert record["base_commit"] == before
@@ -70,30 +62,30 @@ def test_clean_run_lands_one_note_with_trusted_trailers(yard: Cli) -> None:
     assert f"Impyard-Runtime: {TEST_RUNTIME}" in message
     assert git("-C", repo, "log", "-1", "--format=%an", "main").stdout.strip() == "yuko"
     assert_fsck_clean(repo)
-    shown = yard("runs", "show", str(record["run_id"]))
+    shown = yuko("runs", "show", str(record["run_id"]))
     assert shown.code == 0 and "integrated" in shown.stdout and namespace in shown.stdout
     assert f"runtime           {TEST_RUNTIME}" in shown.stdout
-    listed = json.loads(yard("runs", "list", "--json").stdout)
+    listed = json.loads(yuko("runs", "list", "--json").stdout)
     assert [r["run_id"] for r in listed] == [record["run_id"]]
-    events = [e["event"] for e in json_lines(yard("journal", "--json").stdout)]
+    events = [e["event"] for e in json_lines(yuko("journal", "--json").stdout)]
     for expected in ("run.created", "box.started", "box.exited", "knowledge.integrated"):
         assert expected in events
     # Integrated runs drop their checkout; the commit keeps the change.
-    run_dir = yard.home / "runs" / str(record["run_id"])
+    run_dir = yuko.home / "runs" / str(record["run_id"])
     assert not (run_dir / "space").exists() and not (run_dir / "space.img").exists()
 
 
-def test_run_without_changes_is_empty(yard: Cli) -> None:
-    repo = repo_of(yard)
+def test_run_without_changes_is_empty(yuko: Cli) -> None:
+    repo = repo_of(yuko)
     before = head(repo)
-    code, record = run_json(yard, "--command", "true")
+    code, record = run_json(yuko, "--command", "true")
     assert (code, record["checkpoint"], head(repo)) == (0, "empty", before)
 
 
-def test_failing_box_is_quarantined_and_main_untouched(yard: Cli) -> None:
-    repo = repo_of(yard)
+def test_failing_box_is_quarantined_and_main_untouched(yuko: Cli) -> None:
+    repo = repo_of(yuko)
     before = head(repo)
-    code, record = run_json(yard, "--command", f"{NOTE} >/dev/null; echo half-done >&2; exit 1")
+    code, record = run_json(yuko, "--command", f"{NOTE} >/dev/null; echo half-done >&2; exit 1")
     assert code == 4
     assert record["checkpoint"] == "quarantined"
     assert record["exit_code"] == 1
@@ -102,37 +94,37 @@ def test_failing_box_is_quarantined_and_main_untouched(yard: Cli) -> None:
     quarantined = git("-C", repo, "ls-tree", "-r", "--name-only", ref).stdout
     assert f"acme-sso--{record['namespace']}_1.md" in quarantined
     # The checkout is kept: its loop space as an unmounted image (which frees the device).
-    run_dir = yard.home / "runs" / str(record["run_id"])
+    run_dir = yuko.home / "runs" / str(record["run_id"])
     assert (run_dir / "space.img").is_file() and not os.path.ismount(run_dir / "space")
-    logs = yard("runs", "logs", str(record["run_id"]))
+    logs = yuko("runs", "logs", str(record["run_id"]))
     assert "half-done" in logs.stdout
     assert_fsck_clean(repo)
 
 
-def test_timeout_kills_and_quarantines(yard: Cli) -> None:
-    repo = repo_of(yard)
+def test_timeout_kills_and_quarantines(yuko: Cli) -> None:
+    repo = repo_of(yuko)
     before = head(repo)
-    code, record = run_json(yard, "--timeout", "1", "--command", "sleep 60")
+    code, record = run_json(yuko, "--timeout", "1", "--command", "sleep 60")
     assert code == 4
     assert record["timed_out"] is True
     assert record["checkpoint"] == "quarantined"
     assert head(repo) == before
 
 
-def test_an_oom_kill_from_filling_tmp_says_so(yard: Cli) -> None:
+def test_an_oom_kill_from_filling_tmp_says_so(yuko: Cli) -> None:
     """/tmp is memory: a box that fills it past its memory limit is OOM-killed, and the run
     says that /tmp was the cause instead of a bare "out of memory"."""
-    edit_org(yard.home, "memory_bytes = 3221225472", "memory_bytes = 268435456")
-    assert yard("deploy").code == 0
+    edit_org(yuko.home, "memory_bytes = 3221225472", "memory_bytes = 268435456")
+    assert yuko("deploy").code == 0
     code, record = run_json(
-        yard, "--command", "dd if=/dev/zero of=/tmp/fill bs=1048576 count=1024; sleep 1; exit 0"
+        yuko, "--command", "dd if=/dev/zero of=/tmp/fill bs=1048576 count=1024; sleep 1; exit 0"
     )
     assert code == 4
     assert record["oom_killed"] is True
     assert record["checkpoint"] == "quarantined"
     reason = str(record["reason"])
     assert "of the 0.25 GiB memory limit" in reason
-    shown = yard("runs", "show", str(record["run_id"]))
+    shown = yuko("runs", "show", str(record["run_id"]))
     if TEST_RUNTIME == "runsc":
         # gVisor keeps /tmp in the sandbox's memory: the host sees one figure for the box.
         assert reason.startswith("killed by the out-of-memory killer: the box held"), reason
@@ -157,12 +149,12 @@ def test_an_oom_kill_from_filling_tmp_says_so(yard: Cli) -> None:
     ],
 )
 def test_box_output_breaking_rules_is_rejected_with_reasons(
-    yard: Cli, command: str, rule: str
+    yuko: Cli, command: str, rule: str
 ) -> None:
-    repo = repo_of(yard)
+    repo = repo_of(yuko)
     before = head(repo)
     script = f"K=$IMPYARD_KNOWLEDGE_DIR NS=$IMPYARD_KNOWLEDGE_NAMESPACE; {command}"
-    code, record = run_json(yard, "--command", script)
+    code, record = run_json(yuko, "--command", script)
     assert code == 3, record
     assert record["checkpoint"] == "rejected"
     assert rule in {e["rule"] for e in record["validation_errors"]}
@@ -171,43 +163,43 @@ def test_box_output_breaking_rules_is_rejected_with_reasons(
         git("-C", repo, "rev-parse", "--verify", f"refs/candidates/{record['run_id']}").returncode
         == 0
     )
-    shown = yard("runs", "show", str(record["run_id"]))
+    shown = yuko("runs", "show", str(record["run_id"]))
     assert rule in shown.stdout
 
 
-def test_modifying_an_existing_record_is_rejected(yard: Cli) -> None:
-    code, first = run_json(yard, "--command", NOTE)
+def test_modifying_an_existing_record_is_rejected(yuko: Cli) -> None:
+    code, first = run_json(yuko, "--command", NOTE)
     assert code == 0
     path = f"records/vendors/acme-sso--{first['namespace']}_1.md"
-    code, second = run_json(yard, "--command", f'echo more >> "$IMPYARD_KNOWLEDGE_DIR/{path}"')
+    code, second = run_json(yuko, "--command", f'echo more >> "$IMPYARD_KNOWLEDGE_DIR/{path}"')
     assert code == 3
     reasons = {(e["path"], e["rule"]) for e in second["validation_errors"]}
     assert (path, "modified-existing") in reasons
 
 
-def test_reorganize_run_rebuilds_organization(yard: Cli) -> None:
-    repo = repo_of(yard)
-    assert run_json(yard, "--command", NOTE)[0] == 0
-    code, record = run_json(yard, "--reorganize", "--command", "imp")
+def test_reorganize_run_rebuilds_organization(yuko: Cli) -> None:
+    repo = repo_of(yuko)
+    assert run_json(yuko, "--command", NOTE)[0] == 0
+    code, record = run_json(yuko, "--reorganize", "--command", "imp")
     assert code == 0, record
     assert record["mode"] == "reorganize"
     index = git("-C", repo, "show", "main:organization/index.md").stdout
     assert "acme-sso" in index
     assert "Impyard-Mode: reorganize" in git("-C", repo, "log", "-1", "--format=%B").stdout
-    events = json_lines(yard("journal", "--run", str(record["run_id"]), "--json").stdout)
+    events = json_lines(yuko("journal", "--run", str(record["run_id"]), "--json").stdout)
     names = [e["event"] for e in events]
     assert names.index("lease.acquired") < names.index("box.started")
     assert "lease.released" in names
 
 
-def test_two_reorganize_runs_never_overlap(yard: Cli) -> None:
+def test_two_reorganize_runs_never_overlap(yuko: Cli) -> None:
     env = {**GIT_ENV}
     cmd = [
         sys.executable,
         "-m",
         "impyard",
         "--home",
-        str(yard.home),
+        str(yuko.home),
         "run",
         "yuko",
         "--prompt",
@@ -229,11 +221,11 @@ def test_two_reorganize_runs_never_overlap(yard: Cli) -> None:
         import time
 
         for _ in range(100):
-            journal = yard.home / "journal.jsonl"
+            journal = yuko.home / "journal.jsonl"
             if journal.exists() and "box.started" in journal.read_text():
                 break
             time.sleep(0.1)
-        second = yard("run", "yuko", "--prompt", "again", "--reorganize", "--command", "imp")
+        second = yuko("run", "yuko", "--prompt", "again", "--reorganize", "--command", "imp")
         assert second.code != 0
         assert "lease" in second.stderr and "held by run" in second.stderr
         assert "Traceback" not in second.stderr
@@ -243,7 +235,7 @@ def test_two_reorganize_runs_never_overlap(yard: Cli) -> None:
     assert json.loads(out)["checkpoint"] == "integrated"
 
 
-def test_box_sees_only_its_contract(yard: Cli) -> None:
+def test_box_sees_only_its_contract(yuko: Cli) -> None:
     sections = {
         "tmp": "grep ' /tmp ' /proc/mounts",
         "tmpmode": "stat -c %a /tmp",
@@ -258,9 +250,9 @@ def test_box_sees_only_its_contract(yard: Cli) -> None:
         "env": "env",
     }
     probe = "; ".join(f"echo '=={name}'; {cmd}" for name, cmd in sections.items())
-    code, record = run_json(yard, "--command", probe)
+    code, record = run_json(yuko, "--command", probe)
     assert code == 0, record
-    out = yard("runs", "logs", str(record["run_id"])).stdout
+    out = yuko("runs", "logs", str(record["run_id"])).stdout
     seen = dict(part.split("\n", 1) for part in out.split("==")[1:])
     assert "tmpfs" in seen["tmp"]
     # gVisor's /proc/mounts lists neither nosuid nor nodev (check box tries what they stop).
@@ -279,23 +271,23 @@ def test_box_sees_only_its_contract(yard: Cli) -> None:
     assert seen["caps"].split() == ["CapEff:", "0000000000000000"]
     assert seen["uid"].strip() == "65532"
     assert "repo.git" not in out, "the canonical repository must never reach the box"
-    assert str(yard.home) not in seen["env"]
+    assert str(yuko.home) not in seen["env"]
 
 
-def test_tightened_imp_limit_rejects_a_note_other_imps_may_write(yard: Cli) -> None:
-    assert yard("imp", "create", "kai").code == 0
-    overlay = yard.home / "policy" / "imps" / "yuko.toml"
+def test_tightened_imp_limit_rejects_a_note_other_imps_may_write(yuko: Cli) -> None:
+    assert yuko("imp", "create", "kai").code == 0
+    overlay = yuko.home / "policy" / "imps" / "yuko.toml"
     overlay.write_text("[knowledge]\nmax_file_chars = 300\n")
-    deployed = yard("deploy")
+    deployed = yuko("deploy")
     assert deployed.code == 0, deployed.stderr
     long_note = 'head -c 600 /dev/zero | tr "\\0" "a" | impyard-note vendors long'
-    yuko = yard("run", "yuko", "--prompt", "p", "--json", "--command", long_note)
-    kai = yard("run", "kai", "--prompt", "p", "--json", "--command", long_note)
-    assert yuko.code == 3, yuko.stdout + yuko.stderr
-    rules = {e["rule"] for e in json.loads(yuko.stdout)["validation_errors"]}
+    yuko_run = yuko("run", "yuko", "--prompt", "p", "--json", "--command", long_note)
+    kai_run = yuko("run", "kai", "--prompt", "p", "--json", "--command", long_note)
+    assert yuko_run.code == 3, yuko_run.stdout + yuko_run.stderr
+    rules = {e["rule"] for e in json.loads(yuko_run.stdout)["validation_errors"]}
     assert rules == {"file-too-large"}
-    assert kai.code == 0, kai.stdout + kai.stderr
-    assert json.loads(kai.stdout)["checkpoint"] == "integrated"
+    assert kai_run.code == 0, kai_run.stdout + kai_run.stderr
+    assert json.loads(kai_run.stdout)["checkpoint"] == "integrated"
 
 
 @pytest.mark.parametrize(
@@ -303,63 +295,63 @@ def test_tightened_imp_limit_rejects_a_note_other_imps_may_write(yard: Cli) -> N
 )
 @pytest.mark.parametrize("channel", ["a\nb", " padded", "tab\there", ""])
 def test_a_channel_that_cannot_be_a_trailer_is_refused_before_any_box(
-    yard: Cli, where: tuple[str, ...], channel: str
+    yuko: Cli, where: tuple[str, ...], channel: str
 ) -> None:
-    result = yard(*where, "--channel", channel)
+    result = yuko(*where, "--channel", channel)
     assert result.code == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("impyard: error: channel"), result.stderr
-    assert json.loads(yard("runs", "list", "--json").stdout) == []
-    assert json.loads(yard("task", "list", "--json").stdout) == []
+    assert json.loads(yuko("runs", "list", "--json").stdout) == []
+    assert json.loads(yuko("task", "list", "--json").stdout) == []
 
 
-def test_a_flood_of_violations_is_stored_as_the_first_hundred_and_counts(yard: Cli) -> None:
+def test_a_flood_of_violations_is_stored_as_the_first_hundred_and_counts(yuko: Cli) -> None:
     flood = (
         'mkdir -p "$K/organization" && cd "$K/organization" && i=0; '
         'while [ $i -lt 3000 ]; do : > "f$i.md"; i=$((i+1)); done'
     )
-    code, record = run_json(yard, "--command", f"K=$IMPYARD_KNOWLEDGE_DIR; {flood}")
+    code, record = run_json(yuko, "--command", f"K=$IMPYARD_KNOWLEDGE_DIR; {flood}")
     assert code == 3
     assert record["checkpoint"] == "rejected"
     assert len(record["validation_errors"]) == 100
     assert record["validation_errors_total"] == 3000
     assert record["validation_error_counts"] == {"organization-in-append": 3000}
-    run_dir = yard.home / "runs" / str(record["run_id"])
+    run_dir = yuko.home / "runs" / str(record["run_id"])
     assert (run_dir / "manifest.json").stat().st_size < 64 * 1024
-    journal = (yard.home / "journal.jsonl").read_text().splitlines()
+    journal = (yuko.home / "journal.jsonl").read_text().splitlines()
     assert max(len(line) for line in journal) < 64 * 1024
     rejected = [json.loads(line) for line in journal if '"knowledge.rejected"' in line]
     assert rejected[0]["violations_total"] == 3000
-    message = git("-C", repo_of(yard), "log", "-1", "--format=%B", str(record["candidate_ref"]))
+    message = git("-C", repo_of(yuko), "log", "-1", "--format=%B", str(record["candidate_ref"]))
     assert "and 2900 more (3000 in all: organization-in-append 3000)" in message.stdout
     assert len(message.stdout.splitlines()) < 150
 
 
-def test_a_box_nesting_1500_directories_is_rejected_and_cleaned_up(yard: Cli) -> None:
+def test_a_box_nesting_1500_directories_is_rejected_and_cleaned_up(yuko: Cli) -> None:
     deep = (
         'd="$IMPYARD_KNOWLEDGE_DIR/records/deep"; i=0; '
         'while [ $i -lt 1500 ]; do d="$d/d"; i=$((i+1)); done; mkdir -p "$d"'
     )
-    code, record = run_json(yard, "--command", deep)
+    code, record = run_json(yuko, "--command", deep)
     assert code == 3, record
     assert record["checkpoint"] == "rejected"
     assert "too-deep" in {e["rule"] for e in record["validation_errors"]}
-    run_dir = yard.home / "runs" / str(record["run_id"])
+    run_dir = yuko.home / "runs" / str(record["run_id"])
     assert not (run_dir / "space").exists() and not (run_dir / "space.img").exists()
-    served = yard("serve", "--once")  # recovery's sweep walks nothing it cannot finish
+    served = yuko("serve", "--once")  # recovery's sweep walks nothing it cannot finish
     assert served.code == 0, served.stderr
-    assert_fsck_clean(repo_of(yard))
+    assert_fsck_clean(repo_of(yuko))
 
 
 def test_a_box_that_writes_past_its_space_is_quarantined_and_the_disk_keeps_its_room(
-    yard: Cli,
+    yuko: Cli,
 ) -> None:
     """The run's writable space is a filesystem sized from max_repo_bytes: a box writing
     500 MB with a 10 MB limit hits ENOSPC in the box, not the host's data root."""
-    edit_org(yard.home, "max_repo_bytes = 1000000000", "max_repo_bytes = 10000000")
-    assert yard("deploy").code == 0
+    edit_org(yuko.home, "max_repo_bytes = 1000000000", "max_repo_bytes = 10000000")
+    assert yuko("deploy").code == 0
     fill = 'dd if=/dev/zero of="$IMPYARD_KNOWLEDGE_DIR/records/fill" bs=1048576 count=500'
-    code, record = run_json(yard, "--command", fill)
+    code, record = run_json(yuko, "--command", fill)
     assert code == 4, record
     assert record["checkpoint"] == "quarantined"
     reason = str(record["reason"])
@@ -367,43 +359,43 @@ def test_a_box_that_writes_past_its_space_is_quarantined_and_the_disk_keeps_its_
     assert reason.endswith("is full"), reason
     # What the data root holds on disk, not the disk's free space: other work (another
     # test, a bench) may write to the same disk meanwhile.
-    assert allocated_bytes(yard.home) < 100 * 2**20
-    assert "No space left on device" in yard("runs", "logs", str(record["run_id"])).stdout
+    assert allocated_bytes(yuko.home) < 100 * 2**20
+    assert "No space left on device" in yuko("runs", "logs", str(record["run_id"])).stdout
 
 
-def test_a_run_that_would_eat_the_reserve_is_not_admitted(yard: Cli) -> None:
+def test_a_run_that_would_eat_the_reserve_is_not_admitted(yuko: Cli) -> None:
     huge = {"IMPYARD_DISK_RESERVE_BYTES": str(2**60)}
-    result = yard("run", "yuko", "--prompt", "p", "--command", "true", env=huge)
+    result = yuko("run", "yuko", "--prompt", "p", "--command", "true", env=huge)
     assert result.code == 1, result.stderr
     line = result.stderr.strip()
     assert line.startswith("impyard: error: the data root") and "reserve" in line
     assert "Traceback" not in result.stderr
-    assert json.loads(yard("runs", "list", "--json").stdout) == []
-    assert yard("task", "add", "yuko", "--prompt", "later").code == 0
-    served = yard("serve", "--once", env=huge)
+    assert json.loads(yuko("runs", "list", "--json").stdout) == []
+    assert yuko("task", "add", "yuko", "--prompt", "later").code == 0
+    served = yuko("serve", "--once", env=huge)
     assert served.code == 0, served.stderr
     assert "waiting: disk space" in served.stdout
-    (task,) = json.loads(yard("task", "list", "--json").stdout)
+    (task,) = json.loads(yuko("task", "list", "--json").stdout)
     assert task["state"] == "queued"
-    assert json.loads(yard("runs", "list", "--json").stdout) == []
+    assert json.loads(yuko("runs", "list", "--json").stdout) == []
 
 
-def test_knowledge_disabled_by_policy_mounts_and_integrates_nothing(yard: Cli) -> None:
-    overlay = yard.home / "policy" / "imps" / "yuko.toml"
+def test_knowledge_disabled_by_policy_mounts_and_integrates_nothing(yuko: Cli) -> None:
+    overlay = yuko.home / "policy" / "imps" / "yuko.toml"
     overlay.write_text("[knowledge]\nenabled = false\n")
-    assert yard("deploy").code == 0
-    before = head(repo_of(yard))
+    assert yuko("deploy").code == 0
+    before = head(repo_of(yuko))
     probe = (
         "if [ -e /opt/impyard/knowledge ]; then echo knowledge=mounted; "
         'else echo knowledge=absent; fi; echo "dir=${IMPYARD_KNOWLEDGE_DIR:-unset}"'
     )
-    code, record = run_json(yard, "--command", probe)
+    code, record = run_json(yuko, "--command", probe)
     assert code == 0, record
     assert record["checkpoint"] == "empty"
     assert "knowledge is disabled by policy" in str(record["reason"])
     assert record["produced_commit"] is None and record["space"] is None
-    logs = yard("runs", "logs", str(record["run_id"])).stdout
+    logs = yuko("runs", "logs", str(record["run_id"])).stdout
     assert "knowledge=absent" in logs and "dir=unset" in logs
-    assert head(repo_of(yard)) == before
-    shown = yard("runs", "show", str(record["run_id"]))
+    assert head(repo_of(yuko)) == before
+    shown = yuko("runs", "show", str(record["run_id"]))
     assert "knowledge is disabled by policy" in shown.stdout

@@ -22,18 +22,9 @@ from impyard.knowledge.checkouts.snapshot import snapshot
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.store.repo import main_commit
+from tests.helpers import repo as knowledge
 from tests.helpers.git import git
-from tests.helpers.repo import (
-    NS,
-    OTHER_NS,
-    assert_fsck_clean,
-    change_of,
-    integrate_change,
-    make_imp,
-    note,
-    note_path,
-    note_text,
-)
+from tests.helpers.repo import NS, OTHER_NS
 
 LIMITS = KnowledgeLimits()
 TEN_MB = b"x" * (10 * 1024 * 1024)
@@ -60,38 +51,43 @@ CHANGE_CASES: dict[str, tuple[dict[str, bytes | tuple[bytes, bool]], set[str], s
         "organization/AGENTS.md",
         "instruction-file",
     ),
-    "invalid-utf8": ({note_path(): b"---\n\xc3\x28\n---\n"}, set(), note_path(), "not-utf8-text"),
-    "dotdot-id": (
-        {note_path(): note_text("../../../etc").encode()},
+    "invalid-utf8": (
+        {knowledge.note_path(): b"---\n\xc3\x28\n---\n"},
         set(),
-        note_path(),
+        knowledge.note_path(),
+        "not-utf8-text",
+    ),
+    "dotdot-id": (
+        {knowledge.note_path(): knowledge.note_text("../../../etc").encode()},
+        set(),
+        knowledge.note_path(),
         "path-escape",
     ),
     "foreign-namespace-name": (
-        {note_path(OTHER_NS): note_text(f"{OTHER_NS}_1").encode()},
+        {knowledge.note_path(OTHER_NS): knowledge.note_text(f"{OTHER_NS}_1").encode()},
         set(),
-        note_path(OTHER_NS),
+        knowledge.note_path(OTHER_NS),
         "namespace",
     ),
     "foreign-namespace-id": (
-        {note_path(): note_text(f"{OTHER_NS}_1").encode()},
+        {knowledge.note_path(): knowledge.note_text(f"{OTHER_NS}_1").encode()},
         set(),
-        note_path(),
+        knowledge.note_path(),
         "frontmatter",
     ),
     "delete-existing": ({}, {"records/README.md"}, "records/README.md", "deleted-existing"),
     "chmod-x": (
-        {note_path(): (note_text(f"{NS}_1").encode(), True)},
+        {knowledge.note_path(): (knowledge.note_text(f"{NS}_1").encode(), True)},
         set(),
-        note_path(),
+        knowledge.note_path(),
         "executable",
     ),
-    "ten-mb": ({note_path(): TEN_MB}, set(), note_path(), "file-too-large"),
+    "ten-mb": ({knowledge.note_path(): TEN_MB}, set(), knowledge.note_path(), "file-too-large"),
 }
 
 
 def _land(home: Home, change: Change, base: str) -> LaneResult:
-    return integrate_change(home, change, base, limits=LIMITS)
+    return knowledge.integrate_change(home, change, base, limits=LIMITS)
 
 
 def _assert_refused(home: Home, result: LaneResult, base: str, path: str | None, rule: str) -> None:
@@ -103,16 +99,16 @@ def _assert_refused(home: Home, result: LaneResult, base: str, path: str | None,
         assert (path, rule) in pairs, pairs
     assert main_commit(open_repo(home, "yuko")) == base
     assert git("-C", home.origin("yuko"), "rev-parse", "main").stdout.strip() == base
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 @pytest.mark.parametrize("case", sorted(CHANGE_CASES))
 def test_adversarial_change_is_rejected(tmp_path: Path, case: str) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     written, deleted, path, rule = CHANGE_CASES[case]
-    good = note(NS, 2)
-    change = change_of(repo, {good[0]: good[1], **written}, deleted)
+    good = knowledge.note(NS, 2)
+    change = knowledge.change_of(repo, {good[0]: good[1], **written}, deleted)
     _assert_refused(home, _land(home, change, base), base, path, rule)
 
 
@@ -153,8 +149,8 @@ def _socket(root: Path) -> None:
 
 
 def _hard_link(root: Path) -> None:
-    first = _write(root, note_path(NS, 8), note_text(f"{NS}_8").encode())
-    os.link(first, root / note_path(NS, 9))
+    first = _write(root, knowledge.note_path(NS, 8), knowledge.note_text(f"{NS}_8").encode())
+    os.link(first, root / knowledge.note_path(NS, 9))
 
 
 def _newline_name(root: Path) -> None:
@@ -178,19 +174,19 @@ def _agents(root: Path) -> None:
 
 
 def _ten_mb(root: Path) -> None:
-    _write(root, note_path(NS, 3), TEN_MB)
+    _write(root, knowledge.note_path(NS, 3), TEN_MB)
 
 
 def _bad_utf8(root: Path) -> None:
-    _write(root, note_path(NS, 3), b"---\n\xff\xfe\n---\n")
+    _write(root, knowledge.note_path(NS, 3), b"---\n\xff\xfe\n---\n")
 
 
 def _dotdot_id(root: Path) -> None:
-    _write(root, note_path(NS, 3), note_text("../../etc/passwd").encode())
+    _write(root, knowledge.note_path(NS, 3), knowledge.note_text("../../etc/passwd").encode())
 
 
 def _foreign_id(root: Path) -> None:
-    _write(root, note_path(OTHER_NS, 3), note_text(f"{OTHER_NS}_3").encode())
+    _write(root, knowledge.note_path(OTHER_NS, 3), knowledge.note_text(f"{OTHER_NS}_3").encode())
 
 
 def _delete_record(root: Path) -> None:
@@ -199,7 +195,7 @@ def _delete_record(root: Path) -> None:
 
 
 def _chmod_x(root: Path) -> None:
-    _write(root, note_path(NS, 3), note_text(f"{NS}_3").encode(), mode=0o755)
+    _write(root, knowledge.note_path(NS, 3), knowledge.note_text(f"{NS}_3").encode(), mode=0o755)
 
 
 DIR_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
@@ -224,11 +220,11 @@ DIR_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
 
 @pytest.mark.parametrize("case", sorted(DIR_CASES))
 def test_adversarial_directory_through_snapshot_and_lane(tmp_path: Path, case: str) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     upper = tmp_path / "upper"
     upper.mkdir()
-    good_path, good_data = note(NS, 1)
+    good_path, good_data = knowledge.note(NS, 1)
     _write(upper, good_path, good_data)
     build, rule = DIR_CASES[case]
     build(upper)
@@ -245,7 +241,7 @@ def test_adversarial_directory_through_snapshot_and_lane(tmp_path: Path, case: s
 
 
 def test_passwd_content_never_reaches_the_odb(tmp_path: Path) -> None:
-    _, repo = make_imp(tmp_path)
+    _, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     upper = tmp_path / "upper"
     upper.mkdir()

@@ -16,28 +16,19 @@ from impyard.knowledge.checkouts.checkout import (
     read_identities,
     release_checkout,
 )
-from tests.helpers.checkout import (
-    BASE_FILES,
-    IMP,
-    OWNER,
-    as_box,
-    commit,
-    make_repo,
-    mounted,
-    need_root,
-    read_dir,
-)
+from tests.helpers import checkout as checkouts
+from tests.helpers.checkout import BASE_FILES, IMP, OWNER
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Home:
-    need_root()
+    checkouts.need_root()
     return Home(tmp_path / "home")
 
 
 def test_overlay_checkout_is_two_empty_dirs_over_the_base_chain(home: Home) -> None:
-    repo = make_repo(home)
-    base = commit(repo, BASE_FILES)
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
     checkout = prepare_checkout(home, IMP, "r1", base, "overlay", "65532:65532")
     assert checkout.kind == "overlay" and checkout.base == base
     assert checkout.root == home.run_checkout("r1") and os.listdir(checkout.root) == []
@@ -45,7 +36,7 @@ def test_overlay_checkout_is_two_empty_dirs_over_the_base_chain(home: Home) -> N
     for path in (checkout.root, checkout.workdir):
         st = os.lstat(path)
         assert (st.st_uid, st.st_gid) == OWNER
-    assert len(checkout.lowerdirs) == 1 and read_dir(checkout.lowerdirs[0]) == BASE_FILES
+    assert len(checkout.lowerdirs) == 1 and checkouts.read_dir(checkout.lowerdirs[0]) == BASE_FILES
     options = mount_options(checkout)
     assert options.startswith(f"lowerdir={checkout.lowerdirs[0]},upperdir={checkout.root},")
     assert "redirect_dir=off" in options and "metacopy=off" in options
@@ -53,31 +44,31 @@ def test_overlay_checkout_is_two_empty_dirs_over_the_base_chain(home: Home) -> N
 
 
 def test_box_user_can_write_records_through_the_mount(home: Home, tmp_path: Path) -> None:
-    repo = make_repo(home)
-    base = commit(repo, BASE_FILES)
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
     checkout = prepare_checkout(home, IMP, "r1", base, "overlay", OWNER)
-    with mounted(checkout, tmp_path / "merged") as merged:
-        as_box(
+    with checkouts.mounted(checkout, tmp_path / "merged") as merged:
+        checkouts.as_box(
             "mkdir records/new && echo hi > records/new/a--n_1_1.md"
             " && echo more >> records/vendors/acme--n_000000000000_1.md"
             " && rm organization/index.md && mv organization/topics organization/t2",
             merged,
         )
         assert (merged / "records/new/a--n_1_1.md").read_bytes() == b"hi\n"
-    upper = read_dir(checkout.root)
+    upper = checkouts.read_dir(checkout.root)
     assert upper["records/new/a--n_1_1.md"] == b"hi\n"
     assert upper["records/vendors/acme--n_000000000000_1.md"] == b"acme\nmore\n"
     assert upper["organization/t2/vendors.md"] == b"vendors\n"
     # the layer itself is untouched
-    assert read_dir(checkout.lowerdirs[-1]) == BASE_FILES
+    assert checkouts.read_dir(checkout.lowerdirs[-1]) == BASE_FILES
 
 
 def test_copy_checkout_is_the_full_tree_with_identities(home: Home) -> None:
-    repo = make_repo(home)
-    base = commit(repo, BASE_FILES)
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
     checkout = prepare_checkout(home, IMP, "r1", base, "copy", OWNER)
     assert checkout.kind == "copy" and checkout.lowerdirs == () and checkout.workdir is None
-    assert read_dir(checkout.root) == BASE_FILES
+    assert checkouts.read_dir(checkout.root) == BASE_FILES
     identities = read_identities(checkout.index_path)
     assert set(identities) == set(BASE_FILES)
     st = os.lstat(checkout.root / "README.md")
@@ -92,8 +83,8 @@ def test_copy_checkout_is_the_full_tree_with_identities(home: Home) -> None:
 
 @pytest.mark.parametrize("kind", ["overlay", "copy"])
 def test_release_removes_the_checkout_but_keeps_the_run_dir(home: Home, kind: str) -> None:
-    repo = make_repo(home)
-    base = commit(repo, BASE_FILES)
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
     home.run_dir("r1").mkdir(parents=True)
     home.manifest("r1").write_text("{}")
     checkout = prepare_checkout(home, IMP, "r1", base, kind, OWNER)  # type: ignore[arg-type]
@@ -108,8 +99,8 @@ def test_release_removes_the_checkout_but_keeps_the_run_dir(home: Home, kind: st
 
 
 def test_prepare_again_after_a_crash_starts_clean(home: Home) -> None:
-    repo = make_repo(home)
-    base = commit(repo, BASE_FILES)
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
     first = prepare_checkout(home, IMP, "r1", base, "overlay", OWNER)
     (first.root / "leftover").write_text("x")
     second = prepare_checkout(home, IMP, "r1", base, "overlay", OWNER)
@@ -138,8 +129,8 @@ def test_paths_unfit_for_mount_options_are_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_base_is_refused(home: Home) -> None:
-    repo = make_repo(home)
-    commit(repo, BASE_FILES)
+    repo = checkouts.make_repo(home)
+    checkouts.commit(repo, BASE_FILES)
     for kind in ("overlay", "copy"):
         with pytest.raises(CheckoutError):
             prepare_checkout(home, IMP, "r1", "1" * 40, kind, OWNER)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pygit2
 
@@ -19,22 +20,10 @@ from impyard.knowledge.validation.increments import Landed, landed_by, split
 from impyard.repair.preserved import tree_change
 from impyard.runs.checkpoints.landing import LandedCache, landed_files
 from impyard.runs.records.model import CheckpointRecord, Manifest
+from tests.helpers import repo as knowledge
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.repo import (
-    NS,
-    OTHER_NS,
-    RUN,
-    assert_fsck_clean,
-    change_of,
-    integrate_change,
-    make_imp,
-    note,
-    note_path,
-    note_text,
-    run_id,
-    tree_paths,
-)
+from tests.helpers.repo import NS, OTHER_NS, RUN, run_id
 from tests.helpers.runs import write_run
 
 LIMITS = KnowledgeLimits()
@@ -52,7 +41,7 @@ def checkpoint(
     ns: str = NS,
     mode: Mode = "append",
 ) -> LaneResult:
-    return integrate_change(
+    return knowledge.integrate_change(
         home,
         change,
         base,
@@ -80,16 +69,45 @@ def show_ref(repo: pygit2.Repository, ref: str) -> str:
     return str(repo.lookup_reference(ref).target)
 
 
-def test_mid_run_then_exit_land_only_what_is_new_with_numbered_trailers(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+class NoteOneCheckpointed(NamedTuple):
+    """yuko's data root and repository, run RUN's ``base``, the note ``path`` and ``data``
+    its mid-run checkpoint 1 landed (``first``), and what the run has ``landed`` by then."""
+
+    home: Home
+    repo: pygit2.Repository
+    base: str
+    path: str
+    data: bytes
+    first: LaneResult
+    landed: Landed
+
+
+def note_one_checkpointed(tmp_path: Path) -> NoteOneCheckpointed:
+    """Run RUN of a new imp yuko, after a mid-run checkpoint landed its note 1."""
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
-    one, two = note(number=1), note(number=2)
-    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    path, data = knowledge.note(number=1)
+    first = checkpoint(
+        home, knowledge.change_of(repo, {path: data}), base, 1, at_exit=False, landed={}
+    )
+    landed = landed_by(repo, [first.commit or ""])
+    return NoteOneCheckpointed(home, repo, base, path, data, first, landed)
+
+
+def test_mid_run_then_exit_land_only_what_is_new_with_numbered_trailers(tmp_path: Path) -> None:
+    home, repo = knowledge.make_imp(tmp_path)
+    base = main_commit(repo)
+    one, two = knowledge.note(number=1), knowledge.note(number=2)
+    first = checkpoint(
+        home, knowledge.change_of(repo, dict([one])), base, 1, at_exit=False, landed={}
+    )
     assert first.checkpoint == "integrated" and first.violations == []
     landed = landed_by(repo, [first.commit or ""])
     assert set(landed) == {one[0]}
     # The exit snapshot is the whole run again; only note 2 is new.
-    last = checkpoint(home, change_of(repo, dict([one, two])), base, 2, at_exit=True, landed=landed)
+    last = checkpoint(
+        home, knowledge.change_of(repo, dict([one, two])), base, 2, at_exit=True, landed=landed
+    )
     assert last.checkpoint == "integrated" and last.violations == []
     assert commit_paths(repo, last.commit or "") == {two[0]}
     log = git("-C", home.repo("yuko"), "log", "--format=%(trailers:key=Impyard-Checkpoint)", "main")
@@ -100,20 +118,16 @@ def test_mid_run_then_exit_land_only_what_is_new_with_numbered_trailers(tmp_path
     assert "checkpoint 2" in git("-C", home.repo("yuko"), "log", "-1", "--format=%s").stdout
     assert find_landed_commit(repo, RUN, base, 1) == first.commit
     assert find_landed_commit(repo, RUN, base, 2) == last.commit
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_a_changed_checkpointed_note_is_refused_while_the_rest_lands(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
-    base = main_commit(repo)
-    path, data = note(number=1)
-    first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
-    landed = landed_by(repo, [first.commit or ""])
-    rewritten = note_text(f"{NS}_1", body="A different claim.\n").encode()
-    two = note(number=2)
+    home, repo, base, path, data, _, landed = note_one_checkpointed(tmp_path)
+    rewritten = knowledge.note_text(f"{NS}_1", body="A different claim.\n").encode()
+    two = knowledge.note(number=2)
     last = checkpoint(
         home,
-        change_of(repo, {path: rewritten, two[0]: two[1]}),
+        knowledge.change_of(repo, {path: rewritten, two[0]: two[1]}),
         base,
         2,
         at_exit=True,
@@ -130,16 +144,12 @@ def test_a_changed_checkpointed_note_is_refused_while_the_rest_lands(tmp_path: P
     # It holds the box's final tree: against main, only the refused edit differs.
     differs = git("-C", home.repo("yuko"), "diff", "--name-status", "main", last.candidate_ref)
     assert differs.stdout.splitlines() == [f"M\t{path}"]
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_deleting_a_checkpointed_note_is_refused_and_it_stays(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
-    base = main_commit(repo)
-    path, data = note(number=1)
-    first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
-    landed = landed_by(repo, [first.commit or ""])
-    last = checkpoint(home, change_of(repo, {}), base, 2, at_exit=True, landed=landed)
+    home, repo, base, path, data, _, landed = note_one_checkpointed(tmp_path)
+    last = checkpoint(home, knowledge.change_of(repo, {}), base, 2, at_exit=True, landed=landed)
     assert last.checkpoint == "empty"
     assert [(v.path, v.rule) for v in last.violations] == [(path, "checkpointed")]
     assert "deleted after a checkpoint" in last.violations[0].message
@@ -147,26 +157,22 @@ def test_deleting_a_checkpointed_note_is_refused_and_it_stays(tmp_path: Path) ->
     # The refused state is kept: the box's final tree, without the deleted note, which
     # the candidate names (the run's base never had it, so the tree alone cannot say).
     assert last.candidate_ref == f"refs/candidates/{RUN}"
-    assert path not in tree_paths(repo, last.candidate_ref)
+    assert path not in knowledge.tree_paths(repo, last.candidate_ref)
     differs = git("-C", home.repo("yuko"), "diff", "--name-status", "main", last.candidate_ref)
     assert differs.stdout.splitlines() == [f"D\t{path}"]
     message = git("-C", home.repo("yuko"), "log", "-1", "--format=%B", last.candidate_ref).stdout
     assert f"Impyard-Deleted: {path}" in message.splitlines()
     assert "checkpointed" in message and "deleted after a checkpoint" in message
     assert tree_change(repo, show_ref(repo, last.candidate_ref)).deleted == {path}
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_a_checkpointed_deletion_is_shown_and_stays_refused_on_retry(tmp_path: Path) -> None:
     """The owner sees the deletion as the run's exit left it: `candidates show` lists the
     checkpointed violation and the note as deleted against main; a retry refuses it again
     and keeps the candidate as it was."""
-    home, repo = make_imp(tmp_path)
-    base = main_commit(repo)
-    path, data = note(number=1)
-    first = checkpoint(home, change_of(repo, {path: data}), base, 1, at_exit=False, landed={})
-    landed = landed_by(repo, [first.commit or ""])
-    last = checkpoint(home, change_of(repo, {}), base, 2, at_exit=True, landed=landed)
+    home, repo, base, path, data, first, landed = note_one_checkpointed(tmp_path)
+    last = checkpoint(home, knowledge.change_of(repo, {}), base, 2, at_exit=True, landed=landed)
     write_run(
         home,
         RUN,
@@ -198,13 +204,15 @@ def test_a_checkpointed_deletion_is_shown_and_stays_refused_on_retry(tmp_path: P
     assert [(v["path"], v["rule"]) for v in result["violations"]] == [(path, "checkpointed")]
     assert show_ref(repo, f"refs/candidates/{RUN}") == kept
     assert show(home, f"main:{path}").encode() == data
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_a_mid_run_refusal_keeps_no_candidate(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
-    bad = change_of(repo, {note_path(OTHER_NS, 1): note_text(f"{OTHER_NS}_1").encode()})
+    bad = knowledge.change_of(
+        repo, {knowledge.note_path(OTHER_NS, 1): knowledge.note_text(f"{OTHER_NS}_1").encode()}
+    )
     result = checkpoint(home, bad, base, 1, at_exit=False, landed={})
     assert result.checkpoint == "rejected" and result.candidate_ref is None
     assert {v.rule for v in result.violations} == {"namespace"}
@@ -215,15 +223,17 @@ def test_a_mid_run_refusal_keeps_no_candidate(tmp_path: Path) -> None:
 def test_the_runs_own_checkpoints_are_not_collisions_with_others_between(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
-    one, two = note(number=1), note(number=2, slug="beta")
-    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    one, two = knowledge.note(number=1), knowledge.note(number=2, slug="beta")
+    first = checkpoint(
+        home, knowledge.change_of(repo, dict([one])), base, 1, at_exit=False, landed={}
+    )
     # Another run lands in the same topic meanwhile.
-    other = note(OTHER_NS, 1)
+    other = knowledge.note(OTHER_NS, 1)
     between = checkpoint(
         home,
-        change_of(repo, dict([other])),
+        knowledge.change_of(repo, dict([other])),
         main_commit(repo),
         1,
         at_exit=True,
@@ -233,24 +243,28 @@ def test_the_runs_own_checkpoints_are_not_collisions_with_others_between(
     )
     assert between.checkpoint == "integrated"
     landed = landed_by(repo, [first.commit or ""])
-    last = checkpoint(home, change_of(repo, dict([one, two])), base, 2, at_exit=True, landed=landed)
+    last = checkpoint(
+        home, knowledge.change_of(repo, dict([one, two])), base, 2, at_exit=True, landed=landed
+    )
     assert last.checkpoint == "integrated" and last.violations == []
-    assert {one[0], two[0], other[0]} <= tree_paths(open_repo(home, "yuko"))
-    assert_fsck_clean(home.repo("yuko"))
+    assert {one[0], two[0], other[0]} <= knowledge.tree_paths(open_repo(home, "yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_the_whole_run_is_validated_a_new_note_reusing_a_checkpointed_id_is_refused(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
-    one = note(number=1)
-    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    one = knowledge.note(number=1)
+    first = checkpoint(
+        home, knowledge.change_of(repo, dict([one])), base, 1, at_exit=False, landed={}
+    )
     landed = landed_by(repo, [first.commit or ""])
-    twin = note_path(number=1, slug="twin")
+    twin = knowledge.note_path(number=1, slug="twin")
     result = checkpoint(
         home,
-        change_of(repo, {one[0]: one[1], twin: note_text(f"{NS}_1").encode()}),
+        knowledge.change_of(repo, {one[0]: one[1], twin: knowledge.note_text(f"{NS}_1").encode()}),
         base,
         2,
         at_exit=False,
@@ -261,9 +275,9 @@ def test_the_whole_run_is_validated_a_new_note_reusing_a_checkpointed_id_is_refu
 
 
 def test_a_checkpoint_number_lands_once(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
-    change = change_of(repo, dict([note()]))
+    change = knowledge.change_of(repo, dict([knowledge.note()]))
     first = checkpoint(home, change, base, 1, at_exit=False, landed={})
     again = checkpoint(home, change, base, 1, at_exit=False, landed={})
     assert again.checkpoint == "integrated" and again.commit == first.commit
@@ -287,13 +301,15 @@ def test_split_refuses_re_creating_what_a_checkpoint_deleted() -> None:
 def test_the_landed_cache_follows_the_manifest_and_starts_over_when_it_is_rewritten(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
-    one, two = note(number=1), note(number=2)
-    first = checkpoint(home, change_of(repo, dict([one])), base, 1, at_exit=False, landed={})
+    one, two = knowledge.note(number=1), knowledge.note(number=2)
+    first = checkpoint(
+        home, knowledge.change_of(repo, dict([one])), base, 1, at_exit=False, landed={}
+    )
     landed = landed_by(repo, [first.commit or ""])
     second = checkpoint(
-        home, change_of(repo, dict([one, two])), base, 2, at_exit=False, landed=landed
+        home, knowledge.change_of(repo, dict([one, two])), base, 2, at_exit=False, landed=landed
     )
     m = Manifest(
         run_id=RUN,

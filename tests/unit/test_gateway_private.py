@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers.cli import Cli
 from tests.helpers.gateway import SECRET, Served, serve_on_loopback, via_proxy
+from tests.helpers.policy import route_toml
 from tests.helpers.upstream import Upstream
 
 #: Hosts an upstream URL may carry that all name a non-public address.
@@ -41,16 +42,7 @@ FIX = "set allow_private = true on the route to allow it"
 
 
 def route(upstream: str, *extra: str) -> str:
-    lines = [
-        "[[gateway.route]]",
-        'name = "llm"',
-        f'upstream = "{upstream}"',
-        'header = "Authorization"',
-        f'secret_env = "{ENV}"',
-        'methods = ["POST"]',
-        *extra,
-    ]
-    return "\n" + "\n".join(lines) + "\n"
+    return route_toml(upstream, ENV, *extra)
 
 
 @pytest.mark.parametrize("host", NON_PUBLIC)

@@ -18,7 +18,14 @@ from impyard.gateway import Gateway, write_ready
 from impyard.home import Home
 from impyard.journal.log import Journal
 from impyard.policy.models import GatewayPolicy
-from tests.helpers.gateway import RUN_ID, SECRET, Served, serve_on_loopback, via_proxy
+from tests.helpers.gateway import (
+    RUN_ID,
+    SECRET,
+    Served,
+    read_until_closed,
+    serve_on_loopback,
+    via_proxy,
+)
 from tests.helpers.upstream import Upstream
 
 
@@ -147,12 +154,7 @@ def test_connect_tunnel(tunnelling: Served, upstream: Upstream) -> None:
         inner = f"GET /tunnelled HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n"
         # The inner request rides in the same packet: the proxy must pass on what it buffered.
         sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n{inner}".encode())
-        data = b""
-        for _ in range(1000):
-            piece = sock.recv(65536)
-            if not piece:
-                break
-            data += piece
+        data = read_until_closed(sock)
     assert data.startswith(b"HTTP/1.1 200 Connection Established\r\n")
     assert b"hello from upstream GET /tunnelled" in data
     status, _, body = via_proxy(served.port, "CONNECT", "127.0.0.1:22")
@@ -253,12 +255,7 @@ def test_connect_tunnel_client_waits_for_200(tunnelling: Served, upstream: Upstr
                 break
         assert head.startswith(b"HTTP/1.1 200")
         sock.sendall(f"GET /later HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        for _ in range(1000):
-            piece = sock.recv(65536)
-            if not piece:
-                break
-            data += piece
+        data = read_until_closed(sock)
     assert b"hello from upstream GET /later" in data
 
 

@@ -25,19 +25,9 @@ from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.staging import MemoryObjects
 from impyard.knowledge.validation.sizes import tree_bytes, tree_bytes_full
+from tests.helpers import repo as knowledge
 from tests.helpers.git import git
-from tests.helpers.repo import (
-    assert_fsck_clean,
-    change_of,
-    integrate_change,
-    make_imp,
-    namespace,
-    note,
-    note_path,
-    note_text,
-    run_id,
-    tree_paths,
-)
+from tests.helpers.repo import namespace, run_id
 
 LIMITS = KnowledgeLimits()
 
@@ -56,7 +46,7 @@ class Job:
     mode: Mode = "append"
 
     def integrate(self, home: Home) -> LaneResult:
-        return integrate_change(
+        return knowledge.integrate_change(
             home,
             self.change,
             self.base,
@@ -74,7 +64,7 @@ def one_note_jobs(repo: pygit2.Repository, count: int, first: int = 1) -> list[J
     base = main_commit(repo)
     jobs = []
     for i in range(first, first + count):
-        change = change_of(repo, dict([note(namespace(i), 1, slug=f"s{i}")]))
+        change = knowledge.change_of(repo, dict([knowledge.note(namespace(i), 1, slug=f"s{i}")]))
         jobs.append(Job(change, base, namespace(i), run_id(i)))
     return jobs
 
@@ -158,7 +148,7 @@ def results(outcomes: list[Outcome]) -> Iterator[LaneResult]:
 def test_runs_waiting_together_land_in_one_pass_each_as_its_own_commit(
     tmp_path: Path, swaps: list[str]
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     jobs = one_note_jobs(repo, 8)
     packs_before = pack_count(home.repo("yuko"))
@@ -185,12 +175,12 @@ def test_runs_waiting_together_land_in_one_pass_each_as_its_own_commit(
     assert tree_bytes(fresh, chain[-1]) == tree_bytes_full(
         fresh, fresh[chain[-1]].peel(pygit2.Tree)
     )
-    assert_fsck_clean(home.repo("yuko"))
-    assert_fsck_clean(home.origin("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.origin("yuko"))
 
 
 def test_many_threads_at_once_all_land_exactly_once(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     jobs = one_note_jobs(repo, 24)
     outcomes: list[Outcome | None] = [None] * len(jobs)
@@ -212,23 +202,25 @@ def test_many_threads_at_once_all_land_exactly_once(tmp_path: Path) -> None:
     assert sorted(chain[1:]) == sorted(r.commit for r in landed if r.commit)
     runs = [open_repo(home, "yuko")[sha].peel(pygit2.Commit).message_trailers for sha in chain[1:]]
     assert sorted(t["Impyard-Run"] for t in runs) == sorted(j.run for j in jobs)
-    assert {note_path(j.ns, 1, slug=f"s{i}") for i, j in enumerate(jobs, 1)} <= tree_paths(
-        open_repo(home, "yuko")
-    )
-    assert_fsck_clean(home.repo("yuko"))
-    assert_fsck_clean(home.origin("yuko"))
+    assert {
+        knowledge.note_path(j.ns, 1, slug=f"s{i}") for i, j in enumerate(jobs, 1)
+    } <= knowledge.tree_paths(open_repo(home, "yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.origin("yuko"))
 
 
 def test_a_conflicting_run_in_the_middle_is_set_aside_and_the_rest_land(
     tmp_path: Path, swaps: list[str]
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     jobs = one_note_jobs(repo, 5)
     # Run 3 writes the path run 2 writes (a host bug would be needed for the same
     # namespace; what matters is that the path collides within the group).
     clash = jobs[1]
     path = next(iter(clash.change.written))
-    other = change_of(repo, {path: note_text(f"{clash.ns}_1", body="other\n").encode()})
+    other = knowledge.change_of(
+        repo, {path: knowledge.note_text(f"{clash.ns}_1", body="other\n").encode()}
+    )
     jobs[2] = Job(other, clash.base, clash.ns, run_id(33))
 
     outcomes = list(results(land_together(home, jobs)))
@@ -252,22 +244,29 @@ def test_a_conflicting_run_in_the_middle_is_set_aside_and_the_rest_land(
     fresh = open_repo(home, "yuko")
     assert fresh[chain[-3]].peel(pygit2.Commit).parents[0].id == pygit2.Oid(hex=chain[-4])
     assert git("-C", home.repo("yuko"), "show", f"main:{path}").stdout.endswith("Acme ships SSO.\n")
-    assert_fsck_clean(home.repo("yuko"))
-    assert_fsck_clean(home.origin("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.origin("yuko"))
 
 
 def test_ids_and_names_an_earlier_member_landed_are_rechecked_within_the_group(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     jobs = one_note_jobs(repo, 1)
     base, ns = jobs[0].base, jobs[0].ns
     # The id run 1 lands, under another topic (a reused namespace would be a host bug).
-    twin = note_path(ns, 1, topic="papers", slug="twin")
-    jobs.append(Job(change_of(repo, {twin: note_text(f"{ns}_1").encode()}), base, ns, run_id(2)))
+    twin = knowledge.note_path(ns, 1, topic="papers", slug="twin")
+    jobs.append(
+        Job(
+            knowledge.change_of(repo, {twin: knowledge.note_text(f"{ns}_1").encode()}),
+            base,
+            ns,
+            run_id(2),
+        )
+    )
     # Two reorganize runs adding names a case-folding file system would merge.
     for n, name in ((3, "Index.md"), (4, "index.md")):
-        change = change_of(repo, {f"organization/{name}": b"x\n"})
+        change = knowledge.change_of(repo, {f"organization/{name}": b"x\n"})
         jobs.append(Job(change, base, namespace(n), run_id(n), mode="reorganize"))
 
     outcomes = list(results(land_together(home, jobs)))
@@ -277,13 +276,13 @@ def test_ids_and_names_an_earlier_member_landed_are_rechecked_within_the_group(
     assert ("organization/index.md", "name-clash") in {
         (v.path, v.rule) for v in outcomes[3].violations
     }
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_a_run_too_large_after_the_others_is_refused_and_leaves_nothing_behind(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     jobs = one_note_jobs(repo, 4)
     each = next(iter(jobs[0].change.written.values())).size
     # Room for three of the four notes: the fourth would outgrow the repository.
@@ -299,16 +298,16 @@ def test_a_run_too_large_after_the_others_is_refused_and_leaves_nothing_behind(
     # (its blob is the candidate's).
     fsck = git("-C", home.repo("yuko"), "fsck", "--strict", "--dangling")
     assert "dangling" not in fsck.stdout + fsck.stderr
-    assert_fsck_clean(home.origin("yuko"))
+    knowledge.assert_fsck_clean(home.origin("yuko"))
 
 
 def test_a_run_failing_on_its_own_fails_alone(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     jobs = one_note_jobs(repo, 3)
     # A base that exists but is not on main: the recheck cannot say what landed since.
     sig = pygit2.Signature("x", "x@example.invalid")
     stray = str(repo.create_commit(None, sig, sig, "stray\n", repo[jobs[0].base].tree_id, []))
-    stray_change = change_of(repo, dict([note(namespace(9), 1)]))
+    stray_change = knowledge.change_of(repo, dict([knowledge.note(namespace(9), 1)]))
     jobs.insert(1, Job(stray_change, stray, namespace(9), run_id(9)))
 
     outcomes = land_together(home, jobs)
@@ -317,11 +316,11 @@ def test_a_run_failing_on_its_own_fails_alone(tmp_path: Path) -> None:
     assert "not an ancestor" in str(outcomes[1])
     others = list(results([o for i, o in enumerate(outcomes) if i != 1]))
     assert [r.checkpoint for r in others] == ["integrated"] * 3
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_the_same_run_twice_in_one_group_lands_once(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     jobs = one_note_jobs(repo, 3)
     jobs.insert(2, jobs[0])
 
@@ -336,7 +335,7 @@ def test_long_groups_are_published_in_bounded_chains(
     tmp_path: Path, swaps: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(lane_module, "MAX_CHAIN_COMMITS", 2)
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     jobs = one_note_jobs(repo, 5)
 
     outcomes = list(results(land_together(home, jobs)))
@@ -344,12 +343,12 @@ def test_long_groups_are_published_in_bounded_chains(
     assert [r.checkpoint for r in outcomes] == ["integrated"] * 5
     assert swaps == [outcomes[1].commit, outcomes[3].commit, outcomes[4].commit]
     assert first_parent_chain(home)[-5:] == [r.commit for r in outcomes]
-    assert_fsck_clean(home.repo("yuko"))
-    assert_fsck_clean(home.origin("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.origin("yuko"))
 
 
 def test_reintegrating_landed_runs_returns_their_commits(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     jobs = one_note_jobs(repo, 4)
     first = list(results(land_together(home, jobs)))
     head = main_commit(open_repo(home, "yuko"))
@@ -397,7 +396,7 @@ def test_a_host_dying_mid_group_loses_and_doubles_nothing(
     die: Callable[[pytest.MonkeyPatch], None],
     moved: bool,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     jobs = one_note_jobs(repo, 6)
 
@@ -424,8 +423,8 @@ def test_a_host_dying_mid_group_loses_and_doubles_nothing(
     assert runs == [j.run for j in jobs]
     publish_origin(home, "yuko")  # what serve's recovery does after a crash
     assert git("-C", home.origin("yuko"), "rev-parse", "main").stdout.strip() == chain[-1]
-    assert_fsck_clean(home.repo("yuko"))
-    assert_fsck_clean(home.origin("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.origin("yuko"))
 
 
 def test_a_pass_takes_up_what_the_last_pass_knew_landed_since_a_base(
@@ -433,7 +432,7 @@ def test_a_pass_takes_up_what_the_last_pass_knew_landed_since_a_base(
 ) -> None:
     from impyard.knowledge.validation.rechecks import LandedSince
 
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     reads: list[tuple[str, str]] = []
     real = LandedSince.read.__func__  # type: ignore[attr-defined]
 
@@ -465,7 +464,7 @@ def test_a_pass_takes_up_what_the_last_pass_knew_landed_since_a_base(
 def test_a_pass_edits_the_directories_the_last_pass_parsed_unless_main_moved_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     reads: list[bytes] = []
     real = lane_module._Chain._read_tree
 
@@ -482,8 +481,8 @@ def test_a_pass_edits_the_directories_the_last_pass_parsed_unless_main_moved_the
     assert reads == [], "the second pass edited what the first had parsed"
     # Main moved outside the lane, into the same directory: its trees are read again.
     repo = open_repo(home, "yuko")
-    outside_path, outside_text = note(namespace(9), 1, slug="outside")
-    outside = change_of(repo, {outside_path: outside_text})
+    outside_path, outside_text = knowledge.note(namespace(9), 1, slug="outside")
+    outside = knowledge.change_of(repo, {outside_path: outside_text})
     sig = pygit2.Signature("owner", "owner@localhost")
     head = repo[main_commit(repo)].peel(pygit2.Commit)
     index = pygit2.Index()
@@ -494,8 +493,8 @@ def test_a_pass_edits_the_directories_the_last_pass_parsed_unless_main_moved_the
     repo.create_commit("refs/heads/main", sig, sig, "edit\n", tree, [head.id])
     assert third.integrate(home).checkpoint == "integrated"
     assert reads, "trees main changed outside the lane are read, not taken from the last pass"
-    paths = tree_paths(open_repo(home, "yuko"))
+    paths = knowledge.tree_paths(open_repo(home, "yuko"))
     for job in (first, second, third):
         assert set(job.change.written) <= paths
     assert outside_path in paths
-    assert_fsck_clean(home.repo("yuko"))
+    knowledge.assert_fsck_clean(home.repo("yuko"))

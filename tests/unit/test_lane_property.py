@@ -13,18 +13,9 @@ from impyard.knowledge.change import Change
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.store.repo import main_commit
+from tests.helpers import repo as knowledge
 from tests.helpers.git import git
-from tests.helpers.repo import (
-    assert_fsck_clean,
-    change_of,
-    integrate_change,
-    make_imp,
-    namespace,
-    note_path,
-    note_text,
-    run_id,
-    tree_paths,
-)
+from tests.helpers.repo import namespace, run_id
 
 # Each candidate: (how many notes, which earlier landing to take as base, which topic)
 candidate = st.tuples(
@@ -44,7 +35,7 @@ candidate = st.tuples(
 )
 def test_concurrent_append_candidates_all_land(waves: list[list[tuple[int, int, str]]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        home, repo = make_imp(Path(tmp))
+        home, repo = knowledge.make_imp(Path(tmp))
         landed = [main_commit(repo)]
         expected: set[str] = set()
         serial = 0
@@ -54,16 +45,18 @@ def test_concurrent_append_candidates_all_land(waves: list[list[tuple[int, int, 
                 serial += 1
                 ns = namespace(serial)
                 files = {
-                    note_path(ns, n, topic=topic, slug=f"s{n}"): note_text(f"{ns}_{n}").encode()
+                    knowledge.note_path(ns, n, topic=topic, slug=f"s{n}"): knowledge.note_text(
+                        f"{ns}_{n}"
+                    ).encode()
                     for n in range(1, notes + 1)
                 }
                 expected |= set(files)
                 base = landed[base_pick % len(landed)]
-                jobs.append((change_of(repo, files), base, ns, run_id(serial)))
+                jobs.append((knowledge.change_of(repo, files), base, ns, run_id(serial)))
 
             def work(job: tuple[Change, str, str, str]) -> LaneResult:
                 change, base, ns, run = job
-                return integrate_change(home, change, base, ns=ns, run=run)
+                return knowledge.integrate_change(home, change, base, ns=ns, run=run)
 
             # All of a wave's candidates race for the lane at once.
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
@@ -72,14 +65,14 @@ def test_concurrent_append_candidates_all_land(waves: list[list[tuple[int, int, 
             landed.extend(r.commit or "" for r in results)
 
         final = open_repo(home, "yuko")
-        assert expected <= tree_paths(final)
+        assert expected <= knowledge.tree_paths(final)
         history = git("-C", home.repo("yuko"), "rev-list", "--parents", "main").stdout.splitlines()
         assert len(history) == serial + 1
         for line in history[:-1]:
             assert len(line.split()) == 2  # exactly one parent: a chain
         assert len(history[-1].split()) == 1  # the root
         assert set(landed) == {line.split()[0] for line in history}
-        assert_fsck_clean(home.repo("yuko"))
+        knowledge.assert_fsck_clean(home.repo("yuko"))
         assert git("-C", home.origin("yuko"), "rev-parse", "main").stdout.strip() == main_commit(
             final
         )

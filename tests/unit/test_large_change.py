@@ -8,8 +8,11 @@ never reaches the origin, and that small changes still write loose objects.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pygit2
 import pytest
@@ -64,6 +67,19 @@ def checkpoint(
     change = snapshot(repo, Checkout(kind="overlay", base=base, root=upper), LIMITS)
     result = integrate_change(home, change, base, ns=ns, run=run_id(run), limits=LIMITS)
     return change, result
+
+
+@contextlib.contextmanager
+def power_cut_at(monkeypatch: pytest.MonkeyPatch, module: ModuleType, step: str) -> Iterator[None]:
+    """The power goes when ``module.step`` is called (it raises instead), and the block
+    within ends there: what ran before that step is all the crash leaves."""
+
+    def power_cut(*args: object) -> None:
+        raise RuntimeError(f"power cut at {module.__name__}.{step}")
+
+    monkeypatch.setattr(module, step, power_cut)
+    with pytest.raises(RuntimeError, match="power cut"):
+        yield
 
 
 def packs_in(git_dir: Path) -> dict[str, int]:
@@ -134,12 +150,7 @@ def test_a_crash_before_main_moves_changes_nothing_and_a_retry_lands(
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     files = write_records(tmp_path / "upper", RECORDS, TOPICS)
-
-    def power_cut(*args: object) -> None:
-        raise RuntimeError("power cut after the packs, before main")
-
-    monkeypatch.setattr(lane_module, "_compare_and_swap_main", power_cut)
-    with pytest.raises(RuntimeError, match="power cut"):
+    with power_cut_at(monkeypatch, lane_module, "_compare_and_swap_main"):
         checkpoint(home, tmp_path / "upper")
     assert main_commit(open_repo(home, "yuko")) == base
     assert git("-C", home.origin("yuko"), "rev-parse", "main").stdout.strip() == base
@@ -161,12 +172,7 @@ def test_a_crash_while_publishing_is_finished_by_the_next_refresh(
     home, repo = make_imp(tmp_path)
     base = main_commit(repo)
     files = write_records(tmp_path / "upper", RECORDS, TOPICS)
-
-    def power_cut(*args: object) -> None:
-        raise RuntimeError("power cut after linking packs, before origin's main")
-
-    monkeypatch.setattr(origin_module, "_copy_objects", power_cut)
-    with pytest.raises(RuntimeError, match="power cut"):
+    with power_cut_at(monkeypatch, origin_module, "_copy_objects"):
         checkpoint(home, tmp_path / "upper")
     landed = main_commit(open_repo(home, "yuko"))
     assert landed != base

@@ -13,29 +13,22 @@ from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.trees import build_tree
 from impyard.knowledge.validation.validate import is_storable_path, path_violations, validate
-from tests.helpers.repo import (
-    NS,
-    change_of,
-    integrate_change,
-    make_imp,
-    note,
-    note_path,
-    note_text,
-)
+from tests.helpers import repo as knowledge
+from tests.helpers.repo import NS
 
 LIMITS = KnowledgeLimits()
-RECORD = note_text(f"{NS}_1").encode()
+RECORD = knowledge.note_text(f"{NS}_1").encode()
 
 
 @pytest.fixture
 def imp(tmp_path: Path) -> tuple[Home, pygit2.Repository]:
-    return make_imp(tmp_path)
+    return knowledge.make_imp(tmp_path)
 
 
 def commit_on_main(repo: pygit2.Repository, files: dict[str, bytes]) -> str:
     """Put files on main directly (as history from before these rules would have)."""
     head = main_commit(repo)
-    change = change_of(repo, files)
+    change = knowledge.change_of(repo, files)
     tree = build_tree(repo, repo[head].peel(pygit2.Tree), change.written, set())
     who = pygit2.Signature("history", "history@example.com")
     return str(repo.create_commit("refs/heads/main", who, who, "direct\n", tree, [repo[head].id]))
@@ -95,7 +88,7 @@ def test_windows_unportable_names_are_refused(path: str) -> None:
         "organization/nul-results.md",
         "organization/a.b.md",
         "organization/topics/ai-agents.md",
-        note_path(),
+        knowledge.note_path(),
     ],
 )
 def test_ordinary_names_are_portable(path: str) -> None:
@@ -107,7 +100,7 @@ def test_an_unportable_record_topic_is_refused_in_append(
 ) -> None:
     _, repo = imp
     path = f"records/aux/acme--{NS}_1.md"
-    assert check(repo, change_of(repo, {path: RECORD}), mode="append") == {
+    assert check(repo, knowledge.change_of(repo, {path: RECORD}), mode="append") == {
         (path, "unportable-name")
     }
 
@@ -116,7 +109,7 @@ def test_a_case_variant_of_an_existing_name_is_refused(
     imp: tuple[Home, pygit2.Repository],
 ) -> None:
     _, repo = imp
-    found = check(repo, change_of(repo, {"organization/readme.md": b"# index\n"}))
+    found = check(repo, knowledge.change_of(repo, {"organization/readme.md": b"# index\n"}))
     assert found == {("organization/readme.md", "name-clash")}
 
 
@@ -126,11 +119,11 @@ def test_a_unicode_form_variant_of_an_existing_name_is_refused(
     _, repo = imp
     commit_on_main(repo, {"organization/caf\u00e9.md": b"nfc\n"})
     nfd = "organization/cafe\u0301.md"
-    assert check(repo, change_of(repo, {nfd: b"nfd\n"})) == {(nfd, "name-clash")}
+    assert check(repo, knowledge.change_of(repo, {nfd: b"nfd\n"})) == {(nfd, "name-clash")}
     joiner = "organization/ca\u200cf\u00e9.md"
-    assert check(repo, change_of(repo, {joiner: b"x\n"})) == {(joiner, "name-clash")}
+    assert check(repo, knowledge.change_of(repo, {joiner: b"x\n"})) == {(joiner, "name-clash")}
     folded = "organization/CAF\u00c9.md"
-    assert check(repo, change_of(repo, {folded: b"x\n"})) == {(folded, "name-clash")}
+    assert check(repo, knowledge.change_of(repo, {folded: b"x\n"})) == {(folded, "name-clash")}
 
 
 def test_a_trailing_dot_variant_is_unportable_and_a_clash(
@@ -138,7 +131,7 @@ def test_a_trailing_dot_variant_is_unportable_and_a_clash(
 ) -> None:
     _, repo = imp
     path = "organization/README.md."
-    assert check(repo, change_of(repo, {path: b"x\n"})) == {
+    assert check(repo, knowledge.change_of(repo, {path: b"x\n"})) == {
         (path, "unportable-name"),
         (path, "name-clash"),
     }
@@ -148,7 +141,9 @@ def test_two_new_names_in_one_change_clash_with_each_other(
     imp: tuple[Home, pygit2.Repository],
 ) -> None:
     _, repo = imp
-    change = change_of(repo, {"organization/Index.md": b"a\n", "organization/index.md": b"b\n"})
+    change = knowledge.change_of(
+        repo, {"organization/Index.md": b"a\n", "organization/index.md": b"b\n"}
+    )
     found = validate(
         repo, main_commit(repo), change, namespace=NS, mode="reorganize", limits=LIMITS
     )
@@ -162,7 +157,9 @@ def test_two_new_names_in_one_change_clash_with_each_other(
 def test_a_directory_clash_is_named_once(imp: tuple[Home, pygit2.Repository]) -> None:
     _, repo = imp
     commit_on_main(repo, {"organization/topics/a.md": b"a\n"})
-    change = change_of(repo, {"organization/Topics/b.md": b"b\n", "organization/Topics/c.md": b"c"})
+    change = knowledge.change_of(
+        repo, {"organization/Topics/b.md": b"b\n", "organization/Topics/c.md": b"c"}
+    )
     assert check(repo, change) == {("organization/Topics", "name-clash")}
 
 
@@ -170,17 +167,21 @@ def test_a_record_topic_that_differs_only_in_case_is_a_clash(
     imp: tuple[Home, pygit2.Repository],
 ) -> None:
     _, repo = imp
-    path, data = note(NS, 1)
+    path, data = knowledge.note(NS, 1)
     commit_on_main(repo, {path: data})
     other = f"records/Vendors/acme--{NS}_2.md"
-    found = check(repo, change_of(repo, {other: note_text(f"{NS}_2").encode()}), mode="append")
+    found = check(
+        repo,
+        knowledge.change_of(repo, {other: knowledge.note_text(f"{NS}_2").encode()}),
+        mode="append",
+    )
     assert ("records/Vendors", "name-clash") in found
 
 
 def test_renaming_to_another_case_is_not_a_clash(imp: tuple[Home, pygit2.Repository]) -> None:
     _, repo = imp
     commit_on_main(repo, {"organization/Topics/a.md": b"a\n", "organization/Index.md": b"i\n"})
-    rename = change_of(
+    rename = knowledge.change_of(
         repo,
         {"organization/topics/a.md": b"a\n", "organization/index.md": b"i\n"},
         deleted={"organization/Topics/a.md", "organization/Index.md"},
@@ -188,7 +189,7 @@ def test_renaming_to_another_case_is_not_a_clash(imp: tuple[Home, pygit2.Reposit
     assert check(repo, rename) == set()
     # a directory that keeps a file is still there
     commit_on_main(repo, {"organization/Topics/b.md": b"b\n"})
-    partial = change_of(
+    partial = knowledge.change_of(
         repo, {"organization/topics/a.md": b"a\n"}, deleted={"organization/Topics/a.md"}
     )
     assert check(repo, partial) == {("organization/topics", "name-clash")}
@@ -199,8 +200,8 @@ def test_existing_clashes_elsewhere_are_not_this_changes_fault(
 ) -> None:
     _, repo = imp
     commit_on_main(repo, {"organization/A.md": b"1\n", "organization/a.md": b"2\n"})
-    assert check(repo, change_of(repo, {"organization/A.md": b"changed\n"})) == set()
-    assert check(repo, change_of(repo, {"organization/b/x.md": b"x\n"})) == set()
+    assert check(repo, knowledge.change_of(repo, {"organization/A.md": b"changed\n"})) == set()
+    assert check(repo, knowledge.change_of(repo, {"organization/b/x.md": b"x\n"})) == set()
 
 
 def test_the_lane_rechecks_name_clashes_against_the_latest_main(
@@ -210,8 +211,10 @@ def test_the_lane_rechecks_name_clashes_against_the_latest_main(
     base = main_commit(repo)
     # Landed after this run's base, by history the run never saw.
     head = commit_on_main(repo, {"records/Vendors/old.md": b"old\n"})
-    path, data = note(NS, 1)
-    result = integrate_change(home, change_of(repo, {path: data}), base, limits=LIMITS)
+    path, data = knowledge.note(NS, 1)
+    result = knowledge.integrate_change(
+        home, knowledge.change_of(repo, {path: data}), base, limits=LIMITS
+    )
     assert result.checkpoint == "conflict"
     assert [(v.path, v.rule) for v in result.violations] == [("records/vendors", "name-clash")]
     assert "Vendors" in result.violations[0].message

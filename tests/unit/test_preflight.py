@@ -14,22 +14,13 @@ from impyard.gateway.guard.upstream import UpstreamError, open_connection
 from impyard.home import Home
 from impyard.preflight import imps_refused
 from tests.helpers.cli import Cli
+from tests.helpers.policy import route_toml
 
 SECRET = "IMPYARD_SECRET_PREFLIGHT"
 
 
 def route(upstream: str, *extra: str) -> str:
-    lines = [
-        "[[gateway.route]]",
-        'name = "llm"',
-        f'upstream = "{upstream}"',
-        'header = "Authorization"',
-        'value = "Bearer {secret}"',
-        f'secret_env = "{SECRET}"',
-        'methods = ["POST"]',
-        *extra,
-    ]
-    return "\n" + "\n".join(lines) + "\n"
+    return route_toml(upstream, SECRET, *extra, value="Bearer {secret}")
 
 
 def with_route(cli: Cli, text: str) -> None:

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pygit2
 import pytest
 
-from impyard.gateway.provenance.receipts import Receipt, ReceiptLog, new_receipt_id
+from impyard.gateway.provenance.receipts import Receipt
 from impyard.home import Home
 from impyard.knowledge.imps import create_imp
 from impyard.knowledge.store.repo import main_commit
 from impyard.runs.checkpoints.landing import run_receipts
+from tests.helpers import repo as knowledge
 from tests.helpers.cli import Cli
-from tests.helpers.repo import (
-    NS,
-    RUN,
-    change_of,
-    integrate_change,
-    make_imp,
-    note_path,
-    note_text,
-)
+from tests.helpers.receipts import fetched
+from tests.helpers.repo import NS, RUN
 
 URL = "https://example.com/report"
 BODY = b"<html>report</html>"
@@ -32,26 +25,18 @@ BODY = b"<html>report</html>"
 @pytest.fixture
 def landed(tmp_path: Path) -> tuple[Cli, Receipt, str]:
     """Imp yuko with one note on main citing a receipt of the run that landed it."""
-    home, repo = make_imp(tmp_path)
-    receipt = Receipt(
-        id=new_receipt_id(),
-        run=RUN,
-        method="GET",
-        url=URL,
-        status=200,
-        content_type="text/html; charset=utf-8",
-        bytes=len(BODY),
-        sha256=hashlib.sha256(BODY).hexdigest(),
-        started_at="2026-07-11T12:00:00.000000Z",
-        ended_at="2026-07-11T12:00:00.250000Z",
+    home, repo = knowledge.make_imp(tmp_path)
+    receipt = fetched(home, URL, body=BODY, content_type="text/html; charset=utf-8")
+    path = knowledge.note_path()
+    text = knowledge.note_text(
+        f"{NS}_1", urls=[URL, "https://example.com/more"], receipts=[receipt.id]
     )
-    home.run_dir(RUN).mkdir(parents=True)
-    ReceiptLog(home.run_receipts(RUN)).write(receipt)
-    path = note_path()
-    text = note_text(f"{NS}_1", urls=[URL, "https://example.com/more"], receipts=[receipt.id])
     base = main_commit(repo)
-    result = integrate_change(
-        home, change_of(repo, {path: text.encode()}), base, receipts=run_receipts(home, RUN)
+    result = knowledge.integrate_change(
+        home,
+        knowledge.change_of(repo, {path: text.encode()}),
+        base,
+        receipts=run_receipts(home, RUN),
     )
     assert result.checkpoint == "integrated", result.violations
     _land_another(home, repo)  # the note's commit is no longer main's head
@@ -60,10 +45,10 @@ def landed(tmp_path: Path) -> tuple[Cli, Receipt, str]:
 
 def _land_another(home: Home, repo: pygit2.Repository) -> None:
     base = main_commit(repo)
-    other = note_path(number=2, slug="later")
-    result = integrate_change(
+    other = knowledge.note_path(number=2, slug="later")
+    result = knowledge.integrate_change(
         home,
-        change_of(repo, {other: note_text(f"{NS}_2").encode()}),
+        knowledge.change_of(repo, {other: knowledge.note_text(f"{NS}_2").encode()}),
         base,
         run="run-20260711T130000Z-0123456789",
     )
@@ -72,11 +57,11 @@ def _land_another(home: Home, repo: pygit2.Repository) -> None:
 
 def test_provenance_as_json(landed: tuple[Cli, Receipt, str]) -> None:
     cli, receipt, commit = landed
-    shown = cli("knowledge", "provenance", "yuko", note_path(), "--json")
+    shown = cli("knowledge", "provenance", "yuko", knowledge.note_path(), "--json")
     assert shown.code == 0, shown.stderr
     assert json.loads(shown.stdout) == {
         "imp": "yuko",
-        "path": note_path(),
+        "path": knowledge.note_path(),
         "source_urls": [URL, "https://example.com/more"],
         "source_receipts": [receipt.id],
         "partial_receipts": [],
@@ -102,10 +87,10 @@ def test_provenance_as_json(landed: tuple[Cli, Receipt, str]) -> None:
 
 def test_provenance_as_text(landed: tuple[Cli, Receipt, str]) -> None:
     cli, receipt, commit = landed
-    shown = cli("knowledge", "provenance", "yuko", note_path())
+    shown = cli("knowledge", "provenance", "yuko", knowledge.note_path())
     assert shown.code == 0 and shown.stderr == ""
     assert shown.stdout.splitlines() == [
-        f"path     {note_path()}",
+        f"path     {knowledge.note_path()}",
         f"commit   {commit}",
         f"run      {RUN}",
         "trust    1 independent source (distinct hosts of its verified receipts)",
@@ -122,17 +107,17 @@ def test_the_commit_alone_holds_the_receipt_once_the_run_is_gone(
 ) -> None:
     cli, receipt, _ = landed
     Home(cli.home).run_receipts(RUN).unlink()
-    shown = cli("knowledge", "provenance", "yuko", note_path(), "--json")
+    shown = cli("knowledge", "provenance", "yuko", knowledge.note_path(), "--json")
     [row] = json.loads(shown.stdout)["receipts"]
     assert (row["id"], row["url"], row["sha256"]) == (receipt.id, URL, receipt.sha256)
     assert row["logged"] is False and row["status"] is None
-    text = cli("knowledge", "provenance", "yuko", note_path()).stdout
+    text = cli("knowledge", "provenance", "yuko", knowledge.note_path()).stdout
     assert "no longer in the run's receipts" in text
 
 
 def test_a_note_without_receipts(landed: tuple[Cli, Receipt, str]) -> None:
     cli, _, _ = landed
-    later = note_path(number=2, slug="later")
+    later = knowledge.note_path(number=2, slug="later")
     report = json.loads(cli("knowledge", "provenance", "yuko", later, "--json").stdout)
     assert report["source_receipts"] == [] and report["receipts"] == []
     assert report["run"] == "run-20260711T130000Z-0123456789"
@@ -141,11 +126,11 @@ def test_a_note_without_receipts(landed: tuple[Cli, Receipt, str]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("bob", note_path()), "no imp named 'bob'"),
+        (("bob", knowledge.note_path()), "no imp named 'bob'"),
         (("yuko", "records/vendors/nope--n_7f3c91a2d0e4_9.md"), "no file"),
         (("yuko", "records"), "is a directory"),
         (("yuko", ""), "no file"),
-        (("Bad", note_path()), "invalid imp name"),
+        (("Bad", knowledge.note_path()), "invalid imp name"),
     ],
 )
 def test_unknown_imps_and_paths_are_one_line_errors(
@@ -161,36 +146,27 @@ def test_unknown_imps_and_paths_are_one_line_errors(
 def test_a_partial_citation_is_shown_as_partial(tmp_path: Path) -> None:
     """A note citing a fetch cut short (marked in partial_receipts) lands, and provenance
     says, from the commit alone, that the citation is partial."""
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cut = b"<html>the first part"
-    receipt = Receipt(
-        id=new_receipt_id(),
-        run=RUN,
-        method="GET",
-        url=URL,
-        status=200,
-        content_type="text/html",
-        bytes=len(cut),
-        sha256=hashlib.sha256(cut).hexdigest(),
-        complete=False,
-        started_at="2026-07-11T12:00:00.000000Z",
-        ended_at="2026-07-11T12:00:00.250000Z",
-    )
-    home.run_dir(RUN).mkdir(parents=True)
-    ReceiptLog(home.run_receipts(RUN)).write(receipt)
-    text = note_text(f"{NS}_1", urls=[URL], receipts=[receipt.id], partial=[receipt.id])
+    receipt = fetched(home, URL, body=cut, complete=False)
+    text = knowledge.note_text(f"{NS}_1", urls=[URL], receipts=[receipt.id], partial=[receipt.id])
     base = main_commit(repo)
-    result = integrate_change(
-        home, change_of(repo, {note_path(): text.encode()}), base, receipts=run_receipts(home, RUN)
+    result = knowledge.integrate_change(
+        home,
+        knowledge.change_of(repo, {knowledge.note_path(): text.encode()}),
+        base,
+        receipts=run_receipts(home, RUN),
     )
     assert result.checkpoint == "integrated", result.violations
     home.run_receipts(RUN).unlink()  # the run is gone: the commit alone says it
     cli = Cli(home=home.root)
-    report = json.loads(cli("knowledge", "provenance", "yuko", note_path(), "--json").stdout)
+    report = json.loads(
+        cli("knowledge", "provenance", "yuko", knowledge.note_path(), "--json").stdout
+    )
     assert report["partial_receipts"] == [receipt.id]
     [row] = report["receipts"]
     assert (row["id"], row["partial"], row["logged"]) == (receipt.id, True, False)
-    shown = cli("knowledge", "provenance", "yuko", note_path())
+    shown = cli("knowledge", "provenance", "yuko", knowledge.note_path())
     assert shown.code == 0, shown.stderr
     line = f"receipt  {receipt.id} {URL} sha256={receipt.sha256} partial (the fetch was cut short)"
     assert line in shown.stdout.splitlines()
@@ -204,7 +180,7 @@ def test_knowledge_imp_still_prints_only_the_path(landed: tuple[Cli, Receipt, st
 
 
 def test_an_imp_named_provenance_still_has_its_path(tmp_path: Path) -> None:
-    home, _ = make_imp(tmp_path)
+    home, _ = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     missing = cli("knowledge", "provenance")
     assert missing.code == 2 and "impyard knowledge provenance <imp> <path>" in missing.stderr

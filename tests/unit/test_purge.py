@@ -23,18 +23,10 @@ from impyard.purge.purge import purge
 from impyard.purge.selector import Selector
 from impyard.queue import tasks
 from impyard.queue.db import opened
+from tests.helpers import repo as knowledge
 from tests.helpers.backup import set_remotes
 from tests.helpers.cli import Cli
-from tests.helpers.repo import (
-    change_of,
-    integrate_change,
-    make_imp,
-    namespace,
-    note_path,
-    note_text,
-    run_id,
-    tree_paths,
-)
+from tests.helpers.repo import namespace, run_id
 from tests.helpers.runs import write_run
 from tests.helpers.scan import fsck, holders
 
@@ -44,16 +36,16 @@ SECRET = "sk-live-4f9a2c"
 def land(home: Home, repo: pygit2.Repository, n: int, body: str, **note: object) -> str:
     base = main_commit(repo)
     ns = namespace(n)
-    text = note_text(f"{ns}_1", body=body, **note)  # type: ignore[arg-type]
-    result = integrate_change(
+    text = knowledge.note_text(f"{ns}_1", body=body, **note)  # type: ignore[arg-type]
+    result = knowledge.integrate_change(
         home,
-        change_of(repo, {note_path(ns, 1, slug=f"n{n}"): text.encode()}),
+        knowledge.change_of(repo, {knowledge.note_path(ns, 1, slug=f"n{n}"): text.encode()}),
         base,
         ns=ns,
         run=run_id(n),
     )
     assert result.checkpoint == "integrated", result
-    return note_path(ns, 1, slug=f"n{n}")
+    return knowledge.note_path(ns, 1, slug=f"n{n}")
 
 
 def a_run(home: Home, n: int, **fields: object) -> str:
@@ -64,14 +56,14 @@ def a_run(home: Home, n: int, **fields: object) -> str:
 
 @pytest.fixture
 def leaked(tmp_path: Path) -> tuple[Home, pygit2.Repository, Path]:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     for n in (1, 2, 3):
         land(home, repo, n, f"The key is {SECRET}.\n")
     land(home, repo, 4, "Acme ships SSO.\n")
     base = main_commit(repo)
-    refused = integrate_change(
+    refused = knowledge.integrate_change(
         home,
-        change_of(repo, {"README.md": f"mine {SECRET}\n".encode()}),
+        knowledge.change_of(repo, {"README.md": f"mine {SECRET}\n".encode()}),
         base,
         ns=namespace(5),
         run=run_id(5),
@@ -79,8 +71,14 @@ def leaked(tmp_path: Path) -> tuple[Home, pygit2.Repository, Path]:
     assert refused.candidate_ref == candidate_ref(run_id(5))
     a_run(home, 5, checkpoint="rejected", candidate_ref=refused.candidate_ref)
     home.run_task(run_id(5)).write_text("Find vendors.\n")
-    note = note_text(f"{namespace(6)}_1", body=f"{SECRET}\n").encode()
-    quarantine(repo, run_id(6), base, change_of(repo, {note_path(namespace(6)): note}), "died")
+    note = knowledge.note_text(f"{namespace(6)}_1", body=f"{SECRET}\n").encode()
+    quarantine(
+        repo,
+        run_id(6),
+        base,
+        knowledge.change_of(repo, {knowledge.note_path(namespace(6)): note}),
+        "died",
+    )
     a_run(home, 6, checkpoint="quarantined", quarantine_ref=quarantine_ref(run_id(6)))
     logged = a_run(home, 7, checkpoint="empty")
     home.box_log(logged).write_text(f"agent: found {SECRET} in the page\n")
@@ -118,7 +116,7 @@ def test_a_purged_string_is_nowhere_and_the_preview_counted_it_right(
     for git_dir in (home.repo("yuko"), home.origin("yuko"), remote / "yuko.git"):
         assert fsck(git_dir) == "", git_dir
     # The clean note and the refs stay; the journal says what was done, not what it was.
-    assert note_path(namespace(4), 1, slug="n4") in tree_paths(repo)
+    assert knowledge.note_path(namespace(4), 1, slug="n4") in knowledge.tree_paths(repo)
     assert {candidate_ref(run_id(5)), quarantine_ref(run_id(6))} <= set(repo.references)
     events = [json.loads(line) for line in home.journal.read_text().splitlines()]
     [purged] = [e for e in events if e["event"] == "knowledge.purged"]
@@ -136,7 +134,7 @@ def test_a_purged_string_is_nowhere_and_the_preview_counted_it_right(
 def test_a_source_purge_keeps_and_names_a_record_resting_on_other_sources(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     leak = "https://leak.example/paste"
     only = land(home, repo, 1, "From the paste.\n", urls=[leak])
     both = land(home, repo, 2, "From both.\n", urls=[leak, "https://example.com/report"])
@@ -145,25 +143,25 @@ def test_a_source_purge_keeps_and_names_a_record_resting_on_other_sources(
     assert (preview.paths, preview.not_cleared) == ([only], [both])
     done = purge(home, "yuko", Selector("source", leak))
     assert done.counts() == preview.counts()
-    paths = tree_paths(pygit2.Repository(repo.path))
+    paths = knowledge.tree_paths(pygit2.Repository(repo.path))
     assert only not in paths and {both, other} <= paths
 
 
 def test_a_run_purge_removes_what_the_run_wrote_and_its_refs(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     wrote = land(home, repo, 1, "Run one's note.\n")
     kept = land(home, repo, 2, "Run two's note.\n")
     a_run(home, 1, checkpoint="integrated")
     home.box_log(run_id(1)).write_text("run one's log\n")
     done = purge(home, "yuko", Selector("run", run_id(1)))
     assert done.paths == [wrote] and [f.path for f in done.files] == [f"runs/{run_id(1)}/box.log"]
-    paths = tree_paths(pygit2.Repository(repo.path))
+    paths = knowledge.tree_paths(pygit2.Repository(repo.path))
     assert wrote not in paths and kept in paths
     assert fsck(home.repo("yuko")) == ""
 
 
 def test_purge_refuses_while_a_run_of_the_imp_is_unfinished(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     land(home, repo, 1, f"{SECRET}\n")
     a_run(home, 2, state="running")
     refused = Cli(home=home.root)("knowledge", "purge", "yuko", "--text", SECRET)

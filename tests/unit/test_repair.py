@@ -27,20 +27,11 @@ from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.validation.increments import landed_by
 from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import CheckpointRecord, Manifest
+from tests.helpers import repo as knowledge
 from tests.helpers.backup import reject_note
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.repo import (
-    NS,
-    RUN,
-    change_of,
-    integrate_change,
-    make_imp,
-    note_path,
-    note_text,
-    run_id,
-    tree_paths,
-)
+from tests.helpers.repo import NS, RUN, run_id
 from tests.helpers.runs import write_run
 
 OWNER = {"USER": "alice"}
@@ -95,7 +86,7 @@ def rejected_candidate(
 ) -> tuple[str, Manifest]:
     """A run whose exit the lane refused: refs/candidates/<run> and a finished manifest."""
     base = main_commit(repo)
-    result = integrate_change(home, change_of(repo, files), base, limits=limits)
+    result = knowledge.integrate_change(home, knowledge.change_of(repo, files), base, limits=limits)
     assert result.checkpoint == "rejected" and result.candidate_ref == candidate_ref(RUN)
     m = write_manifest(
         home,
@@ -107,16 +98,20 @@ def rejected_candidate(
     return base, m
 
 
-@pytest.fixture
-def long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
+def refused_long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
     """Imp yuko under max_file_chars 300 (deployed), with a 640-character note refused."""
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     set_max_file_chars(home, 300)
     deploy(cli)
-    text = note_text(f"{NS}_1", body=LONG_BODY).encode()
-    rejected_candidate(home, repo, {note_path(): text})
+    text = knowledge.note_text(f"{NS}_1", body=LONG_BODY).encode()
+    rejected_candidate(home, repo, {knowledge.note_path(): text})
     return home, repo, cli
+
+
+@pytest.fixture
+def long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
+    return refused_long_note(tmp_path)
 
 
 def test_a_candidate_lands_once_after_the_owner_raises_the_limit(
@@ -125,7 +120,7 @@ def test_a_candidate_lands_once_after_the_owner_raises_the_limit(
     home, repo, cli = long_note
     refused = cli("candidates", "retry", RUN, env=OWNER)
     assert refused.code == 3
-    assert "file-too-large" in refused.stdout and note_path() in refused.stdout
+    assert "file-too-large" in refused.stdout and knowledge.note_path() in refused.stdout
     assert candidate_ref(RUN) in repo.references
 
     set_max_file_chars(home, 1000)
@@ -136,7 +131,7 @@ def test_a_candidate_lands_once_after_the_owner_raises_the_limit(
     assert result["outcome"] == "integrated" and result["landed"] and result["source"] == "ref"
     assert result["checkpoint"] == 1
     assert main_commit(repo) == result["commit"]
-    assert note_path() in tree_paths(repo)
+    assert knowledge.note_path() in knowledge.tree_paths(repo)
     assert candidate_ref(RUN) not in repo.references
     trailers = repo[result["commit"]].peel(pygit2.Commit).message_trailers
     assert trailers["Impyard-Run"] == RUN and trailers["Impyard-Checkpoint"] == "1 (exit)"
@@ -199,12 +194,14 @@ def test_a_retry_whose_host_died_after_main_moved_does_not_land_twice(
 def test_a_still_invalid_candidate_changes_nothing_and_prints_every_reason(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
-    bad = note_text(f"{NS}_1", body="token ghp_" + "a" * 36 + "\n").encode()
+    bad = knowledge.note_text(f"{NS}_1", body="token ghp_" + "a" * 36 + "\n").encode()
     files = {
-        note_path(): bad,
-        "records/vendors/wrong--n_0123456789ab_1.md": note_text("n_0123456789ab_1").encode(),
+        knowledge.note_path(): bad,
+        "records/vendors/wrong--n_0123456789ab_1.md": knowledge.note_text(
+            "n_0123456789ab_1"
+        ).encode(),
         "organization/index.md": b"# mine\n",
     }
     rejected_candidate(home, repo, files)
@@ -235,10 +232,12 @@ def test_a_still_invalid_candidate_changes_nothing_and_prints_every_reason(
 def test_a_retry_with_nothing_to_land_keeps_the_candidate_and_fails(tmp_path: Path) -> None:
     # A candidate whose commit holds no file (what the box wrote was not kept) used to
     # "land" as empty, exit 0 and delete the ref: the record of the refusal was gone.
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     base = main_commit(repo)
-    refused = [Violation(note_path(), "file-too-large", "300 bytes, over the 240-byte limit")]
+    refused = [
+        Violation(knowledge.note_path(), "file-too-large", "300 bytes, over the 240-byte limit")
+    ]
     keep_candidate(
         repo, Change(), Trailers("yuko", RUN, "task-1", None, base, "append"), "rejected", refused
     )
@@ -263,7 +262,7 @@ def test_a_retry_with_nothing_to_land_keeps_the_candidate_and_fails(tmp_path: Pa
 
 
 def test_a_quarantine_with_nothing_new_to_land_is_kept(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     quarantined(home, repo, lambda root: (root / "records").mkdir())
     before = refs(repo)
@@ -295,11 +294,11 @@ def test_a_landing_retry_keeps_a_ref_that_moved_while_it_ran(
     assert done.code == 0, done.stdout + done.stderr
     assert "moved" in done.stderr and "kept" in done.stderr
     assert str(repo.lookup_reference(candidate_ref(RUN)).target) == base
-    assert note_path() in tree_paths(repo)
+    assert knowledge.note_path() in knowledge.tree_paths(repo)
 
 
 def test_retry_help_says_it_is_for_a_policy_change(tmp_path: Path) -> None:
-    home, _repo = make_imp(tmp_path)
+    home, _repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     for noun in ("candidates", "quarantine"):
         shown = cli(noun, "retry", "--help")
@@ -328,16 +327,16 @@ def test_list_show_diff_of_a_candidate_against_the_current_main(
 
     shown = json.loads(cli("candidates", "show", RUN, "--json").stdout)
     assert shown["main"] == main_commit(repo) and shown["base"] == main_commit(repo)
-    assert [(f["path"], f["status"]) for f in shown["files"]] == [(note_path(), "added")]
+    assert [(f["path"], f["status"]) for f in shown["files"]] == [(knowledge.note_path(), "added")]
     assert shown["violations"][0]["rule"] == "file-too-large"
     assert shown["status_counts"] == {"added": 1}
     text = cli("candidates", "show", RUN).stdout
-    assert "file-too-large" in text and f"added     {note_path()}" in text
+    assert "file-too-large" in text and f"added     {knowledge.note_path()}" in text
 
     diffed = json.loads(cli("candidates", "diff", RUN, "--json").stdout)
     [file] = diffed["files"]
     assert file["status"] == "added" and not file["binary"] and not diffed["truncated"]
-    assert file["diff"].startswith(f"--- /dev/null\n+++ candidate/{note_path()}")
+    assert file["diff"].startswith(f"--- /dev/null\n+++ candidate/{knowledge.note_path()}")
     assert "+Acme ships SSO." in file["diff"]
     assert "+Acme ships SSO." in cli("candidates", "diff", RUN).stdout
 
@@ -347,14 +346,14 @@ def test_show_and_diff_say_what_landing_would_do_now_and_escape_control_characte
 ) -> None:
     """Main moved on since the base: an organization file the candidate rewrites is
     'modified' against main, a file main already has identically is 'unchanged'."""
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     index = "organization/README.md"
-    same = note_text(f"{NS}_2").encode()
+    same = knowledge.note_text(f"{NS}_2").encode()
     hostile = b"line one\n\x1b]0;pwned\x07 line two\n"
     base = main_commit(repo)
-    result = integrate_change(
-        home, change_of(repo, {index: hostile, note_path(number=2): same}), base
+    result = knowledge.integrate_change(
+        home, knowledge.change_of(repo, {index: hostile, knowledge.note_path(number=2): same}), base
     )
     assert result.checkpoint == "rejected"
     write_manifest(home, base, checkpoint="rejected", candidate_ref=result.candidate_ref)
@@ -362,7 +361,7 @@ def test_show_and_diff_say_what_landing_would_do_now_and_escape_control_characte
     landed = integrate(
         home,
         "yuko",
-        change_of(repo, {note_path(number=2): same}),
+        knowledge.change_of(repo, {knowledge.note_path(number=2): same}),
         base=base,
         namespace=NS,
         mode="append",
@@ -373,26 +372,26 @@ def test_show_and_diff_say_what_landing_would_do_now_and_escape_control_characte
     shown = json.loads(cli("candidates", "show", RUN, "--json").stdout)
     assert {f["path"]: f["status"] for f in shown["files"]} == {
         index: "modified",
-        note_path(number=2): "unchanged",
+        knowledge.note_path(number=2): "unchanged",
     }
     diffed = cli("candidates", "diff", RUN)
     assert "\x1b" not in diffed.stdout and "\x07" not in diffed.stdout
     assert "+\\x1b]0;pwned\\x07 line two" in diffed.stdout
-    assert f"--- a/{index}" in diffed.stdout and note_path(number=2) not in diffed.stdout
+    assert f"--- a/{index}" in diffed.stdout and knowledge.note_path(number=2) not in diffed.stdout
 
 
 def checkpointed_then_refused(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
     """Under max_file_chars 300: checkpoint 1 landed note 1 mid-run; the exit rewrote it
     and added a too-long note 2, refused (refs/candidates/<run>, a finished manifest)."""
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     set_max_file_chars(home, 300)
     deploy(cli)
     base = main_commit(repo)
-    one, two = note_path(number=1), note_path(number=2)
-    first = integrate_change(
+    one, two = knowledge.note_path(number=1), knowledge.note_path(number=2)
+    first = knowledge.integrate_change(
         home,
-        change_of(repo, {one: note_text(f"{NS}_1").encode()}),
+        knowledge.change_of(repo, {one: knowledge.note_text(f"{NS}_1").encode()}),
         base,
         limits=TIGHT,
         checkpoint=1,
@@ -400,10 +399,10 @@ def checkpointed_then_refused(tmp_path: Path) -> tuple[Home, pygit2.Repository, 
         keep_refused=False,
     )
     assert first.checkpoint == "integrated" and first.commit
-    rewritten = note_text(f"{NS}_1", body="Rewritten.\n").encode()
-    long_two = note_text(f"{NS}_2", body=LONG_BODY).encode()
-    exit_change = change_of(repo, {one: rewritten, two: long_two})
-    refused = integrate_change(
+    rewritten = knowledge.note_text(f"{NS}_1", body="Rewritten.\n").encode()
+    long_two = knowledge.note_text(f"{NS}_2", body=LONG_BODY).encode()
+    exit_change = knowledge.change_of(repo, {one: rewritten, two: long_two})
+    refused = knowledge.integrate_change(
         home,
         exit_change,
         base,
@@ -435,7 +434,7 @@ def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
     With the limit raised, a retry lands note 2 as checkpoint 2 and keeps note 1's rewrite
     at the candidate ref: checkpointed files are final for the run."""
     home, repo, cli = checkpointed_then_refused(tmp_path)
-    one, two = note_path(number=1), note_path(number=2)
+    one, two = knowledge.note_path(number=1), knowledge.note_path(number=2)
     set_max_file_chars(home, 1000)
     deploy(cli)
     done = cli("candidates", "retry", RUN, "--json", env=OWNER)
@@ -445,11 +444,11 @@ def test_a_retry_lands_the_rest_and_keeps_back_changes_to_checkpointed_files(
     assert [(v["path"], v["rule"]) for v in result["violations"]] == [(one, "checkpointed")]
     assert result["candidate_ref"] == candidate_ref(RUN)
     assert git("-C", home.repo("yuko"), "show", f"main:{one}").stdout.encode() == (
-        note_text(f"{NS}_1").encode()
+        knowledge.note_text(f"{NS}_1").encode()
     )
-    assert two in tree_paths(repo)
+    assert two in knowledge.tree_paths(repo)
     # The candidate holds the box's final tree: against main, only the refused edit differs.
-    kept = tree_paths(repo, candidate_ref(RUN))
+    kept = knowledge.tree_paths(repo, candidate_ref(RUN))
     assert one in kept and two in kept
     differs = git("-C", home.repo("yuko"), "diff", "--name-status", "main", candidate_ref(RUN))
     assert differs.stdout.splitlines() == [f"M\t{one}"]
@@ -477,11 +476,11 @@ def test_drop_and_export_of_a_candidate(
     assert exported.code == 0, exported.stderr
     doc = json.loads(exported.stdout)
     assert doc["directory"] == str(out) and doc["ref"] == candidate_ref(RUN)
-    written = out / "files" / note_path()
-    assert written.read_bytes() == note_text(f"{NS}_1", body=LONG_BODY).encode()
+    written = out / "files" / knowledge.note_path()
+    assert written.read_bytes() == knowledge.note_text(f"{NS}_1", body=LONG_BODY).encode()
     assert written.stat().st_mode & 0o777 == 0o644
     on_disk = json.loads((out / "export.json").read_text())
-    assert [w["path"] for w in on_disk["written"]] == [note_path()]
+    assert [w["path"] for w in on_disk["written"]] == [knowledge.note_path()]
     assert on_disk["deleted"] == [] and on_disk["written"][0]["status"] == "added"
 
     head = main_commit(repo)
@@ -571,7 +570,7 @@ def test_last_means_the_newest_of_the_kind_and_a_run_of_the_other_kind_is_pointe
 
 
 def test_last_with_nothing_of_its_kind_kept_says_so(tmp_path: Path) -> None:
-    home, _repo = make_imp(tmp_path)
+    home, _repo = knowledge.make_imp(tmp_path)
     write_run(home, RUN, checkpoint="integrated", state="finished")
     shown = Cli(home=home.root)("candidates", "show", "last")
     assert shown.code == 2
@@ -606,7 +605,7 @@ def quarantined(home: Home, repo: pygit2.Repository, fill: Callable[[Path], None
 def hostile(root: Path) -> None:
     topic = root / "records" / "vendors"
     topic.mkdir(parents=True)
-    (topic / f"acme--{NS}_1.md").write_bytes(note_text(f"{NS}_1").encode())
+    (topic / f"acme--{NS}_1.md").write_bytes(knowledge.note_text(f"{NS}_1").encode())
     os.symlink("/etc/passwd", topic / f"passwd--{NS}_2.md")
     os.mkfifo(topic / f"fifo--{NS}_3.md")
 
@@ -614,7 +613,7 @@ def hostile(root: Path) -> None:
 def test_a_quarantine_retry_refuses_links_and_fifos_without_following_or_blocking(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     quarantined(home, repo, hostile)
     before, head = refs(repo), main_commit(repo)
@@ -633,7 +632,7 @@ def test_a_quarantine_retry_refuses_links_and_fifos_without_following_or_blockin
     landed = cli("quarantine", "retry", RUN, "--from-ref", env=OWNER)
     assert landed.code == 0, landed.stdout + landed.stderr
     assert "from the ref" in landed.stdout
-    assert f"records/vendors/acme--{NS}_1.md" in tree_paths(repo)
+    assert f"records/vendors/acme--{NS}_1.md" in knowledge.tree_paths(repo)
     assert quarantine_ref(RUN) not in repo.references
     assert not home.run_space(RUN).exists()
     m = manifests.read(home, RUN)
@@ -645,13 +644,13 @@ def test_a_quarantine_retry_refuses_links_and_fifos_without_following_or_blockin
 
 
 def test_a_quarantine_whose_checkout_is_gone_retries_from_its_ref(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
 
     def fine(root: Path) -> None:
         (root / "records" / "vendors").mkdir(parents=True)
         (root / "records" / "vendors" / f"acme--{NS}_1.md").write_bytes(
-            note_text(f"{NS}_1").encode()
+            knowledge.note_text(f"{NS}_1").encode()
         )
 
     quarantined(home, repo, fine)
@@ -666,13 +665,13 @@ def test_a_quarantine_whose_checkout_is_gone_retries_from_its_ref(tmp_path: Path
     landed = cli("quarantine", "retry", RUN, "--json", env=OWNER)
     assert landed.code == 0, landed.stdout + landed.stderr
     assert json.loads(landed.stdout)["source"] == "ref"
-    assert f"records/vendors/acme--{NS}_1.md" in tree_paths(repo)
+    assert f"records/vendors/acme--{NS}_1.md" in knowledge.tree_paths(repo)
 
 
 def test_quarantine_export_writes_blobs_never_box_files_and_drop_removes_the_space(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     quarantined(home, repo, hostile)
     out = tmp_path / "export"
@@ -700,7 +699,7 @@ def test_a_kept_loop_image_is_mounted_read_only_to_retry_and_removed_after(
     problem = loop_supported()
     if problem is not None:
         pytest.skip(f"loop spaces unavailable: {problem}")
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     base = main_commit(repo)
     space = runspace.create(home, RUN, runspace.space_size(2**20), loop=True)
@@ -708,7 +707,7 @@ def test_a_kept_loop_image_is_mounted_read_only_to_retry_and_removed_after(
         root = home.run_checkout(RUN)
         (root / "records" / "vendors").mkdir(parents=True)
         (root / "records" / "vendors" / f"acme--{NS}_1.md").write_bytes(
-            note_text(f"{NS}_1").encode()
+            knowledge.note_text(f"{NS}_1").encode()
         )
         checkout = Checkout(kind="overlay", base=base, root=root)
         quarantine(repo, RUN, base, snapshot(repo, checkout, TIGHT), "killed")
@@ -725,7 +724,7 @@ def test_a_kept_loop_image_is_mounted_read_only_to_retry_and_removed_after(
         landed = cli("quarantine", "retry", RUN, "--json", env=OWNER)
         assert landed.code == 0, landed.stdout + landed.stderr
         assert json.loads(landed.stdout)["source"] == "checkout"
-        assert f"records/vendors/acme--{NS}_1.md" in tree_paths(repo)
+        assert f"records/vendors/acme--{NS}_1.md" in knowledge.tree_paths(repo)
         assert not os.path.ismount(space.mount) and space.image is not None
         assert not space.image.exists()
     finally:
@@ -733,7 +732,7 @@ def test_a_kept_loop_image_is_mounted_read_only_to_retry_and_removed_after(
 
 
 def test_repairs_refuse_an_unfinished_run_and_unknown_ids(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cli = Cli(home=home.root)
     write_manifest(home, main_commit(repo)).model_copy()
     m = manifests.read(home, RUN)
@@ -749,9 +748,9 @@ def test_repairs_refuse_an_unfinished_run_and_unknown_ids(tmp_path: Path) -> Non
 def test_diffs_are_bounded_and_name_deletions_and_binary_files(tmp_path: Path) -> None:
     from impyard.repair.compare import MAX_LINES_PER_FILE, against_main, diff_against_main
 
-    _home, repo = make_imp(tmp_path)
+    _home, repo = knowledge.make_imp(tmp_path)
     long_text = "".join(f"line {n}\n" for n in range(MAX_LINES_PER_FILE * 2)).encode()
-    change = change_of(
+    change = knowledge.change_of(
         repo,
         {"organization/long.md": long_text, "organization/blob.bin": b"\x00\x01\x02"},
         deleted={"organization/README.md"},
@@ -772,7 +771,7 @@ def test_diffs_are_bounded_and_name_deletions_and_binary_files(tmp_path: Path) -
 
 
 def test_candidates_list_newest_first_across_imps(tmp_path: Path) -> None:
-    home, _repo = make_imp(tmp_path)
+    home, _repo = knowledge.make_imp(tmp_path)
     create_imp(home, "abe")
     for n, imp in ((1, "yuko"), (3, "abe"), (2, "yuko")):
         reject_note(home, n, imp)

@@ -20,9 +20,8 @@ from impyard.queue.db import opened
 from impyard.runs.provision.rework import origin_of, task_text
 from tests.helpers.cli import Cli
 from tests.helpers.git import git
-from tests.helpers.repo import NS, OTHER_NS, RUN, make_imp, note_path, note_text
+from tests.helpers.repo import NS, OTHER_NS, RUN, make_imp, note_path
 from tests.unit.test_repair import (
-    LONG_BODY,
     OWNER,
     as_process,
     checkpointed_then_refused,
@@ -30,7 +29,7 @@ from tests.unit.test_repair import (
     hostile,
     quarantined,
     refs,
-    rejected_candidate,
+    refused_long_note,
     set_max_file_chars,
 )
 
@@ -60,12 +59,7 @@ def landed_paths(repo: pygit2.Repository, commit: str) -> list[str]:
 @pytest.fixture
 def long_note(tmp_path: Path) -> tuple[Home, pygit2.Repository, Cli]:
     """A 640-character note refused under max_file_chars 300, its run's task file kept."""
-    home, repo = make_imp(tmp_path)
-    cli = Cli(home=home.root)
-    set_max_file_chars(home, 300)
-    deploy(cli)
-    text = note_text(f"{NS}_1", body=LONG_BODY).encode()
-    rejected_candidate(home, repo, {note_path(): text})
+    home, repo, cli = refused_long_note(tmp_path)
     home.run_task(RUN).write_text(PROMPT + "\n")
     return home, repo, cli
 

@@ -33,18 +33,11 @@ from impyard.queue.db import connect
 from impyard.runs.drive.endings import digest_fields
 from impyard.runs.provision.rework import FILE_CHARS, LINE_CHARS, SECTION_CHARS, task_text
 from impyard.runs.records.model import ReworkOrigin
+from tests.helpers import repo as knowledge
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER, commit, make_repo
 from tests.helpers.cli import Cli
 from tests.helpers.policy import edit_org
-from tests.helpers.repo import (
-    NS,
-    RUN,
-    change_of,
-    integrate_change,
-    make_imp,
-    note_path,
-    note_text,
-)
+from tests.helpers.repo import NS, RUN
 from tests.unit.test_repair import write_manifest
 
 OLD, NEW = "n_0123456789ab", "n_ba9876543210"
@@ -167,16 +160,16 @@ def test_huge_unknown_frontmatter_keys_are_cut_wherever_the_refusal_is_kept(
     """Ten notes, each with a 60,000-character unknown frontmatter key: the manifest, the
     journal's violations, the candidate's commit message and the rework's task file each
     quote the keys cut, saying how much, and stay small."""
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     key = "k" * 60_000
     files = {
-        note_path(number=n): note_text(f"{NS}_{n}")
+        knowledge.note_path(number=n): knowledge.note_text(f"{NS}_{n}")
         .replace("\n---\n", f"\n{key}: x\n---\n", 1)
         .encode()
         for n in range(1, 11)
     }
     base = main_commit(repo)
-    result = integrate_change(home, change_of(repo, files), base)
+    result = knowledge.integrate_change(home, knowledge.change_of(repo, files), base)
     assert result.checkpoint == "rejected"
     found = digest(result.violations)  # what the manifest and the journal's event keep
     write_manifest(

@@ -8,6 +8,7 @@ import io
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from impyard.status.engine import EngineVersion
 from impyard.status.serve_start import serve_start
 from tests.helpers.cli import Cli
 from tests.helpers.repo import make_imp, run_id
+from tests.helpers.runs import manifest_for
 
 Execute = Callable[[RunContext, RunRequest], RunOutcome]
 
@@ -40,6 +42,15 @@ Execute = Callable[[RunContext, RunRequest], RunOutcome]
 EVIL_PATH = "records/x/\x1b[2Jok\nFAKE: integrated.md"
 AT = datetime(2026, 12, 2, 14, 3, 11, 654321, tzinfo=UTC)
 NO_ENGINE = {"DOCKER_HOST": "tcp://127.0.0.1:9"}  # nothing listens: refused at once
+#: How serve reports a rejected run of pia's; each test gives the reason the box caused.
+PIA_REJECTED = ServeEvent(
+    "finished",
+    task_id="task-53b766a68ecf",
+    run_id="run-20261202T140305Z-ab12cd34",
+    imp="pia",
+    outcome="rejected",
+    at=AT,
+)
 LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ [^\x00-\x1f\x7f-\x9f]*")
 
 
@@ -51,16 +62,7 @@ def home(tmp_path: Path) -> Home:
 
 
 def manifest(request: RunRequest, number: int) -> Manifest:
-    return Manifest(
-        run_id=run_id(number),
-        imp=request.imp,
-        task_id=request.task_id,
-        channel=None,
-        mode="append",
-        base_commit="0" * 40,
-        namespace=f"n_{number:012x}",
-        container_id=f"c{number}",
-    )
+    return manifest_for(request, number, container_id=f"c{number}")
 
 
 def add(home: Home, imp: str, prompt: str) -> str:
@@ -212,16 +214,7 @@ def test_recovery_reports_the_box_it_reattached_and_how_the_run_ended(
 
 
 def test_a_rejection_line_escapes_the_path_the_box_chose() -> None:
-    event = ServeEvent(
-        "finished",
-        task_id="task-53b766a68ecf",
-        run_id="run-20261202T140305Z-ab12cd34",
-        imp="pia",
-        outcome="rejected",
-        reason=f"{EVIL_PATH}: bad-name",
-        more_reasons=2,
-        at=AT,
-    )
+    event = replace(PIA_REJECTED, reason=f"{EVIL_PATH}: bad-name", more_reasons=2)
     line = event_line(event)
     assert line == (
         "2026-12-02T14:03:11Z task task-53b766a68ecf run run-20261202T140305Z-ab12cd34 pia: "
@@ -380,15 +373,10 @@ def test_at_80_columns_a_line_folds_between_words_and_the_status_fits_one_row(
     monkeypatch.setenv("COLUMNS", "80")
     status = ServeStatus(running=1, queued=2)
     status.counts.update({"integrated": 3, "quarantined": 1})
-    event = ServeEvent(
-        "finished",
-        task_id="task-53b766a68ecf",
-        run_id="run-20261202T140305Z-ab12cd34",
-        imp="pia",
-        outcome="rejected",
+    event = replace(
+        PIA_REJECTED,
         reason="records/vendors/acme-corporation-single-sign-on.md: file-too-large: "
         "640 characters, the policy allows 300",
-        at=AT,
     )
     line = event_line(event)
     assert line is not None and len(line) > 80

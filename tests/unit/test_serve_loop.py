@@ -19,11 +19,12 @@ from impyard.knowledge.imps import create_imp
 from impyard.queue import tasks
 from impyard.queue.db import opened, transaction
 from impyard.runs.drive.context import RunContext
-from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
+from impyard.runs.records.model import RunOutcome, RunRequest
 from impyard.serve import worker as serve_module
 from impyard.serve.worker import ENGINE_FRESH_SECONDS, Server
 from impyard.settings import load_settings
 from tests.helpers.repo import make_imp, run_id
+from tests.helpers.runs import manifest_for
 
 Execute = Callable[[RunContext, RunRequest], RunOutcome]
 
@@ -43,15 +44,7 @@ def server(home: Home, concurrency: int) -> Server:
 
 
 def outcome(request: RunRequest, number: int) -> RunOutcome:
-    manifest = Manifest(
-        run_id=run_id(number),
-        imp=request.imp,
-        task_id=request.task_id,
-        channel=None,
-        mode="append",
-        base_commit="0" * 40,
-        namespace=f"n_{number:012x}",
-    )
+    manifest = manifest_for(request, number)
     manifest.checkpoint = "integrated"
     return RunOutcome(manifest)
 

@@ -16,16 +16,8 @@ from impyard.home import Home
 from impyard.knowledge.change import Change, FileState, KnowledgeLimits
 from impyard.knowledge.checkouts.checkout import Checkout, prepare_checkout, release_checkout
 from impyard.knowledge.checkouts.snapshot import MAX_DEPTH, snapshot
-from tests.helpers.checkout import (
-    BASE_FILES,
-    IMP,
-    OWNER,
-    as_box,
-    commit,
-    make_repo,
-    mounted,
-    need_root,
-)
+from tests.helpers import checkout as checkouts
+from tests.helpers.checkout import BASE_FILES, IMP, OWNER
 from tests.helpers.git import git
 
 # Files over max_file_chars are kept up to 1 MiB in all: the 10 MiB file below is not read.
@@ -69,14 +61,14 @@ def kind(request: pytest.FixtureRequest) -> str:
 @contextlib.contextmanager
 def box(tmp_path: Path, kind: str) -> Iterator[tuple[Run, Path]]:
     """A prepared run and the directory its box writes to; the box is gone on exit."""
-    need_root()
+    checkouts.need_root()
     home = Home(tmp_path / "home")
-    repo = make_repo(home)
-    base = commit(repo, BASE_FILES)
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
     checkout = prepare_checkout(home, IMP, "r1", base, kind, OWNER)  # type: ignore[arg-type]
     run = Run(home, repo, checkout)
     if kind == "overlay":
-        with mounted(checkout, tmp_path / "merged") as merged:
+        with checkouts.mounted(checkout, tmp_path / "merged") as merged:
             yield run, merged
     else:
         yield run, checkout.root
@@ -88,7 +80,7 @@ def problems(change: Change) -> set[tuple[str, str]]:
 
 def test_one_note_run(tmp_path: Path, kind: str) -> None:
     with box(tmp_path, kind) as (run, kdir):
-        as_box("mkdir records/new && printf 'note\\n' > records/new/a--n_1_1.md", kdir)
+        checkouts.as_box("mkdir records/new && printf 'note\\n' > records/new/a--n_1_1.md", kdir)
     change = run.snap()
     blob = str(pygit2.hash(b"note\n"))
     assert change.written == {"records/new/a--n_1_1.md": FileState(blob, 5, False)}
@@ -100,7 +92,7 @@ def test_one_note_run(tmp_path: Path, kind: str) -> None:
 def test_empty_and_unchanged_copies_are_not_reported(tmp_path: Path, kind: str) -> None:
     with box(tmp_path, kind) as (run, kdir):
         # copied up (overlay) or re-written (copy), each with base content and mode
-        as_box(f"touch {ACME} && cat {GLOBEX} > x && cat x > {GLOBEX} && rm x", kdir)
+        checkouts.as_box(f"touch {ACME} && cat {GLOBEX} > x && cat x > {GLOBEX} && rm x", kdir)
         os.chmod(kdir / ATTENTION, 0o600)
         os.chmod(kdir / ATTENTION, 0o644)
     if kind == "overlay":
@@ -115,7 +107,7 @@ def _files(run: Run) -> list[Path]:
 
 def test_deletions_replacements_and_opaque_dirs(tmp_path: Path, kind: str) -> None:
     with box(tmp_path, kind) as (run, kdir):
-        as_box(
+        checkouts.as_box(
             f"rm {GLOBEX}"
             " && rm -r records/papers && mkdir records/papers"
             " && echo new > records/papers/b--n_1_1.md"
@@ -138,7 +130,7 @@ def test_deletions_replacements_and_opaque_dirs(tmp_path: Path, kind: str) -> No
 
 def test_deleting_a_whole_base_directory(tmp_path: Path, kind: str) -> None:
     with box(tmp_path, kind) as (run, kdir):
-        as_box("rm -r organization", kdir)
+        checkouts.as_box("rm -r organization", kdir)
     change = run.snap()
     assert change.deleted == {"organization/index.md", "organization/topics/vendors.md"}
     assert not change.written and not change.problems
@@ -256,7 +248,7 @@ def test_directories_nested_too_deep_are_refused(tmp_path: Path, kind: str) -> N
 def test_snapshot_reads_only_what_changed(tmp_path: Path, kind: str) -> None:
     """Only the changed file is opened; untouched base files are never read."""
     with box(tmp_path, kind) as (run, kdir):
-        as_box("echo n > records/vendors/n--n_1_1.md", kdir)
+        checkouts.as_box("echo n > records/vendors/n--n_1_1.md", kdir)
     opened: list[str] = []
     real_open = os.open
 
@@ -274,7 +266,7 @@ def test_snapshot_reads_only_what_changed(tmp_path: Path, kind: str) -> None:
 
 def test_release_after_snapshot(tmp_path: Path, kind: str) -> None:
     with box(tmp_path, kind) as (run, kdir):
-        as_box("echo n > records/n--n_1_1.md", kdir)
+        checkouts.as_box("echo n > records/n--n_1_1.md", kdir)
     run.snap()
     release_checkout(run.checkout, run.checkout.root.parent / "checkout.json")
     assert not run.checkout.root.exists()

@@ -5,7 +5,6 @@ checkpoint read the run's receipts."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,10 @@ from impyard.knowledge.validation.validate import validate
 from impyard.runs.checkpoints.control import BoxControl
 from impyard.runs.checkpoints.landing import run_receipts
 from impyard.runs.drive import endings
+from tests.helpers import repo as knowledge
 from tests.helpers.git import git
-from tests.helpers.repo import (
-    NS,
-    RUN,
-    assert_fsck_clean,
-    change_of,
-    integrate_change,
-    make_imp,
-    note_path,
-    note_text,
-    run_id,
-)
+from tests.helpers.receipts import fetched
+from tests.helpers.repo import NS, RUN, run_id
 from tests.helpers.runs import FakeRun
 from tests.helpers.runs import running as running_run
 
@@ -43,45 +34,17 @@ URL = "https://example.com/report"
 OTHER_URL = "https://example.com/other"
 
 
-def fetched(
-    home: Home,
-    url: str = URL,
-    *,
-    run: str = RUN,
-    body: bytes = b"<html>report</html>",
-    complete: bool = True,
-) -> Receipt:
-    """A receipt as the gateway writes it, appended to ``run``'s receipt log; ``complete``
-    False for a body cut short (``body`` is then what passed)."""
-    receipt = Receipt(
-        id=new_receipt_id(),
-        run=run,
-        method="GET",
-        url=url,
-        status=200,
-        content_type="text/html",
-        bytes=len(body),
-        sha256=hashlib.sha256(body).hexdigest(),
-        complete=complete,
-        started_at="2026-07-11T12:00:00.000000Z",
-        ended_at="2026-07-11T12:00:00.250000Z",
-    )
-    home.run_dir(run).mkdir(parents=True, exist_ok=True)
-    ReceiptLog(home.run_receipts(run)).write(receipt)
-    return receipt
-
-
 def citing(
     number: int, *receipts: str, urls: tuple[str, ...] = (URL,), partial: tuple[str, ...] = ()
 ) -> tuple[str, bytes]:
-    text = note_text(f"{NS}_{number}", urls=urls, receipts=receipts, partial=partial)
-    return note_path(number=number), text.encode()
+    text = knowledge.note_text(f"{NS}_{number}", urls=urls, receipts=receipts, partial=partial)
+    return knowledge.note_path(number=number), text.encode()
 
 
 def validated(
     repo: pygit2.Repository, files: dict[str, bytes], receipts: Receipts | None
 ) -> set[tuple[str, str, str]]:
-    change = change_of(repo, files)
+    change = knowledge.change_of(repo, files)
     found = validate(
         repo,
         main_commit(repo),
@@ -106,9 +69,9 @@ def land(
     landed: dict[str, Any] | None = None,
 ) -> LaneResult:
     base = base or main_commit(repo)
-    return integrate_change(
+    return knowledge.integrate_change(
         home,
-        change_of(repo, files),
+        knowledge.change_of(repo, files),
         base,
         limits=LIMITS,
         checkpoint=number,
@@ -117,6 +80,19 @@ def land(
         keep_refused=at_exit,
         receipts=run_receipts(home, RUN),
     )
+
+
+def receipt_trailers_git_reads(home: Home) -> list[str]:
+    """The Source-Receipt trailers of the last commit on yuko's main as git itself reads
+    them (``git log``, values only), one a line: what an owner without Impyard sees."""
+    return git(
+        "-C",
+        home.repo("yuko"),
+        "log",
+        "-1",
+        "--format=%(trailers:key=Source-Receipt,valueonly)",
+        "main",
+    ).stdout.split("\n")
 
 
 def message_of(repo: pygit2.Repository, sha: str | None) -> str:
@@ -128,13 +104,13 @@ def message_of(repo: pygit2.Repository, sha: str | None) -> str:
 
 
 def test_a_receipt_of_the_run_for_a_listed_url_is_accepted(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     receipt = fetched(home)
     assert validated(repo, dict([citing(1, receipt.id)]), run_receipts(home, RUN)) == set()
 
 
 def test_a_made_up_receipt_id_is_refused_naming_path_and_id(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     fetched(home)
     made_up = new_receipt_id()
     path, data = citing(1, made_up)
@@ -144,7 +120,7 @@ def test_a_made_up_receipt_id_is_refused_naming_path_and_id(tmp_path: Path) -> N
 
 
 def test_a_receipt_of_another_run_is_refused(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     theirs = fetched(home, run=run_id(7))
     path, data = citing(1, theirs.id)
     [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
@@ -152,7 +128,7 @@ def test_a_receipt_of_another_run_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_line_naming_another_run_in_the_runs_own_log_is_not_its_receipt(tmp_path: Path) -> None:
-    home, _ = make_imp(tmp_path)
+    home, _ = knowledge.make_imp(tmp_path)
     ours = fetched(home)
     stray = Receipt.model_validate({**ours.model_dump(), "id": new_receipt_id(), "run": run_id(7)})
     ReceiptLog(home.run_receipts(RUN)).write(stray)
@@ -161,7 +137,7 @@ def test_a_line_naming_another_run_in_the_runs_own_log_is_not_its_receipt(tmp_pa
 
 
 def test_without_receipts_any_citation_is_refused(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     receipt = fetched(home)
     path, data = citing(1, receipt.id)
     assert {(p, r) for p, r, _ in validated(repo, {path: data}, None)} == {(path, "source-receipt")}
@@ -180,7 +156,7 @@ def test_without_receipts_any_citation_is_refused(tmp_path: Path) -> None:
 def test_a_receipt_whose_url_is_not_a_source_url_is_refused(
     tmp_path: Path, listed: tuple[str, ...]
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     receipt = fetched(home)
     path, data = citing(1, receipt.id, urls=listed)
     [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
@@ -189,7 +165,7 @@ def test_a_receipt_whose_url_is_not_a_source_url_is_refused(
 
 
 def test_every_bad_citation_is_listed_with_its_path(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     good, other_url = fetched(home), fetched(home, OTHER_URL)
     theirs, made_up = fetched(home, run=run_id(7)), new_receipt_id()
     files = dict(
@@ -203,11 +179,11 @@ def test_every_bad_citation_is_listed_with_its_path(tmp_path: Path) -> None:
     found = validated(repo, files, run_receipts(home, RUN))
     named = {(path, rule, rid) for path, rule, message in found for rid in _ids(message)}
     assert named == {
-        (note_path(number=2), "source-receipt", made_up),
-        (note_path(number=2), "source-receipt", theirs.id),
-        (note_path(number=3), "source-receipt", other_url.id),
+        (knowledge.note_path(number=2), "source-receipt", made_up),
+        (knowledge.note_path(number=2), "source-receipt", theirs.id),
+        (knowledge.note_path(number=3), "source-receipt", other_url.id),
     }
-    assert (note_path(number=4), "frontmatter") in {(p, r) for p, r, _ in found}
+    assert (knowledge.note_path(number=4), "frontmatter") in {(p, r) for p, r, _ in found}
     assert len(found) == 4
 
 
@@ -216,7 +192,7 @@ def _ids(message: str) -> list[str]:
 
 
 def test_a_url_a_trailer_cannot_hold_is_refused(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     odd = "https://example.com/a\u00a0b"  # valid frontmatter, but whitespace in a trailer
     receipt = fetched(home, odd)
     path, data = citing(1, receipt.id, urls=(odd,))
@@ -237,7 +213,7 @@ CUT = b"<html>the first part of a long rep"  # what passed before the budget ran
 
 
 def test_citing_a_receipt_of_a_cut_short_fetch_is_refused_naming_it(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cut = fetched(home, body=CUT, complete=False)
     path, data = citing(1, cut.id)
     [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
@@ -247,14 +223,14 @@ def test_citing_a_receipt_of_a_cut_short_fetch_is_refused_naming_it(tmp_path: Pa
 
 
 def test_a_cut_short_fetch_marked_partial_is_accepted(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cut, whole = fetched(home, body=CUT, complete=False), fetched(home, OTHER_URL)
     files = dict([citing(1, cut.id, whole.id, urls=(URL, OTHER_URL), partial=(cut.id,))])
     assert validated(repo, files, run_receipts(home, RUN)) == set()
 
 
 def test_a_complete_fetch_marked_partial_is_refused(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     whole = fetched(home)
     path, data = citing(1, whole.id, partial=(whole.id,))
     [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
@@ -265,7 +241,7 @@ def test_a_complete_fetch_marked_partial_is_refused(tmp_path: Path) -> None:
 def test_a_partial_mark_on_a_receipt_the_note_does_not_cite_is_a_frontmatter_error(
     tmp_path: Path,
 ) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cut = fetched(home, body=CUT, complete=False)
     path, data = citing(1, partial=(cut.id,))
     [(where, rule, message)] = validated(repo, {path: data}, run_receipts(home, RUN))
@@ -277,7 +253,7 @@ def test_a_partial_mark_on_a_receipt_the_note_does_not_cite_is_a_frontmatter_err
 
 
 def test_a_partial_citation_lands_with_a_trailer_that_says_partial(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     cut, whole = fetched(home, body=CUT, complete=False), fetched(home, OTHER_URL)
     urls = (URL, OTHER_URL)
     result = land(home, repo, dict([citing(1, cut.id, whole.id, urls=urls, partial=(cut.id,))]))
@@ -290,20 +266,12 @@ def test_a_partial_citation_lands_with_a_trailer_that_says_partial(tmp_path: Pat
         Citation(whole.id, OTHER_URL, whole.sha256),
     }
     # git reads the marked one as a trailer too.
-    shown = git(
-        "-C",
-        home.repo("yuko"),
-        "log",
-        "-1",
-        "--format=%(trailers:key=Source-Receipt,valueonly)",
-        "main",
-    ).stdout
-    assert f"{cut.id} {URL} sha256={cut.sha256} partial" in shown.splitlines()
-    assert_fsck_clean(home.repo("yuko"))
+    assert f"{cut.id} {URL} sha256={cut.sha256} partial" in receipt_trailers_git_reads(home)
+    knowledge.assert_fsck_clean(home.repo("yuko"))
 
 
 def test_the_commit_carries_a_source_receipt_trailer_per_cited_receipt(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     first, second = fetched(home), fetched(home, OTHER_URL, body=b"other")
     urls = (URL, OTHER_URL)
     files = dict([citing(1, first.id, second.id, urls=urls), citing(2, second.id, urls=urls)])
@@ -327,20 +295,13 @@ def test_the_commit_carries_a_source_receipt_trailer_per_cited_receipt(tmp_path:
         Citation(r.id, r.url, r.sha256) for r in (first, second)
     }
     # git itself reads them as trailers: `git log` alone shows what a note was based on.
-    shown = git(
-        "-C",
-        home.repo("yuko"),
-        "log",
-        "-1",
-        "--format=%(trailers:key=Source-Receipt,valueonly)",
-        "main",
-    ).stdout.split("\n")
+    shown = receipt_trailers_git_reads(home)
     assert [line for line in shown if line] == [line.split(": ", 1)[1] for line in expected]
     assert repo[result.commit or ""].peel(pygit2.Commit).message_trailers["Impyard-Run"] == RUN
 
 
 def test_a_refused_citation_keeps_the_change_off_main(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     result = land(home, repo, dict([citing(1, new_receipt_id())]))
     assert result.checkpoint == "rejected"
@@ -349,7 +310,7 @@ def test_a_refused_citation_keeps_the_change_off_main(tmp_path: Path) -> None:
 
 
 def test_a_note_without_citations_adds_no_receipt_trailer(tmp_path: Path) -> None:
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     fetched(home)
     result = land(home, repo, dict([citing(1)]))
     assert "Source-Receipt" not in message_of(repo, result.commit)
@@ -358,7 +319,7 @@ def test_a_note_without_citations_adds_no_receipt_trailer(tmp_path: Path) -> Non
 def test_each_checkpoint_records_only_the_receipts_of_the_notes_it_lands(tmp_path: Path) -> None:
     from impyard.knowledge.validation.increments import landed_by
 
-    home, repo = make_imp(tmp_path)
+    home, repo = knowledge.make_imp(tmp_path)
     base = main_commit(repo)
     first, second = fetched(home), fetched(home, body=b"again")
     one = citing(1, first.id)
@@ -382,7 +343,7 @@ def test_trailer_lines_are_unique_and_sorted() -> None:
 
 def running(tmp_path: Path) -> tuple[FakeRun, Path]:
     """A running run with a copy checkout of main; returns it and the checkout root."""
-    home, _repo = make_imp(tmp_path)
+    home, _repo = knowledge.make_imp(tmp_path)
     return running_run(home)
 
 
@@ -401,7 +362,7 @@ def test_the_boxs_check_and_checkpoint_read_the_runs_receipts(tmp_path: Path) ->
     assert not answer["ok"]
     [violation] = answer["violations"]
     assert violation["rule"] == "source-receipt" and made_up in violation["message"]
-    assert violation["path"] == note_path(number=1)
+    assert violation["path"] == knowledge.note_path(number=1)
 
     receipt = fetched(run.home)  # the gateway relays a response: its receipt is now citable
     write(root, *citing(1, receipt.id))
@@ -420,10 +381,10 @@ def test_the_exit_checkpoint_reads_the_runs_receipts(tmp_path: Path) -> None:
     endings.checkpoint(run)  # type: ignore[arg-type]
     assert run.finished["checkpoint"] == "rejected"
     assert [(v["path"], v["rule"]) for v in run.finished["validation_errors"]] == [
-        (note_path(number=2), "source-receipt")
+        (knowledge.note_path(number=2), "source-receipt")
     ]
 
-    (root / note_path(number=2)).unlink()
+    (root / knowledge.note_path(number=2)).unlink()
     run.manifest.state = "running"
     endings.checkpoint(run)  # type: ignore[arg-type]
     assert run.finished["checkpoint"] == "integrated", run.finished
@@ -443,7 +404,10 @@ def test_the_boxs_check_refuses_an_unmarked_cut_short_fetch_and_lands_a_marked_o
     answer = control.check()
     assert not answer["ok"]
     [violation] = answer["violations"]
-    assert (violation["path"], violation["rule"]) == (note_path(number=1), "source-receipt")
+    assert (violation["path"], violation["rule"]) == (
+        knowledge.note_path(number=1),
+        "source-receipt",
+    )
     assert cut.id in violation["message"] and "partial_receipts" in violation["message"]
     assert control.checkpoint()["outcome"] == "rejected"
 
