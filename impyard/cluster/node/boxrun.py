@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from impyard.box.launcher.launch import box_pid, kill_box, remove_box, start_box, wait_box
@@ -19,7 +20,13 @@ from impyard.box.watch.livelog import LogReader
 from impyard.cluster.node.client import ClusterCallError, ClusterClient
 from impyard.cluster.node.origins import Origins
 from impyard.cluster.node.relay import Relay
-from impyard.cluster.protocol import MAX_TREE_BYTES, Assignment, ExitReport, Started
+from impyard.cluster.protocol import (
+    MAX_TREE_BYTES,
+    Assignment,
+    ExitReport,
+    MountKind,
+    Started,
+)
 from impyard.cluster.treetar import TreeTooLarge, pack, unpack
 from impyard.common.contract import parse_user
 from impyard.common.errors import EngineError
@@ -142,27 +149,18 @@ class NodeRun:
         order = self.assignment.box
         uid, gid = parse_user(order.user)
         self.dir.mkdir(parents=True)
-        mounts: list[BoxMount] = []
-        for mount in order.mounts:
-            source = self.dir / mount.kind
-            if mount.kind == "origin":
-                source = self.origins.update(
-                    self.client, self.run_id, self.token, self.assignment.imp
+        # Each file is its own round trip to the control plane: fetched side by side, the
+        # box starts one round trip after its lease rather than one per file.
+        with ThreadPoolExecutor(max_workers=len(order.mounts) or 1) as pool:
+            sources = [
+                pool.submit(self._mount_source, mount.kind, uid, gid) for mount in order.mounts
+            ]
+            mounts = [
+                BoxMount(
+                    source=str(source.result()), target=mount.target, read_only=mount.read_only
                 )
-            elif mount.kind == "checkout":
-                archive = self.dir / f"{mount.kind}.tar"
-                self.client.fetch(self.run_id, self.token, mount.kind, archive, _MAX_FETCH)
-                source.mkdir()
-                unpack(archive, source, _MAX_FETCH)
-                archive.unlink()
-                _own(source, uid, gid)
-            elif mount.kind in ("task", "ca"):
-                self.client.fetch(self.run_id, self.token, mount.kind, source, _MAX_FETCH)
-            else:
-                source.mkdir()
-            mounts.append(
-                BoxMount(source=str(source), target=mount.target, read_only=mount.read_only)
-            )
+                for mount, source in zip(order.mounts, sources, strict=True)
+            ]
         return BoxSpec(
             name=order.name,
             image=order.image,
@@ -178,6 +176,24 @@ class NodeRun:
             timeout_seconds=order.timeout_seconds,
             labels=box_labels(self.run_id, self.assignment.imp, root=self.work),
         )
+
+    def _mount_source(self, kind: MountKind, uid: int, gid: int) -> Path:
+        """Where the box's ``kind`` mount comes from on this node, fetched or made."""
+        source = self.dir / kind
+        if kind == "origin":
+            return self.origins.update(self.client, self.run_id, self.token, self.assignment.imp)
+        if kind == "checkout":
+            archive = self.dir / f"{kind}.tar"
+            self.client.fetch(self.run_id, self.token, kind, archive, _MAX_FETCH)
+            source.mkdir()
+            unpack(archive, source, _MAX_FETCH)
+            archive.unlink()
+            _own(source, uid, gid)
+        elif kind in ("task", "ca"):
+            self.client.fetch(self.run_id, self.token, kind, source, _MAX_FETCH)
+        else:
+            source.mkdir()
+        return source
 
     def _send_output(self, log_path: Path) -> None:
         reader = LogReader(log_path)
