@@ -40,10 +40,10 @@ fi
 bash scripts/link-cli.sh
 
 bash scripts/build-box.sh impyard-box:latest
-# Every agent's image (scripts/agents/AGENT.sh), each kept when its recipe is unchanged.
-# The builds run side by side: each mostly waits on Debian's mirror and npm (five one
-# after another took about six minutes of a fresh machine's CI). The tools they share
-# are installed first, so no two builds run apt at once.
+# Every agent's image (scripts/agents/AGENT.sh), each kept when its recipe is unchanged,
+# and the node agent's image, built side by side: each mostly waits on Debian's mirror
+# and npm (one after another they took four to six minutes of a fresh machine; side by
+# side about two). The tools they share are installed first, so no two run apt at once.
 need=()
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v npm >/dev/null 2>&1 || need+=(npm)
@@ -59,6 +59,10 @@ for part in scripts/agents/*.sh; do
     bash scripts/build-agent-box.sh "$agent" 2>&1 | sed -u "s/^/[$agent] /" &
     builds+=("$agent:$!")
 done
+# The node agent's image (`impyard cluster deploy` runs it on every swarm node), kept while
+# this tree's code and pins are unchanged; built beside the agents' images.
+bash scripts/build-node-image.sh 2>&1 | sed -u "s/^/[node] /" &
+builds+=("node:$!")
 failed=()
 for build in "${builds[@]}"; do
     wait "${build#*:}" || failed+=("${build%%:*}")
@@ -67,7 +71,4 @@ if [ ${#failed[@]} -gt 0 ]; then
     echo "bootstrap: the image build failed for: ${failed[*]} (its lines above start with its name)" >&2
     exit 1
 fi
-# The node agent's image (`impyard cluster deploy` runs it on every swarm node), kept while
-# this tree's code and pins are unchanged.
-bash scripts/build-node-image.sh
 echo "==> bootstrap: ${SECONDS} s"
