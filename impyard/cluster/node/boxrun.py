@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from impyard.box.launcher.launch import box_pid, kill_box, remove_box, start_box, wait_box
@@ -24,6 +25,7 @@ from impyard.cluster.protocol import (
     MAX_TREE_BYTES,
     Assignment,
     ExitReport,
+    FileKind,
     MountKind,
     Started,
 )
@@ -98,9 +100,19 @@ class NodeRun:
                 remove_tree(self.dir)
 
     def _run(self) -> None:
-        spec = self._prepare()
+        spec, fetches = self._prepare()
         log_path = self.dir / "box.log"
-        started = start_box(spec, log_path, self.assignment.box.image_id)
+        # Each file is its own round trip to the control plane: they are fetched side by
+        # side while the engine creates the box (its mounts' places exist already), and the
+        # start waits for them.
+        with ThreadPoolExecutor(max_workers=len(fetches) or 1) as pool:
+            fetching = [pool.submit(fetch) for fetch in fetches]
+            started = start_box(
+                spec,
+                log_path,
+                self.assignment.box.image_id,
+                before_start=lambda: [done.result() for done in fetching],
+            )
         self.container_id = started.container_id
         self.client.call(
             "POST",
@@ -145,23 +157,22 @@ class NodeRun:
             sender.join(30)
         self._report(box_exit)
 
-    def _prepare(self) -> BoxSpec:
+    def _prepare(self) -> tuple[BoxSpec, list[Callable[[], object]]]:
+        """The box's spec, every mount's place made (an empty directory or file), and what
+        fills them: one fetch from the control plane each."""
         order = self.assignment.box
         uid, gid = parse_user(order.user)
         self.dir.mkdir(parents=True)
-        # Each file is its own round trip to the control plane: fetched side by side, the
-        # box starts one round trip after its lease rather than one per file.
-        with ThreadPoolExecutor(max_workers=len(order.mounts) or 1) as pool:
-            sources = [
-                pool.submit(self._mount_source, mount.kind, uid, gid) for mount in order.mounts
-            ]
-            mounts = [
-                BoxMount(
-                    source=str(source.result()), target=mount.target, read_only=mount.read_only
-                )
-                for mount, source in zip(order.mounts, sources, strict=True)
-            ]
-        return BoxSpec(
+        mounts: list[BoxMount] = []
+        fetches: list[Callable[[], object]] = []
+        for mount in order.mounts:
+            source, fetch = self._mount_place(mount.kind, uid, gid)
+            mounts.append(
+                BoxMount(source=str(source), target=mount.target, read_only=mount.read_only)
+            )
+            if fetch is not None:
+                fetches.append(fetch)
+        spec = BoxSpec(
             name=order.name,
             image=order.image,
             command=order.command,
@@ -176,24 +187,41 @@ class NodeRun:
             timeout_seconds=order.timeout_seconds,
             labels=box_labels(self.run_id, self.assignment.imp, root=self.work),
         )
+        return spec, fetches
 
-    def _mount_source(self, kind: MountKind, uid: int, gid: int) -> Path:
-        """Where the box's ``kind`` mount comes from on this node, fetched or made."""
-        source = self.dir / kind
+    def _mount_place(
+        self, kind: MountKind, uid: int, gid: int
+    ) -> tuple[Path, Callable[[], object] | None]:
+        """Where the box's ``kind`` mount comes from on this node (made now, so the engine
+        can create the box), and the fetch that fills it before the box starts."""
+        imp = self.assignment.imp
         if kind == "origin":
-            return self.origins.update(self.client, self.run_id, self.token, self.assignment.imp)
+            return self.origins.place(imp), partial(
+                self.origins.update, self.client, self.run_id, self.token, imp
+            )
+        source = self.dir / kind
         if kind == "checkout":
-            archive = self.dir / f"{kind}.tar"
-            self.client.fetch(self.run_id, self.token, kind, archive, _MAX_FETCH)
             source.mkdir()
-            unpack(archive, source, _MAX_FETCH)
-            archive.unlink()
-            _own(source, uid, gid)
-        elif kind in ("task", "ca"):
-            self.client.fetch(self.run_id, self.token, kind, source, _MAX_FETCH)
-        else:
-            source.mkdir()
-        return source
+            return source, partial(self._fetch_checkout, source, uid, gid)
+        if kind in ("task", "ca"):
+            os.close(os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+            return source, partial(self._fetch_file, kind, source)
+        source.mkdir()
+        return source, None
+
+    def _fetch_checkout(self, source: Path, uid: int, gid: int) -> None:
+        archive = self.dir / "checkout.tar"
+        self.client.fetch(self.run_id, self.token, "checkout", archive, _MAX_FETCH)
+        unpack(archive, source, _MAX_FETCH)
+        archive.unlink()
+        _own(source, uid, gid)
+
+    def _fetch_file(self, kind: FileKind, source: Path) -> None:
+        # Beside the place the box's mount names, then over it: the engine binds whatever
+        # stands at that path when the box starts.
+        part = self.dir / f".{kind}.part"
+        self.client.fetch(self.run_id, self.token, kind, part, _MAX_FETCH)
+        os.replace(part, source)
 
     def _send_output(self, log_path: Path) -> None:
         reader = LogReader(log_path)

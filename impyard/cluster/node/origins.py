@@ -30,6 +30,12 @@ class Origins:
         with self._guard:
             return self._locks.setdefault(imp, threading.Lock())
 
+    def place(self, imp: str) -> Path:
+        """Where ``imp``'s origin is kept on this node (made when missing)."""
+        copy = self.root / imp
+        copy.mkdir(parents=True, exist_ok=True)
+        return copy
+
     def update(self, client: ClusterClient, run_id: str, token: str, imp: str) -> Path:
         """``imp``'s origin here, brought up to date for ``run_id``; its path."""
         copy = self.root / imp
