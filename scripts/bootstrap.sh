@@ -44,15 +44,7 @@ bash scripts/build-box.sh impyard-box:latest
 # and the node agent's image, built side by side: each mostly waits on Debian's mirror
 # and npm (one after another they took four to six minutes of a fresh machine; side by
 # side about two). The tools they share are installed first, so no two run apt at once.
-need=()
-command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
-command -v npm >/dev/null 2>&1 || need+=(npm)
-command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
-if [ ${#need[@]} -gt 0 ]; then
-    echo "bootstrap: installing ${need[*]} for the agent images"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+bash scripts/image-tools.sh
 builds=()
 for part in scripts/agents/*.sh; do
     agent=$(basename "$part" .sh)

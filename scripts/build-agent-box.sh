@@ -54,16 +54,7 @@ if [ "$(id -u)" != 0 ]; then
     echo "build-agent-box: mmdebstrap needs root to build the root filesystem" >&2
     exit 1
 fi
-need=()
-command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
-command -v npm >/dev/null 2>&1 || need+=(npm)
-command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
-if [ ${#need[@]} -gt 0 ]; then
-    echo "build-agent-box: installing ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q "${need[@]}"
-fi
+bash "$top/scripts/image-tools.sh"
 
 started=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/impyard-$agent-build.XXXXXX")

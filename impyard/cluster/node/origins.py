@@ -38,9 +38,8 @@ class Origins:
 
     def update(self, client: ClusterClient, run_id: str, token: str, imp: str) -> Path:
         """``imp``'s origin here, brought up to date for ``run_id``; its path."""
-        copy = self.root / imp
         with self._lock(imp):
-            copy.mkdir(parents=True, exist_ok=True)
+            copy = self.place(imp)
             have = holdings(copy)
             staging = Path(tempfile.mkdtemp(prefix=".update-", dir=self.root))
             try:
