@@ -11,7 +11,7 @@ import os
 import stat
 import tarfile
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import IO
 
 from impyard.common.errors import ImpyardError
 
@@ -32,7 +32,7 @@ class TreeRefused(ImpyardError):
 
 def pack(
     root: Path,
-    out: BinaryIO,
+    out: IO[bytes],
     limit: int,
     *,
     live_repo: bool = False,
@@ -140,7 +140,7 @@ def unpack(archive: Path, dest: Path, limit: int) -> None:
     (nothing is written then)."""
     with tarfile.open(archive, mode="r:") as tar:
         members = tar.getmembers()
-        _judge(members, limit)
+        judge_members(members, limit)
         for member in members:
             target = dest / member.name
             if member.isdir():
@@ -162,10 +162,11 @@ def unpack(archive: Path, dest: Path, limit: int) -> None:
 def judge(archive: Path, limit: int) -> None:
     """Refuse ``archive`` (``TreeRefused``, every reason) unless a box's tree could be it."""
     with tarfile.open(archive, mode="r:") as tar:
-        _judge(tar.getmembers(), limit)
+        judge_members(tar.getmembers(), limit)
 
 
-def _judge(members: list[tarfile.TarInfo], limit: int) -> None:
+def judge_members(members: list[tarfile.TarInfo], limit: int) -> None:
+    """Refuse (``TreeRefused``, every reason) members no box's tree could have."""
     reasons: list[str] = []
     seen: set[str] = set()
     links: set[str] = set()

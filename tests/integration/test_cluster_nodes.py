@@ -60,6 +60,8 @@ def test_tasks_spread_over_the_nodes_and_land_once(cli: Cli) -> None:
     for imp in ("ada", "bo", "cy"):
         assert len(records(cli, imp)) == 4
         assert_linear_and_clean(repo(cli, imp))
+    # The checkout packed for a node is not kept once the node has it.
+    assert not list((cli.home / "runs").glob("*/checkout.tar"))
 
 
 # Asks the run's gateway for a check, then writes the demo imp's note.

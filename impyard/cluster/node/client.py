@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 from urllib.parse import urlencode, urlsplit
 
 from pydantic import BaseModel
@@ -79,15 +81,18 @@ class ClusterClient:
 
     def fetch(self, run_id: str, token: str, kind: FileKind, dest: Path, limit: int) -> None:
         """A run's file into ``dest`` (at most ``limit`` bytes)."""
-        self._download("GET", f"/runs/{run_id}/files/{kind}", token, b"", dest, limit)
+        with self.answer("GET", f"/runs/{run_id}/files/{kind}", token, b"", limit) as answer:
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                while chunk := answer.read(1 << 20):
+                    out.write(chunk)
 
-    def fetch_posted(self, path: str, token: str, body: bytes, dest: Path, limit: int) -> None:
-        """What a POST of ``body`` to ``path`` answers, into ``dest``."""
-        self._download("POST", path, token, body, dest, limit)
-
-    def _download(
-        self, method: str, path: str, token: str, body: bytes, dest: Path, limit: int
-    ) -> None:
+    @contextlib.contextmanager
+    def answer(
+        self, method: str, path: str, token: str, body: bytes, limit: int
+    ) -> Iterator[BinaryIO]:
+        """The answer to ``method`` on a run's ``path``, read as it arrives (at most
+        ``limit`` bytes: a longer answer is refused before any of it is read)."""
         kind = path.rsplit("/", 1)[-1]
         run_id = path.split("/")[2]
         target = f"{API}{path}?{urlencode({'token': token})}"
@@ -102,10 +107,7 @@ class ClusterClient:
             size = int(answer.getheader("Content-Length", "0"))
             if size > limit:
                 raise ClusterCallError(f"{kind} of run {run_id} is {size:,} bytes, over {limit:,}")
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                while chunk := answer.read(1 << 20):
-                    out.write(chunk)
+            yield cast(BinaryIO, answer)
         except OSError as exc:
             raise ClusterCallError(f"cluster API at {self.host}:{self.port}: {exc}") from exc
         finally:

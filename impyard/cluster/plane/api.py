@@ -10,12 +10,13 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ValidationError
@@ -36,6 +37,8 @@ from impyard.cluster.treetar import TreeRefused, judge, pack
 log = logging.getLogger(__name__)
 
 _MAX_MESSAGE = 1 << 20
+#: The most of an origin update packed in memory before it spills to disk.
+_ORIGIN_IN_MEMORY = 8 << 20
 #: The most a node's list of the origin files it holds may take.
 _MAX_HAVE = 32 << 20
 _RUN_PATH = re.compile(rf"^{API}/runs/([A-Za-z0-9_-]{{1,80}})/([a-z]+)(?:/([a-z]+))?$")
@@ -215,13 +218,14 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(have, dict):
             raise ValueError('expected {"have": {path: size}}')
         held = {str(k): int(v) for k, v in have.items()}
-        spool = hub.home.run_dir(run_id) / "origin.tar"
-        with open(spool, "wb") as out:
-            pack(origin, out, MAX_TREE_BYTES, live_repo=True, have=held)
-        try:
-            self._send_file(spool)
-        finally:
-            spool.unlink(missing_ok=True)
+        # Most updates are one run's objects and the refs: packed in memory, and on disk
+        # only past a bound.
+        spill = str(hub.home.run_dir(run_id))
+        with tempfile.SpooledTemporaryFile(_ORIGIN_IN_MEMORY, mode="w+b", dir=spill) as spool:
+            pack(origin, spool, MAX_TREE_BYTES, live_repo=True, have=held)
+            size = spool.tell()
+            spool.seek(0)
+            self._send(spool, size)
 
     def _length(self, limit: int) -> int:
         length = int(self.headers.get("Content-Length", "0"))
@@ -235,12 +239,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_file(self, path: Path) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, "rb") as source:
-            size = os.fstat(source.fileno()).st_size
-            self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(size))
-            self.end_headers()
-            shutil.copyfileobj(source, self.wfile, 1 << 20)
+            self._send(source, os.fstat(source.fileno()).st_size)
+
+    def _send(self, source: IO[bytes], size: int) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        shutil.copyfileobj(source, self.wfile, 1 << 20)
 
     def _answer(self, status: HTTPStatus, body: BaseModel | dict[str, Any] | None) -> None:
         if isinstance(body, BaseModel):

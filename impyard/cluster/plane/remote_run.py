@@ -10,7 +10,9 @@ checkout's files, and the run ends as a local one does: the same snapshot, gate 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,24 +73,27 @@ class RemoteRun(Run):
         spec = box_spec(self.home, self.manifest, self.policy, request)
         self.manifest.starting(spec.name, spec.image)
         self.save()
-        with self.phase("start"):
-            files = self._files(spec)
-            assert self.image_id is not None, "resolved while the run prepared"
-            order = box_order(spec, self.image_id, self._gateway_port())
-            self.gateway.open()
-            if self.gateway.gateway is not None:
-                self.hub.gateways[self.manifest.run_id] = self.gateway.gateway
-            log_path = self.home.box_log(self.manifest.run_id)
-            lease = self.hub.place(self.manifest.run_id, self.manifest.imp, order, files, log_path)
-            self.lease = lease
-            self.manifest.node, self.manifest.node_lease = lease.node, lease.token
-            self.save()
-            self.event("box.placed", node=lease.node)
-            self.hub.wait(lease, "started", float("inf"))
-        # A box that started and already returned has ended its lease: it still started.
-        if lease.container_id is None:
-            why = lease.lost or (lease.exit.error if lease.exit else None) or lease.state
-            raise RemoteLost(f"node {lease.node} did not start the box: {why}")
+        with self._starting():
+            with self.phase("start"):
+                files = self._files(spec)
+                assert self.image_id is not None, "resolved while the run prepared"
+                order = box_order(spec, self.image_id, self._gateway_port())
+                self.gateway.open()
+                if self.gateway.gateway is not None:
+                    self.hub.gateways[self.manifest.run_id] = self.gateway.gateway
+                log_path = self.home.box_log(self.manifest.run_id)
+                lease = self.hub.place(
+                    self.manifest.run_id, self.manifest.imp, order, files, log_path
+                )
+                self.lease = lease
+                self.manifest.node, self.manifest.node_lease = lease.node, lease.token
+                self.save()
+                self.event("box.placed", node=lease.node)
+                self.hub.wait(lease, "started", float("inf"))
+            # A box that started and already returned has ended its lease: it still started.
+            if lease.container_id is None:
+                why = lease.lost or (lease.exit.error if lease.exit else None) or lease.state
+                raise RemoteLost(f"node {lease.node} did not start the box: {why}")
         self.manifest.running(lease.container_id, self.image_id, names.utc_now())
         self.save()
         self.event(
@@ -101,18 +106,32 @@ class RemoteRun(Run):
         if self.ctx.on_box_started is not None:
             self.ctx.on_box_started(self.manifest)
 
+    @contextlib.contextmanager
+    def _starting(self) -> Iterator[None]:
+        """The packed checkout is gone once the node started the box (or never will), and
+        a box that did not start leaves no gateway here for a node to relay to."""
+        try:
+            yield
+        except BaseException:
+            self.hub.gateways.pop(self.manifest.run_id, None)
+            raise
+        finally:
+            self._packed_checkout().unlink(missing_ok=True)
+
+    def _packed_checkout(self) -> Path:
+        return self.home.run_dir(self.manifest.run_id) / "checkout.tar"
+
     def _gateway_port(self) -> int | None:
         return self.policy.gateway.port if self.policy.gateway.enabled else None
 
     def _files(self, spec: BoxSpec) -> dict[FileKind, Path]:
-        run_dir = self.home.run_dir(self.manifest.run_id)
         files: dict[FileKind, Path] = {
             "task": self.home.run_task(self.manifest.run_id),
             # Synced to the node's own copy when it asks, less what that copy holds.
             "origin": self.home.origin(self.manifest.imp),
         }
         if self.manifest.checkout is not None:
-            archive = run_dir / "checkout.tar"
+            archive = self._packed_checkout()
             with open(archive, "wb") as out:
                 pack(Path(self.manifest.checkout.root), out, _MAX_PACKED)
             files["checkout"] = archive
@@ -152,6 +171,7 @@ class RemoteRun(Run):
             limit = timeout_seconds + self.hub.policy.lease_seconds + _RESULT_GRACE_SECONDS
             if not self.hub.wait(lease, "ended", limit):
                 self.hub.lose(lease, f"no result {limit:g} s after the box started")
+        self.remove_box_and_volume()
         return self._box_exit(lease)
 
     def _box_exit(self, lease: Lease) -> BoxExit:
@@ -200,8 +220,6 @@ class RemoteRun(Run):
     def remove_box_and_volume(self) -> None:
         # The node removes its box; what is left here is the run's own.
         self.hub.gateways.pop(self.manifest.run_id, None)
-        run_dir = self.home.run_dir(self.manifest.run_id)
-        (run_dir / "checkout.tar").unlink(missing_ok=True)
         self.checkout.drop_volume()
 
 
