@@ -18,8 +18,11 @@ the last integration) and p50/p95 task latency (``created_at`` to the run's
 share this machine's cores with the control plane, so a second node adds no CPU: its
 figures show the cost of placement and isolation, not scaling. A second table gives the
 per-run cost of remote placement at concurrency 1 (each side's median of its runs' own
-``total`` timing and of task latency), against the target of 1.3x a local run. At the end
-every task of every side must have landed exactly once.
+``total`` timing and of task latency), against the target of 1.3x a local run: each
+remote side's single runs alternate, in IMPYARD_BENCH_ROUNDS (default 3) rounds, with as
+many local ones measured beside them while that side's engines and agents are up, so each
+ratio is against local runs on the same loaded machine. At the end every task of every
+side must have landed exactly once.
 """
 
 from __future__ import annotations
@@ -103,6 +106,10 @@ def drain(
     return side, totals, added
 
 
+def _join(into: Side, more: Side) -> None:
+    into.add(more.seconds, more.latencies_ms, more.lanes_ms, more.cpu_seconds)
+
+
 def main() -> None:
     count = int(os.environ.get("IMPYARD_BENCH_TASKS", "24"))
     concurrency = int(os.environ.get("IMPYARD_BENCH_CONCURRENCY", "4"))
@@ -113,6 +120,12 @@ def main() -> None:
     homes: list[Path] = []
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
+    rounds = int(os.environ.get("IMPYARD_BENCH_ROUNDS", "3"))
+    per_round = max(2, count // (2 * rounds))
+    #: Each remote side's local runs, measured beside its own.
+    besides: dict[str, tuple[Side, list[float]]] = {}
+    local_queued: dict[str, Queued] = {}
+
     def run_side(name: str, home: Path) -> None:
         queued: dict[str, Queued] = {}
         _warm, _totals, added = drain(home, f"{name}-warm", 1, 1)  # not measured
@@ -120,10 +133,24 @@ def main() -> None:
         side, totals, added = drain(home, f"{name}-burst", count, concurrency)
         queued |= added
         sides[name] = (side, totals)
-        one, one_totals, added = drain(home, f"{name}-one", max(6, count // 2), 1)
-        queued |= added
+        one, one_totals = Side(), []
+        beside, beside_totals = Side(), []
+        for n in range(rounds):
+            if name != "local":
+                here, here_totals, added = drain(local, f"{name}-beside-{n}", per_round, 1)
+                local_queued.update(added)
+                _join(beside, here)
+                beside_totals += here_totals
+            there, there_totals, added = drain(home, f"{name}-one-{n}", per_round, 1)
+            queued |= added
+            _join(one, there)
+            one_totals += there_totals
         singles[name] = (one, one_totals)
-        problems.extend(f"{name}: {p}" for p in landing_problems(home, queued))
+        besides[name] = (beside, beside_totals) if name != "local" else (one, one_totals)
+        if name == "local":
+            local_queued.update(queued)
+        else:
+            problems.extend(f"{name}: {p}" for p in landing_problems(home, queued))
 
     local = setup(0, command=PROMPT_NOTE)
     homes.append(local)
@@ -173,25 +200,36 @@ def main() -> None:
         ["side", "tasks/s", "vs local", "p50 ms", "p95 ms", "landed"],
         rows,
     )
-    base_one, base_totals = singles["local"]
     per_run: list[tuple[str, ...]] = []
     for name, (side, totals) in singles.items():
-        run_ratio = median(totals) / median(base_totals) if totals and base_totals else float("nan")
-        lat_ratio = median(side.latencies_ms) / median(base_one.latencies_ms)
+        beside, beside_totals = besides[name]
+        run_ratio = median(totals) / median(beside_totals) if totals and beside_totals else 0.0
+        lat_ratio = median(side.latencies_ms) / median(beside.latencies_ms)
         per_run.append(
             (
                 name,
                 f"{median(totals):.0f}",
+                f"{median(beside_totals):.0f}",
                 f"{run_ratio:.2f}x",
                 f"{median(side.latencies_ms):.0f}",
+                f"{median(beside.latencies_ms):.0f}",
                 f"{lat_ratio:.2f}x",
             )
         )
     print_table(
-        "per run at concurrency 1 (target: remote ≤ 1.3x local)",
-        ["side", "run total ms p50", "vs local", "task latency ms p50", "vs local"],
+        f"per run at concurrency 1, {rounds} rounds beside local runs (target: remote ≤ 1.3x)",
+        [
+            "side",
+            "run total ms p50",
+            "local beside",
+            "vs local",
+            "task latency ms p50",
+            "local beside",
+            "vs local",
+        ],
         per_run,
     )
+    problems.extend(f"local: {p}" for p in landing_problems(local, local_queued))
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if problems:
         print("landing problems:\n  " + "\n  ".join(problems[:20]), file=sys.stderr)
