@@ -7,6 +7,8 @@ tree. Nothing here follows a symlink or reads a fifo."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import stat
 import tarfile
@@ -45,11 +47,14 @@ def pack(
     every object a packed ref names is packed too. A file that vanished between listing
     and reading (a temporary pack renamed) is skipped. ``have``: files the receiver holds
     (path → size); one of them is left out unless its size changed or it is a ref (objects
-    and packs never change under their name; refs do).
+    and packs never change under their name; refs do), and those ``root`` no longer holds
+    are named in a last member, ``GONE``.
     """
     total = 0
+    listed: set[str] = set()
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for rel, st in _walk(root, first=_REFS_FIRST if live_repo else (), live=live_repo):
+            listed.add(rel)
             if have is not None and _held(rel, st, have):
                 continue
             info = tarfile.TarInfo(rel)
@@ -61,9 +66,18 @@ def pack(
                     raise
             except TreeTooLarge:
                 raise TreeTooLarge(f"the tree is over {limit:,} bytes") from None
+        gone = sorted(set(have or ()) - listed)
+        if gone:
+            listing = json.dumps(gone).encode()
+            info = tarfile.TarInfo(GONE)
+            info.size, info.mtime = len(listing), 0
+            tar.addfile(info, io.BytesIO(listing))
     return total
 
 
+#: The last member of an update made for ``have``: the JSON list of the receiver's files
+#: that ``root`` no longer holds (a repack or a purge removed them), to be deleted there.
+GONE = ".impyard-gone"
 #: A bare repository's names that go before its objects (``live_repo``).
 _REFS_FIRST = ("HEAD", "packed-refs", "refs")
 #: Names in a bare repository that change in place (always sent, whatever ``have`` says).

@@ -96,3 +96,29 @@ def test_a_hostile_update_is_refused_whole_and_the_copy_is_untouched(tmp_path: P
     assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before
     assert not (tmp_path / "escape").exists()
     assert pygit2.Repository(str(copy)).references["refs/heads/main"].target == first
+
+
+def test_what_the_origin_no_longer_holds_leaves_the_copy(tmp_path: Path) -> None:
+    """A purge or repack on the control plane reaches every node's copy at its next run."""
+    origin_dir = tmp_path / "origin.git"
+    origin = pygit2.init_repository(str(origin_dir), bare=True)
+    first = _commit(origin, "first")
+    origin.references.create("refs/candidates/run-9", first)
+    plane = Plane(origin_dir)
+    origins = Origins(tmp_path / "origins")
+    copy = _update(origins, plane)
+    assert (copy / "refs/candidates/run-9").is_file()
+    loose = sorted(p.relative_to(origin_dir) for p in (origin_dir / "objects").glob("??/*"))
+    assert loose
+    # The owner purges: the candidate ref and the first note's objects leave the origin.
+    origin.references.delete("refs/candidates/run-9")
+    for path in loose:
+        (origin_dir / path).unlink()
+    second = _commit(origin, "second, on an empty history")
+    _update(origins, plane)
+    assert not (copy / "refs/candidates/run-9").exists()
+    assert [p for p in loose if (copy / p).exists()] == []
+    assert pygit2.Repository(str(copy)).references["refs/heads/main"].target == second
+    # The next update neither asks for nor deletes anything twice.
+    _update(origins, plane)
+    assert not any(str(p) in plane.asked[-1] for p in loose)
