@@ -39,7 +39,7 @@ from typing import Any
 
 import pygit2
 
-from bench.common import median, print_table, scratch_dir
+from bench.common import median, print_table, remove_data_root, scratch_dir
 from bench.lane_bench import note_bytes
 from impyard.dataroot import init_home
 from impyard.home import Home
@@ -177,7 +177,7 @@ def impyard_checkpoint(
         )
     total_ms = (time.perf_counter() - start) * 1000
     assert result.checkpoint == "integrated", result.violations[:3]
-    shutil.rmtree(home.root)
+    remove_data_root(home.root)
     validate_ms, origin_ms = phases.ms["check_change"], phases.ms["sync_origin"]
     return {
         "total": total_ms,

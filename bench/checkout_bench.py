@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pygit2
 
+from bench.common import remove_data_root
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
 from impyard.knowledge.checkouts.checkout import prepare_checkout, release_checkout
@@ -119,7 +120,7 @@ def write_note(root: Path) -> None:
 
 def bench_size(root: Path, records: int, reps: int) -> list[tuple[str, float, str]]:
     home = Home(root / f"home-{records}")
-    shutil.rmtree(home.root, ignore_errors=True)
+    remove_data_root(home.root)
     repo, base = build_repo(home, records)
     rows: list[tuple[str, float, str]] = []
 
@@ -212,7 +213,7 @@ def bench_size(root: Path, records: int, reps: int) -> list[tuple[str, float, st
         release_checkout(checkout, home.run_checkout_record(f"so{run_id}"))
     release_checkout(copy_checkout, home.run_checkout_record("sc"))
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.rmtree(home.root, ignore_errors=True)
+    remove_data_root(home.root)
     return rows
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,6 +24,19 @@ def scratch_dir(prefix: str) -> Path:
     journal, where creating files slows ten-fold after many deletions."""
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=BENCH_DIR))
+
+
+def remove_data_root(root: Path) -> None:
+    """Delete a scratch data root, its imps' layer images unmounted first (a big imp's
+    FULL layer is a mounted image, which a plain rmtree cannot delete)."""
+    from impyard.home import Home
+    from impyard.knowledge.checkouts.layer_image import unmount_images
+
+    home = Home(root)
+    if home.knowledge_dir.is_dir():
+        for imp in os.listdir(home.knowledge_dir):
+            unmount_images(home.layers(imp))
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def byte_compiled() -> None:

@@ -11,13 +11,12 @@ beside the run's own ``prepare`` phase (``timings_ms``); then a second run of th
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from bench.common import add_records, impyard, scratch_dir
+from bench.common import add_records, impyard, remove_data_root, scratch_dir
 from impyard.home import Home
 from impyard.knowledge.integration.origin import publish_origin
 
@@ -69,5 +68,5 @@ def first_run(records: int) -> FirstRun:
         first_s, timings = _timed_run(home)
         next_s, _ = _timed_run(home)
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        remove_data_root(home)
     return FirstRun(first_s, next_s, timings["prepare"], timings["total"], setup_s)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from bench.common import (
     impyard,
     median,
     print_table,
+    remove_data_root,
     scratch_dir,
     timed,
 )
@@ -202,7 +202,7 @@ def main() -> None:
                     " / ".join(f"{total:.0f}" for total in totals),
                 )
             )
-            shutil.rmtree(home, ignore_errors=True)
+            remove_data_root(home)
     print_table(
         f"impyard run (one note) vs bare docker run --rm of the same runtime, median of {reps}",
         (

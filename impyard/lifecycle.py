@@ -18,6 +18,8 @@ from impyard.common.errors import EngineError, ImageNotFoundError, UsageError
 from impyard.common.fsutil import atomic_write_json, fsync_dir, locked, remove_tree
 from impyard.home import Home
 from impyard.journal.log import Journal
+from impyard.knowledge.checkouts.layer_image import unmount_images
+from impyard.knowledge.checkouts.layer_store import layers_lock
 from impyard.knowledge.imps import ImpSettings, read_imp_settings, require_imp
 
 
@@ -134,6 +136,10 @@ def remove_imp(home: Home, imp: str, *, purge: bool) -> Removal:
     target = home.removed_dir / f"{imp}-{stamp}"
     # The lane lock: an integration of this imp finishes before its directory moves.
     with locked(home.lane_lock(imp)):
+        # Layer images are mounted where they are: the moved imp holds plain files only.
+        if home.layers(imp).is_dir():
+            with layers_lock(home, imp):
+                unmount_images(home.layers(imp))
         os.rename(home.imp_dir(imp), target)
         fsync_dir(home.knowledge_dir)
         fsync_dir(home.removed_dir)

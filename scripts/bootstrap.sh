@@ -19,6 +19,13 @@ if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
+# A big imp's checkout layer is a squashfs image written by tar2sqfs (without it, files).
+if ! command -v tar2sqfs >/dev/null 2>&1; then
+    echo "bootstrap: installing squashfs-tools-ng"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq squashfs-tools-ng >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
     echo "bootstrap: creating .venv"
     python3 -m venv .venv

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +21,13 @@ from impyard.common.errors import UsageError
 from impyard.common.fsutil import atomic_write_bytes
 from impyard.gateway.provenance.archive import Archive
 from impyard.home import Home
-from impyard.knowledge.checkouts.layer_store import layers_lock, list_layers, trash, trash_layer
+from impyard.knowledge.checkouts.layer_store import (
+    delete_layer_files,
+    layers_lock,
+    list_layers,
+    trash,
+    trash_layer,
+)
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration.origin import sync_origin
 from impyard.knowledge.store.refnames import quarantine_ref
@@ -78,7 +83,7 @@ def drop_derived(home: Home, imp: str, spaces: list[Manifest]) -> None:
             for layer in list_layers(home, imp):
                 trash_layer(root, layer.id)
             for gone in trash(root):
-                shutil.rmtree(gone, ignore_errors=True)
+                delete_layer_files(gone)
     home.checked_trees(imp).unlink(missing_ok=True)
     for m in spaces:
         drop_run_space(home, m)

@@ -22,8 +22,8 @@ from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.layers import (
     MOUNT_DATA_LIMIT,
     ensure_layer_locked,
-    layer_chain,
     layers_lock,
+    mounted_chain,
 )
 from impyard.knowledge.checkouts.treefs import (
     CheckoutError,
@@ -107,7 +107,7 @@ def prepare_checkout(
     if kind == "overlay":
         workdir = home.run_overlay_work(run_id)
         with layers_lock(home, imp):
-            chain = layer_chain(home, imp, ensure_layer_locked(home, imp, base, own))
+            chain = mounted_chain(home, imp, ensure_layer_locked(home, imp, base, own))
             checkout = Checkout(
                 kind="overlay",
                 base=base,

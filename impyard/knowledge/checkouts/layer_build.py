@@ -7,7 +7,7 @@ Chains stay within ``chain_limit``: past that the next layer is one delta straig
 on the chain's FULL layer, squashing everything since it (depth 1 again), and only
 once that squashed delta would exceed ``SQUASH_LIMIT`` files is a new FULL layer
 built, by hard-linking unchanged files from the old one (layers are never modified,
-so sharing inodes is safe).
+so sharing inodes is safe). A big FULL layer is a mounted image instead (``layer_image``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,17 @@ import itertools
 import os
 import shutil
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from impyard.common.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
+from impyard.knowledge.checkouts.layer_image import (
+    IMAGE_NAME,
+    mount_image,
+    wants_image,
+    write_image,
+)
 from impyard.knowledge.checkouts.layer_store import (
     META_FORMAT,
     TMP_PREFIX,
@@ -36,8 +43,8 @@ from impyard.knowledge.checkouts.treefs import (
     Owner,
     format_owner,
     open_dir,
+    plan_tree,
     write_delta,
-    write_tree,
 )
 from impyard.knowledge.imps import open_repo
 
@@ -76,18 +83,9 @@ def build_layer(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
                 kind: LayerKind = "delta"
                 parent_id: str | None = below.id
                 depth = below.depth + 1
+                image = False
             else:
-                link_from = None
-                if parent_layer is not None:
-                    # Compaction: hard-link what is unchanged since the chain's FULL layer.
-                    full = layer_chain(home, imp, parent_layer)[-1]
-                    full_tree = commit_at(repo, full.commit, CheckoutError).tree
-                    link_from = (open_dir(full.tree_dir), full_tree)
-                try:
-                    write_tree(repo, target.tree, tree_fd, owner, link_from=link_from)
-                finally:
-                    if link_from is not None:
-                        os.close(link_from[0])
+                image = _write_full(home, imp, repo, target.tree, parent_layer, tmp, owner)
                 kind, parent_id, depth = "full", None, 0
             os.fsync(tree_fd)
         finally:
@@ -101,18 +99,58 @@ def build_layer(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
                 "parent": parent_id,
                 "depth": depth,
                 "owner": format_owner(owner),
+                "image": image,
             },
         )
         os.chmod(tmp, 0o755)
         final = root / layer_id(commit, owner)
         os.rename(tmp, final)
         fsync_dir(root)
+        if image:
+            mount_image(final, final / "t")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     layer = read_layer(home, imp, layer_id(commit, owner))
     assert layer is not None
     return layer
+
+
+def _write_full(
+    home: Home,
+    imp: str,
+    repo: pygit2.Repository,
+    tree: pygit2.Tree,
+    parent_layer: Layer | None,
+    tmp: Path,
+    owner: Owner,
+) -> bool:
+    """Write a FULL layer's tree into ``tmp``: as an image when it is big (True), else as
+    files, hard-linking what is unchanged since the chain's FULL layer (a compaction)
+    when that layer is files too (an image's files are on another filesystem)."""
+    from impyard.knowledge.store.gitobj import commit_at
+
+    full = layer_chain(home, imp, parent_layer)[-1] if parent_layer is not None else None
+    linked = full is not None and not full.image
+    link_tree = commit_at(repo, full.commit, CheckoutError).tree if full and linked else None
+    plan = plan_tree(tree, link_tree)
+    if wants_image(plan.files):
+        write_image(repo, plan, owner, tmp / IMAGE_NAME)
+        fd = os.open(tmp / IMAGE_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+    link_fd = open_dir(full.tree_dir) if full is not None and linked else -1
+    tree_fd = open_dir(tmp / "t")
+    try:
+        plan.run(repo, tree_fd, owner, link_fd, None)
+    finally:
+        os.close(tree_fd)
+        if link_fd >= 0:
+            os.close(link_fd)
+    return False
 
 
 def _delta_base(

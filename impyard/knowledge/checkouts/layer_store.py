@@ -2,11 +2,13 @@
 that keep half-built or half-deleted layers out of any mount.
 
 ``<layers>/<id>/t`` is the lower directory; ``<layers>/<id>/meta.json`` says what it
-is (a layer without its meta is not one). Layers are built in ``.tmp-*`` directories
-and renamed into place, so a crash never leaves a half layer where a mount could use
-it; builders and the collector serialize on one lock per imp, which also makes any
-``.tmp-*`` found under the lock a crash leftover. A layer is removed by renaming it to
-``.trash-*`` first, so it disappears at once and a crash leaves only trash.
+is (a layer without its meta is not one). A big FULL layer is an image
+(``<layers>/<id>/image.sqfs``, see ``layer_image``) mounted on ``t``. Layers are built
+in ``.tmp-*`` directories and renamed into place, so a crash never leaves a half layer
+where a mount could use it; builders and the collector serialize on one lock per imp,
+which also makes any ``.tmp-*`` found under the lock a crash leftover. A layer is
+removed by renaming it to ``.trash-*`` first, so it disappears at once and a crash
+leaves only trash.
 
 Ids are short (12 hex of the commit + the owner) because Docker passes the whole
 ``lowerdir=a:b:…`` option through mount(2), whose data is limited to one page.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from impyard.common.fsutil import locked
 from impyard.home import Home
+from impyard.knowledge.checkouts.layer_image import unmount_image
 from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, parse_owner
 
 if TYPE_CHECKING:
@@ -56,6 +59,8 @@ class Layer:
     depth: int  # delta layers below this one down to its FULL layer
     owner: Owner
     path: Path  # <layers>/<id>
+    #: The tree is an image mounted on ``tree_dir`` (``layer_image``), not files in it.
+    image: bool = False
 
     @property
     def tree_dir(self) -> Path:
@@ -107,6 +112,7 @@ def read_layer(home: Home, imp: str, ident: str) -> Layer | None:
             depth=int(raw["depth"]),
             owner=parse_owner(str(raw["owner"])),
             path=path,
+            image=raw.get("image") is True,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckoutError(f"layer {path} has an invalid meta.json: {exc}") from exc
@@ -165,6 +171,12 @@ def trash_layer(root: Path, ident: str) -> None:
     # Rename only: the layer disappears at once, and a crash before the rmtree leaves
     # only trash (removed by the next collection), never a layer missing files.
     os.rename(root / ident, root / f"{_TRASH_PREFIX}{ident}-{uuid.uuid4().hex[:8]}")
+
+
+def delete_layer_files(path: Path) -> None:
+    """Delete a trashed layer's files (its image unmounted first, if it has one)."""
+    unmount_image(path / "t")
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def trash(root: Path) -> list[Path]:

@@ -10,17 +10,18 @@ their life: ``ensure_layer`` builds a missing layer under the imp's lock, and
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 from impyard.common.errors import KnowledgeError
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_build import build_layer
+from impyard.knowledge.checkouts.layer_image import mount_image
 from impyard.knowledge.checkouts.layer_store import (
     MOUNT_DATA_LIMIT,
     Layer,
     check_commit,
+    delete_layer_files,
     first_parent_line,
     layer_chain,
     layer_id,
@@ -43,6 +44,7 @@ __all__ = [
     "ensure_layer_locked",
     "layer_chain",
     "layers_lock",
+    "mounted_chain",
     "unneeded_layers",
 ]
 
@@ -76,6 +78,17 @@ def ensure_layer_locked(home: Home, imp: str, commit: str, owner: Owner) -> Laye
     return build_layer(home, imp, commit, owner)
 
 
+def mounted_chain(home: Home, imp: str, layer: Layer) -> tuple[Layer, ...]:
+    """``layer_chain`` with every image layer of it mounted (after a reboot, or a mount
+    that failed once): an overlay over an unmounted image would show an empty tree. The
+    caller holds ``layers_lock``."""
+    chain = layer_chain(home, imp, layer)
+    for below in chain:
+        if below.image:
+            mount_image(below.path, below.tree_dir)
+    return chain
+
+
 def collect_layers(
     home: Home, imp: str, keep_commits: Iterable[str], *, only: Collection[str] | None = None
 ) -> list[str]:
@@ -106,7 +119,7 @@ def collect_layers(
     # Deleting a full layer unlinks every file of the tree (seconds at 100,000 records):
     # done outside the lock, so runs preparing their checkouts meanwhile never wait for it.
     for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
+        delete_layer_files(path)
     return removed
 
 

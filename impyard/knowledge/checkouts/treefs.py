@@ -175,9 +175,18 @@ def write_tree(
     ``identities`` collects each written file's lstat identity (copy fallback).
     Every entry is checked before anything is written (``UnsafeTreeError``).
     """
-    plan = _Plan()
-    plan.tree(tree, prefix, 0, link_from[1] if link_from is not None else None)
+    plan = plan_tree(tree, link_from[1] if link_from is not None else None, prefix)
     plan.run(repo, dir_fd, owner, link_from[0] if link_from is not None else -1, identities)
+
+
+def plan_tree(
+    tree: pygit2.Tree, link_from: pygit2.Tree | None = None, prefix: str = ""
+) -> TreePlan:
+    """What writing ``tree`` whole takes, checked: ``run`` writes it into a directory,
+    ``paths`` lists it for another writer (a layer image), ``files`` counts its files."""
+    plan = TreePlan()
+    plan.tree(tree, prefix, 0, link_from)
+    return plan
 
 
 def write_delta(
@@ -193,7 +202,7 @@ def write_delta(
     Equal subtrees are skipped by id, so the cost follows the change, not the tree. Every
     entry the layer writes is checked before anything is written (``UnsafeTreeError``).
     """
-    plan = _Plan()
+    plan = TreePlan()
     plan.delta(old, new, prefix, 0)
     plan.run(repo, dir_fd, owner, -1, None)
 
@@ -217,7 +226,7 @@ class _Frame:
     kept: set[str] = field(default_factory=set)
 
 
-class _Plan:
+class TreePlan:
     """Everything a write will do, decided and checked before the first byte is written:
     a tree naming ``..``, holding a symlink or nesting too deep is refused whole, never
     half written. Trees are walked with an explicit stack (no recursion, any depth
@@ -297,6 +306,26 @@ class _Plan:
             found.append(("too-deep", f"more than {MAX_DEPTH} directory levels"))
         self.problems.extend((visible(where), rule, message) for rule, message in found)
         return not found
+
+    def check(self) -> None:
+        """``UnsafeTreeError`` listing every unsafe entry, if the tree has any."""
+        if self.problems:
+            raise UnsafeTreeError(self.problems)
+
+    def paths(self) -> Iterator[tuple[str, pygit2.Oid | None]]:
+        """Every directory (``"a/b/"``, id None) and file (``"a/b/c"``, its blob id), each
+        directory before what it holds; ``UnsafeTreeError`` before the first."""
+        self.check()
+        parents: list[str] = [""]
+        for step in self.steps:
+            kind = step[0]
+            if kind == _FILE:
+                yield parents[-1] + step[1], step[2]
+            elif kind == _ENTER:
+                parents.append(f"{parents[-1]}{step[1]}/")
+                yield parents[-1], None
+            elif kind == _LEAVE:
+                parents.pop()
 
     def run(
         self,

@@ -1,0 +1,220 @@
+"""A FULL layer of a big tree as one read-only squashfs image, loop-mounted on the
+layer's lower directory instead of written file by file.
+
+Writing a tree of 100,000 records as files creates 100,000 inodes, which costs 22 µs to
+450 µs each on this kind of machine's ext4 (seconds to tens of seconds, depending on the
+write-back of earlier work). The same tree streamed as a tar into ``tar2sqfs`` (from
+squashfs-tools-ng) is one file of a few megabytes written in about two seconds, and
+mounted in milliseconds. Only trees of at least ``IMAGE_MIN_FILES`` files become images:
+a small tree is cheaper as files, and a mount per layer is a mount to keep track of.
+
+The image's files are those ``write_tree`` would write (the same checked plan): mode
+0644 files and 0755 directories owned by the box user, no executable bit, no links,
+no timestamps. An image layer is mounted under the imp's layer lock before any
+overlay names it, again after a reboot (the mount is gone, the image stays), and
+unmounted before its directory is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from impyard.common.libc import syscall
+from impyard.knowledge.checkouts import loopmount
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, TreePlan
+
+if TYPE_CHECKING:
+    import pygit2
+
+IMAGE_NAME = "image.sqfs"
+#: A FULL layer of this many files or more is an image where ``tar2sqfs`` is installed.
+IMAGE_MIN_FILES = 10_000
+TOOL = "tar2sqfs"
+
+_MOUNT_FLAGS = loopmount.MS_RDONLY | loopmount.MS_NOSUID | loopmount.MS_NODEV
+_MNT_DETACH = 2
+# F_SETPIPE_SZ: a 1 MiB pipe to the tool instead of 64 KiB, so the writer and the
+# tool trade far fewer wake-ups (2.4 s against 3.0 s at 100,000 records here).
+_F_SETPIPE_SZ = 1031
+_PIPE_SIZE = 1 << 20
+_CHUNK = 1 << 20
+
+
+def wants_image(files: int) -> bool:
+    return files >= IMAGE_MIN_FILES and shutil.which(TOOL) is not None
+
+
+def write_image(repo: pygit2.Repository, plan: TreePlan, owner: Owner, image: Path) -> None:
+    """Write ``plan``'s tree as a squashfs image at ``image`` (a new file)."""
+    plan.check()  # before the tool makes a file
+    uid, gid = owner
+    argv = [
+        TOOL, "--quiet", "--no-xattr", "--no-keep-time", "--no-skip",
+        "--compressor", "lz4", "--num-jobs", "1",
+        "--defaults", f"uid={uid},gid={gid},mode=0755", str(image),
+    ]  # fmt: skip
+    # Its messages go to a file: a pipe nobody reads while the tree is written could fill.
+    with tempfile.TemporaryFile() as messages:
+        try:
+            tool = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=messages
+            )
+        except OSError as exc:
+            raise CheckoutError(f"cannot run {TOOL}: {exc.strerror or exc}") from exc
+        assert tool.stdin is not None
+        with contextlib.suppress(OSError):  # a smaller pipe is only slower
+            fcntl.fcntl(tool.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_SIZE)
+        try:
+            for chunk in _tar_chunks(repo, plan, owner):
+                tool.stdin.write(chunk)
+            tool.stdin.close()
+        except BrokenPipeError:
+            # The tool stopped reading: its exit status and message say why.
+            with contextlib.suppress(OSError):
+                tool.stdin.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tool.stdin.close()
+            tool.kill()
+            tool.wait()
+            raise
+        status = tool.wait()
+        messages.seek(0)
+        detail = messages.read(64 * 1024).decode(errors="replace").strip()
+    if status != 0:
+        last = detail.splitlines()[-1] if detail else "no message"
+        raise CheckoutError(f"{TOOL} could not write the layer image {image}: {last}")
+
+
+def is_mounted(tree_dir: Path) -> bool:
+    """Whether something is mounted on the layer's lower directory."""
+    try:
+        return os.stat(tree_dir).st_dev != os.stat(tree_dir.parent).st_dev
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def mount_image(layer_path: Path, tree_dir: Path) -> None:
+    """Mount the layer's image on ``tree_dir`` unless it already is (caller holds the
+    imp's layer lock, so two runs never mount it twice)."""
+    if is_mounted(tree_dir):
+        return
+    image = layer_path / IMAGE_NAME
+    try:
+        loopmount.mount_image(image, tree_dir, "squashfs", _MOUNT_FLAGS)
+        return
+    except OSError:
+        pass  # no direct route here: the tool's answer is the one reported
+    argv = ["mount", "-t", "squashfs", "-o", "ro,nosuid,nodev,loop", str(image), str(tree_dir)]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise CheckoutError(f"cannot mount the layer image {image}: {exc}") from exc
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip()
+        raise CheckoutError(f"cannot mount the layer image {image}: {detail or 'mount failed'}")
+
+
+def unmount_image(tree_dir: Path) -> None:
+    """Detach the image from the layer's lower directory, if mounted. Detached lazily: an
+    overlay still using it keeps it until that overlay goes."""
+    if not is_mounted(tree_dir):
+        return
+    error = syscall("umount2", _UMOUNT_ARGS, os.fsencode(tree_dir), _MNT_DETACH)
+    if error not in (0, errno.EINVAL):
+        raise CheckoutError(f"cannot unmount the layer image on {tree_dir}: {os.strerror(error)}")
+
+
+def unmount_images(layers_root: Path) -> None:
+    """Unmount every image under a layers directory (its layers and trash), so it can be
+    moved or deleted as plain files."""
+    try:
+        names = os.listdir(layers_root)
+    except FileNotFoundError:
+        return
+    for name in names:
+        unmount_image(layers_root / name / "t")
+
+
+def _tar_chunks(repo: pygit2.Repository, plan: TreePlan, owner: Owner) -> Iterator[bytes]:
+    """The tree as a ustar stream, in chunks of about ``_CHUNK`` bytes. Headers are made
+    here rather than by ``tarfile`` (a fifth of the time at 100,000 files)."""
+    headers = _Headers(owner)
+    read = repo.odb.read
+    parts: list[bytes] = []
+    size = 0
+    for path, oid in plan.paths():
+        name = path.encode()
+        if oid is None:
+            parts.append(headers.directory(name))
+            continue
+        kind, data = read(oid)[:2]
+        if kind != _BLOB_TYPE:
+            raise CheckoutError(f"object {oid} at {path} is not a blob")
+        parts += (headers.file(name, len(data)), data, _ZEROS[: -len(data) % 512])
+        size += len(data) + 1024
+        if size >= _CHUNK:
+            yield b"".join(parts)
+            parts.clear()
+            size = 0
+    parts.append(_ZEROS + _ZEROS)
+    yield b"".join(parts)
+
+
+_BLOB_TYPE = 3  # git's object type number of a blob
+_ZEROS = bytes(512)
+_UMOUNT_ARGS = (ctypes.c_char_p, ctypes.c_int)
+
+
+class _Headers:
+    """ustar headers for one owner: everything but the name and size is fixed, so the
+    checksum is the fixed part's sum plus theirs. A path over ustar's 100 bytes gets
+    ``tarfile``'s header (a prefix field or a PAX record), which is rare and slower."""
+
+    def __init__(self, owner: Owner) -> None:
+        self._owner = owner
+        ids = b"%07o\x00%07o\x00" % owner
+        rest = bytes(100) + b"ustar\x0000" + bytes(247)
+        self._file = (b"0000644\x00" + ids, b"0" + rest)
+        self._dir = (b"0000755\x00" + ids, b"5" + rest)
+        spaces = 8 * 32  # the checksum field counts as spaces
+        self._file_sum = sum(self._file[0]) + sum(self._file[1]) + sum(_MTIME) + spaces
+        self._dir_sum = sum(self._dir[0]) + sum(self._dir[1]) + sum(_MTIME) + spaces
+
+    def file(self, name: bytes, size: int) -> bytes:
+        if len(name) > 100:
+            return self._long(name, size, tarfile.REGTYPE, 0o644)
+        return self._header(name, size, self._file, self._file_sum)
+
+    def directory(self, name: bytes) -> bytes:
+        if len(name) > 100:
+            return self._long(name.rstrip(b"/"), 0, tarfile.DIRTYPE, 0o755)
+        return self._header(name, 0, self._dir, self._dir_sum)
+
+    def _header(self, name: bytes, size: int, fixed: tuple[bytes, bytes], base: int) -> bytes:
+        size_field = b"%011o\x00" % size
+        check = base + sum(name) + sum(size_field)
+        head, tail = fixed
+        return b"".join(
+            (name, _ZEROS[: 100 - len(name)], head, size_field, _MTIME, b"%06o\x00 " % check, tail)
+        )
+
+    def _long(self, name: bytes, size: int, kind: bytes, mode: int) -> bytes:
+        info = tarfile.TarInfo(name.decode())
+        info.size, info.type, info.mode, info.mtime = size, kind, mode, 0
+        info.uid, info.gid = self._owner
+        return info.tobuf(tarfile.PAX_FORMAT, encoding="utf-8", errors="strict")
+
+
+_MTIME = b"0" * 11 + b"\x00"

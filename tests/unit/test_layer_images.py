@@ -1,0 +1,169 @@
+"""A big FULL layer is a squashfs image mounted as its lower directory: the same tree,
+owners and modes as a layer of files, through a real overlay, with deltas on top;
+mounted again after a reboot, unmounted before it is deleted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from impyard.home import Home
+from impyard.knowledge.checkouts import layer_build, layer_image
+from impyard.knowledge.checkouts.checkout import prepare_checkout, release_checkout
+from impyard.knowledge.checkouts.layer_store import chain_limit, list_layers
+from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer
+from impyard.knowledge.checkouts.treefs import CheckoutError, UnsafeTreeError
+from tests.helpers import checkout as checkouts
+from tests.helpers.checkout import BASE_FILES, IMP, OWNER
+from tests.unit.test_layers import git_archive, merged_view
+
+LONG = "records/" + "d" * 70 + "/" + "e" * 70 + "/" + "f" * 90 + "--n_000000000000_9.md"
+FILES = {**BASE_FILES, LONG: b"a path over ustar's 100 bytes\n"}
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    checkouts.need_root()  # loop mounts and chowned layers
+    if shutil.which(layer_image.TOOL) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(
+                f"{layer_image.TOOL} is missing under CI (scripts/bootstrap.sh installs it)"
+            )
+        pytest.skip(f"{layer_image.TOOL} is not installed")
+    monkeypatch.setattr(layer_image, "IMAGE_MIN_FILES", 1)
+    home = Home(tmp_path / "home")
+    yield home
+    layer_image.unmount_images(home.layers(IMP))
+    assert mounts_under(tmp_path) == []
+
+
+def mounts_under(root: Path) -> list[str]:
+    with open("/proc/self/mounts") as table:
+        return [line.split()[1] for line in table if line.split()[1].startswith(str(root))]
+
+
+def test_a_big_full_layer_is_an_image_of_the_same_tree_owners_and_modes(
+    home: Home, tmp_path: Path
+) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    layer = ensure_layer(home, IMP, c1, OWNER)
+    assert layer.kind == "full" and layer.image
+    assert (layer.path / layer_image.IMAGE_NAME).is_file()
+    assert layer_image.is_mounted(layer.tree_dir)
+    assert checkouts.read_dir(layer.tree_dir) == git_archive(home, c1)
+    for dirpath, dirs, names in os.walk(layer.tree_dir):
+        for name in [*dirs, *names]:
+            st = os.lstat(Path(dirpath) / name)
+            assert (st.st_uid, st.st_gid) == OWNER
+            assert stat.S_IMODE(st.st_mode) == (0o755 if stat.S_ISDIR(st.st_mode) else 0o644)
+    with pytest.raises(OSError):
+        (layer.tree_dir / "README.md").write_bytes(b"the lower layer never changes\n")
+    # What the box does through the overlay: edit, add, delete, as the box user.
+    checkout = prepare_checkout(home, IMP, "r-edit", c1, "overlay", OWNER)
+    with checkouts.mounted(checkout, tmp_path / "m") as merged:
+        checkouts.as_box(
+            "echo more >> README.md && mkdir -p records/new && echo n > records/new/x.md "
+            "&& rm organization/index.md",
+            merged,
+        )
+        seen = checkouts.read_dir(merged)
+    release_checkout(checkout, home.run_checkout_record("r-edit"))
+    assert seen["README.md"] == BASE_FILES["README.md"] + b"more\n"
+    assert seen["records/new/x.md"] == b"n\n" and "organization/index.md" not in seen
+    assert checkouts.read_dir(layer.tree_dir) == git_archive(home, c1)
+
+
+def test_deltas_stack_on_an_image_and_a_compaction_writes_a_new_image(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(layer_build, "SQUASH_LIMIT", 0)  # every squash is too large
+    repo = checkouts.make_repo(home)
+    head = checkouts.commit(repo, FILES)
+    first = ensure_layer(home, IMP, head, OWNER)
+    head = checkouts.commit(repo, {"organization/index.md": None, "a/b.md": b"b\n"}, parent=head)
+    delta = ensure_layer(home, IMP, head, OWNER)
+    assert delta.kind == "delta" and not delta.image and delta.parent == first.id
+    assert merged_view(home, tmp_path, head) == git_archive(home, head)
+    for i in range(chain_limit(home, IMP)):
+        head = checkouts.commit(repo, {f"records/t/n--n_1_{i + 1}.md": b"x\n"}, parent=head)
+        ensure_layer(home, IMP, head, OWNER)
+    fulls = [layer for layer in list_layers(home, IMP) if layer.kind == "full"]
+    assert len(fulls) == 2 and all(layer.image for layer in fulls)
+    assert merged_view(home, tmp_path, head) == git_archive(home, head)
+
+
+def test_an_image_is_mounted_again_after_a_reboot_and_a_bad_one_is_refused(
+    home: Home, tmp_path: Path
+) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    layer = ensure_layer(home, IMP, c1, OWNER)
+    layer_image.unmount_image(layer.tree_dir)  # what a reboot leaves: the image, no mount
+    assert not layer_image.is_mounted(layer.tree_dir)
+    assert merged_view(home, tmp_path, c1) == git_archive(home, c1)
+    assert layer_image.is_mounted(layer.tree_dir)
+    # An image that cannot be mounted stops the run; it never gets an empty checkout.
+    layer_image.unmount_image(layer.tree_dir)
+    with open(layer.path / layer_image.IMAGE_NAME, "r+b") as image:
+        image.write(bytes(4096))
+    with pytest.raises(CheckoutError, match="cannot mount the layer image"):
+        prepare_checkout(home, IMP, "r-bad", c1, "overlay", OWNER)
+
+
+def test_collection_unmounts_an_image_before_deleting_it(home: Home, tmp_path: Path) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    c2 = checkouts.commit(repo, {"records/b/z--n_2_1.md": b"z\n"})  # unrelated root
+    old = ensure_layer(home, IMP, c1, OWNER)
+    ensure_layer(home, IMP, c2, OWNER)
+    repo.references.create("refs/heads/main", pygit2.Oid(hex=c2), force=True)
+    assert collect_layers(home, IMP, keep_commits=[c2]) == [old.id]
+    assert not old.path.exists()
+    assert mounts_under(home.layers(IMP)) == [
+        str(home.layers(IMP) / list_layers(home, IMP)[0].id / "t")
+    ]
+    assert os.listdir(home.layers(IMP)) == [".lock", list_layers(home, IMP)[0].id]
+
+
+def test_a_small_tree_or_a_missing_tool_keeps_files(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    monkeypatch.setattr(layer_image, "IMAGE_MIN_FILES", len(FILES) + 1)
+    small = ensure_layer(home, IMP, c1, OWNER)
+    assert not small.image and not layer_image.is_mounted(small.tree_dir)
+    monkeypatch.setattr(layer_image, "IMAGE_MIN_FILES", 1)
+    monkeypatch.setattr(layer_image, "TOOL", "no-such-tar2sqfs")
+    other = ensure_layer(home, IMP, c1, (1000, 1000))
+    assert not other.image and checkouts.read_dir(other.tree_dir) == git_archive(home, c1)
+
+
+def test_an_unsafe_tree_is_refused_before_an_image_is_written(home: Home) -> None:
+    repo = checkouts.make_repo(home)
+    tree = repo.TreeBuilder(repo[checkouts.build_tree(repo, BASE_FILES)])
+    tree.insert("escape", repo.create_blob(b"/etc"), pygit2.enums.FileMode.LINK)
+    c1 = repo.create_commit("refs/heads/main", checkouts.SIG, checkouts.SIG, "t", tree.write(), [])
+    with pytest.raises(UnsafeTreeError, match="escape: symlink"):
+        ensure_layer(home, IMP, str(c1), OWNER)
+    assert list_layers(home, IMP) == []
+    assert [n for n in os.listdir(home.layers(IMP)) if n != ".lock"] == []
+
+
+def test_a_failing_image_tool_fails_the_build_and_leaves_no_layer(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    monkeypatch.setattr(layer_image, "TOOL", "false")  # exits 1 without reading
+    with pytest.raises(CheckoutError, match="false could not write the layer image"):
+        ensure_layer(home, IMP, c1, OWNER)
+    assert list_layers(home, IMP) == []
+    assert [n for n in os.listdir(home.layers(IMP)) if n != ".lock"] == []
