@@ -23,8 +23,8 @@ from impyard.common.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_image import (
     IMAGE_NAME,
+    image_paths,
     mount_image,
-    wants_image,
     write_image,
 )
 from impyard.knowledge.checkouts.layer_store import (
@@ -43,8 +43,8 @@ from impyard.knowledge.checkouts.treefs import (
     Owner,
     format_owner,
     open_dir,
-    plan_tree,
     write_delta,
+    write_tree,
 )
 from impyard.knowledge.imps import open_repo
 
@@ -130,26 +130,26 @@ def _write_full(
     when that layer is files too (an image's files are on another filesystem)."""
     from impyard.knowledge.store.gitobj import commit_at
 
-    full = layer_chain(home, imp, parent_layer)[-1] if parent_layer is not None else None
-    linked = full is not None and not full.image
-    link_tree = commit_at(repo, full.commit, CheckoutError).tree if full and linked else None
-    plan = plan_tree(tree, link_tree)
-    if wants_image(plan.files):
-        write_image(repo, plan, owner, tmp / IMAGE_NAME)
+    paths = image_paths(tree)
+    if paths is not None:
+        write_image(repo, paths, owner, tmp / IMAGE_NAME)
         fd = os.open(tmp / IMAGE_NAME, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
         return True
-    link_fd = open_dir(full.tree_dir) if full is not None and linked else -1
+    full = layer_chain(home, imp, parent_layer)[-1] if parent_layer is not None else None
+    link_from = None
+    if full is not None and not full.image:
+        link_from = (open_dir(full.tree_dir), commit_at(repo, full.commit, CheckoutError).tree)
     tree_fd = open_dir(tmp / "t")
     try:
-        plan.run(repo, tree_fd, owner, link_fd, None)
+        write_tree(repo, tree, tree_fd, owner, link_from=link_from)
     finally:
         os.close(tree_fd)
-        if link_fd >= 0:
-            os.close(link_fd)
+        if link_from is not None:
+            os.close(link_from[0])
     return False
 
 

@@ -175,18 +175,9 @@ def write_tree(
     ``identities`` collects each written file's lstat identity (copy fallback).
     Every entry is checked before anything is written (``UnsafeTreeError``).
     """
-    plan = plan_tree(tree, link_from[1] if link_from is not None else None, prefix)
-    plan.run(repo, dir_fd, owner, link_from[0] if link_from is not None else -1, identities)
-
-
-def plan_tree(
-    tree: pygit2.Tree, link_from: pygit2.Tree | None = None, prefix: str = ""
-) -> TreePlan:
-    """What writing ``tree`` whole takes, checked: ``run`` writes it into a directory,
-    ``paths`` lists it for another writer (a layer image), ``files`` counts its files."""
     plan = TreePlan()
-    plan.tree(tree, prefix, 0, link_from)
-    return plan
+    plan.tree(tree, prefix, 0, link_from[1] if link_from is not None else None)
+    plan.run(repo, dir_fd, owner, link_from[0] if link_from is not None else -1, identities)
 
 
 def write_delta(
@@ -244,6 +235,9 @@ class TreePlan:
         self._walk(_Frame(entries(new), prefix, depth, old=dict(entries(old))))
 
     def _walk(self, first: _Frame) -> None:
+        self.steps.extend(self._planned(first))
+
+    def _planned(self, first: _Frame) -> Iterator[tuple[Any, ...]]:
         import pygit2
 
         from impyard.knowledge.store.gitobj import lookup_entry
@@ -256,51 +250,50 @@ class TreePlan:
                 stack.pop()
                 if frame.old is not None:
                     for name in sorted(frame.old.keys() - frame.kept):
-                        self.steps.append((_WHITEOUT, name))
+                        yield (_WHITEOUT, name)
                 if stack:
-                    self.steps.append((_LEAVE,))
+                    yield (_LEAVE,)
                 continue
             name, entry = item
             where = frame.prefix + name
+            # Read once: each read of ``filemode`` builds an enum (a fifth of a 100,000-file plan).
+            mode = int(entry.filemode)
             before: pygit2.Object | None = None
             if frame.old is not None:
                 frame.kept.add(name)
                 before = frame.old.get(name)
-                if (
-                    before is not None
-                    and before.id == entry.id
-                    and int(before.filemode) == int(entry.filemode)
-                ):
+                if before is not None and before.id == entry.id and int(before.filemode) == mode:
                     continue  # the layer below has it
-            if not self._safe(entry, where, frame.depth):
+            if not self._safe(entry, mode, where, frame.depth):
                 continue
-            if is_tree(entry):
+            if mode == _TREE:
                 child = as_tree(entry)
                 if frame.old is not None and isinstance(before, pygit2.Tree):
-                    self.steps.append((_ENTER, name, False, False))
+                    yield (_ENTER, name, False, False)
                     below = dict(entries(before))
                     stack.append(_Frame(entries(child), where + "/", frame.depth + 1, old=below))
                     continue
                 # In a delta, a new directory over a lower file hides it whole (opaque).
                 src = lookup_entry(frame.src, name)
                 linked = src if isinstance(src, pygit2.Tree) else None
-                self.steps.append((_ENTER, name, before is not None, linked is not None))
+                yield (_ENTER, name, before is not None, linked is not None)
                 stack.append(_Frame(entries(child), where + "/", frame.depth + 1, src=linked))
                 continue
             self.files += 1
             if self.files > MAX_FILES:
                 raise CheckoutError(f"refusing to write more than {MAX_FILES} files")
-            src = lookup_entry(frame.src, name)
-            link = src is not None and is_blob(src) and src.id == entry.id
-            self.steps.append((_FILE, name, entry.id, where, link))
+            link = False
+            if frame.src is not None:
+                src = lookup_entry(frame.src, name)
+                link = src is not None and is_blob(src) and src.id == entry.id
+            yield (_FILE, name, entry.id, where, link)
 
-    def _safe(self, entry: pygit2.Object, where: str, depth: int) -> bool:
-        tree = is_tree(entry)
+    def _safe(self, entry: pygit2.Object, mode: int, where: str, depth: int) -> bool:
+        tree = mode == _TREE
         found = list(entry_name_rules(entry.raw_name or b"", directory=tree).items())
-        mode = int(entry.filemode)
         if mode == _SYMLINK:
             found.append(("symlink", "a symbolic link (mode 120000)"))
-        elif not (tree or is_blob(entry)):
+        elif not (tree or mode in (_BLOB, _BLOB_EXEC)):
             found.append(("special-file", f"mode {mode:o} is neither a file nor a directory"))
         elif tree and depth + 1 >= MAX_DEPTH:
             found.append(("too-deep", f"more than {MAX_DEPTH} directory levels"))
@@ -312,12 +305,13 @@ class TreePlan:
         if self.problems:
             raise UnsafeTreeError(self.problems)
 
-    def paths(self) -> Iterator[tuple[str, pygit2.Oid | None]]:
-        """Every directory (``"a/b/"``, id None) and file (``"a/b/c"``, its blob id), each
-        directory before what it holds; ``UnsafeTreeError`` before the first."""
-        self.check()
+    def streamed(self, tree: pygit2.Tree) -> Iterator[tuple[str, pygit2.Oid | None]]:
+        """``tree`` planned as it is read, ``files`` counting: every directory (``"a/b/"``,
+        id None) and file (``"a/b/c"``, its blob id), each directory before what it holds.
+        Checked as it goes, refused (``UnsafeTreeError``, every reason) after the last, so
+        whoever writes it must discard what it wrote."""
         parents: list[str] = [""]
-        for step in self.steps:
+        for step in self._planned(_Frame(entries(tree), "", 0)):
             kind = step[0]
             if kind == _FILE:
                 yield parents[-1] + step[1], step[2]
@@ -326,6 +320,7 @@ class TreePlan:
                 yield parents[-1], None
             elif kind == _LEAVE:
                 parents.pop()
+        self.check()
 
     def run(
         self,
