@@ -146,6 +146,9 @@ class BoxExit:
     finished_at: str | None
     log_bytes: int = 0
     log_truncated: bool = False
+    #: Who reported the exit first: ``containerd`` (a clean exit, seen as the shim reaped
+    #: the box's first process) or ``engine`` (its wait answer).
+    seen_by: str = "engine"
 
     @property
     def clean(self) -> bool:

@@ -399,3 +399,25 @@ def test_knowledge_disabled_by_policy_mounts_and_integrates_nothing(yuko: Cli) -
     assert head(repo_of(yuko)) == before
     shown = yuko("runs", "show", str(record["run_id"]))
     assert "knowledge is disabled by policy" in shown.stdout
+
+
+def test_a_clean_exit_seen_by_containerd_keeps_all_output_and_a_failing_one_waits(
+    yuko: Cli,
+) -> None:
+    # containerd reports a clean exit before the engine has closed the box's streams:
+    # the run goes on at once, yet its log still holds every byte the box printed.
+    lines = 20000
+    code, record = run_json(yuko, "--command", f"seq 1 {lines}; {NOTE}")
+    assert code == 0, record
+    assert record["checkpoint"] == "integrated"
+    logs = yuko("runs", "logs", str(record["run_id"]), "--raw").stdout.splitlines()
+    assert [str(n) for n in range(1, lines + 1)] == logs[:lines]
+    exited = [e for e in json_lines(yuko("journal", "--json").stdout) if e["event"] == "box.exited"]
+    assert exited[-1]["seen_by"] == "containerd"
+    # Any other end is the engine's to report, with its status.
+    code, record = run_json(yuko, "--command", "echo bye; exit 3")
+    assert record["checkpoint"] == "quarantined"
+    assert "status 3" in record["reason"]
+    exited = [e for e in json_lines(yuko("journal", "--json").stdout) if e["event"] == "box.exited"]
+    assert (exited[-1]["exit_code"], exited[-1]["seen_by"]) == (3, "engine")
+    assert "bye" in yuko("runs", "logs", str(record["run_id"])).stdout

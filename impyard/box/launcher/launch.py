@@ -11,11 +11,12 @@ re-attach to it after a crash, so ``wait_box`` takes only a container id.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from impyard.box.docker import engine
+from impyard.box.docker import engine, taskexits
 from impyard.box.docker.engine import EngineCallError, EngineObjectNotFoundError, call
 from impyard.box.docker.engineapi import EngineAPI
 from impyard.box.docker.enginehttp import EngineTimeout
@@ -30,7 +31,7 @@ from impyard.box.spec import (
     BoxSpec,
     StartedBox,
 )
-from impyard.box.watch.logs import LogFollower, copy_logs
+from impyard.box.watch.logs import KeptLog, LogFollower, copy_logs
 
 #: The engine's own copy of the output (json-file driver) is bounded too, so a
 #: box printing forever cannot fill /var/lib/docker before its timeout. Runs read the
@@ -156,6 +157,40 @@ def _wait(container_id: str, timeout_seconds: float | None) -> dict[str, Any] | 
         return None
 
 
+#: ``_engine_or_clean_exit``'s answer when containerd saw the box end cleanly first.
+_CLEAN: dict[str, Any] = {"StatusCode": 0}
+
+
+def _engine_or_clean_exit(
+    exits: taskexits.TaskExits, container_id: str, timeout_seconds: float
+) -> dict[str, Any] | None:
+    """The engine's wait answer (None: the box still runs at the deadline), or ``_CLEAN``
+    as soon as containerd reports the box's clean exit, whichever comes first. The engine
+    is asked beside the watcher, so a box the watcher never sees ends as it always did."""
+    answer: list[dict[str, Any] | BaseException | None] = []
+
+    def engine_wait() -> None:
+        try:
+            answer.append(
+                call("wait", _wait, container_id, timeout_seconds, container_id=container_id)
+            )
+        except BaseException as exc:  # handed to the caller's thread below
+            answer.append(exc)
+        exits.poke()
+
+    waiter = threading.Thread(target=engine_wait, name="box-wait", daemon=True)
+    waiter.start()
+    if exits.wait_clean(
+        container_id, timeout_seconds + _AFTER_KILL_WAIT_SECONDS, lambda: bool(answer)
+    ):
+        return _CLEAN
+    waiter.join()
+    found = answer[0]
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
 def box_pid(container_id: str) -> int:
     """The host pid of the box's first process (its network namespace is the gateway's)."""
     info = call("inspect", engine.api().inspect_container, container_id, container_id=container_id)
@@ -195,18 +230,25 @@ def wait_box(
     follower: LogFollower | None = None,
     *,
     remove: bool = True,
+    keep_log: bool = True,
 ) -> BoxExit:
     """Wait for the box, kill it at ``timeout_seconds`` from now, keep its log, remove it
-    (``remove=False``: the caller removes it once it exited; on an error it goes here).
+    (``remove=False``: the caller removes it once it exited; on an error it goes here;
+    ``keep_log=False``: the caller keeps its log, ``keep_box_log``, before removing it).
 
     Works on any box, including one started by an earlier host process
     (pass the time it has left; ``<= 0`` kills it at once). With a ``follower`` started
     with the box, the log keeps the head of the output even when the engine's rotating
     copy has dropped it; without one (a re-attached box) it is what the engine holds.
+    In a process watching containerd (``taskexits``), a box that ends cleanly is answered
+    as soon as containerd saw it end, without the engine's inspect.
     """
     api = engine.api()
     timed_out = False
-    if timeout_seconds > 0:
+    exits = taskexits.watching()
+    if timeout_seconds > 0 and exits is not None:
+        result = _engine_or_clean_exit(exits, container_id, timeout_seconds)
+    elif timeout_seconds > 0:
         result = call("wait", _wait, container_id, timeout_seconds, container_id=container_id)
     else:
         result = None
@@ -225,10 +267,11 @@ def wait_box(
                 container_id=container_id,
             )
     try:
-        kept = follower.finish() if follower is not None else None
-        if kept is None:
-            kept = copy_logs(container_id, log_path)
-        info = call("inspect", api.inspect_container, container_id, container_id=container_id)
+        kept = keep_box_log(container_id, log_path, follower) if keep_log else None
+        if result is _CLEAN:
+            info: dict[str, Any] = {"State": {"StartedAt": None, "ExitCode": 0}}
+        else:
+            info = call("inspect", api.inspect_container, container_id, container_id=container_id)
     except BaseException:
         remove_box(container_id)
         raise
@@ -239,7 +282,7 @@ def wait_box(
     error = wait_error or state.get("Error") or None
     started_at = state.get("StartedAt")
     exit_code = int(result.get("StatusCode", state.get("ExitCode", -1)))
-    if not started_at or started_at == _NEVER:
+    if result is not _CLEAN and (not started_at or started_at == _NEVER):
         # `wait` returns at once for a box that was created but never started
         # (host died in between); that is not a clean exit.
         error = error or "box was created but never started"
@@ -255,9 +298,17 @@ def wait_box(
         image_id=str(info.get("Image", "")),
         started_at=started_at,
         finished_at=None if finished_at in (None, _NEVER) else finished_at,
-        log_bytes=kept.kept_bytes,
-        log_truncated=kept.truncated,
+        log_bytes=kept.kept_bytes if kept else 0,
+        log_truncated=kept.truncated if kept else False,
+        seen_by="containerd" if result is _CLEAN else "engine",
     )
+
+
+def keep_box_log(container_id: str, log_path: Path, follower: LogFollower | None) -> KeptLog:
+    """The exited box's output kept at ``log_path``: the follower's (it ends once the engine
+    closed the box's streams), or the engine's copy when there was none or it failed."""
+    kept = follower.finish() if follower is not None else None
+    return kept if kept is not None else copy_logs(container_id, log_path)
 
 
 def run_box(spec: BoxSpec, log_path: Path) -> BoxExit:

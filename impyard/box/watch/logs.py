@@ -15,7 +15,7 @@ import logging
 import threading
 from pathlib import Path
 
-from impyard.box.docker import engine
+from impyard.box.docker import engine, taskexits
 from impyard.box.docker.engine import call
 from impyard.box.docker.enginehttp import RawStream
 from impyard.box.watch.livelog import (
@@ -69,7 +69,9 @@ class LogFollower:
 
     @classmethod
     def attach(cls, container_id: str, log_path: Path) -> LogFollower:
-        """Attach to a created box (call before ``start``) and begin reading."""
+        """Attach to a created box (call before ``start``) and begin reading; and watch
+        containerd's exits (``taskexits``) from here on, so the box's end is seen early."""
+        taskexits.watch()
         follower = cls(container_id, log_path)
         follower._stream = call(
             "attach", engine.api().attach, container_id, container_id=container_id

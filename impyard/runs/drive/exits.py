@@ -24,6 +24,7 @@ def record_exit(
         exit_code=box_exit.exit_code,
         oom_killed=box_exit.oom_killed,
         timed_out=box_exit.timed_out,
+        seen_by=box_exit.seen_by,
     )
     m.exited(box_exit, reason)
     run.save()

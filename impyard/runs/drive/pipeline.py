@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from impyard.box.docker.engine import EngineCallError
-from impyard.box.launcher.launch import box_pid, kill_box, remove_box, start_box, wait_box
+from impyard.box.launcher.launch import box_pid, kill_box, start_box, wait_box
 from impyard.box.spec import BoxExit, BoxSpec, StartedBox
 from impyard.box.watch.logs import LogFollower
 from impyard.box.watch.tmpwatch import TmpWatch
@@ -29,6 +29,7 @@ from impyard.policy.models import EffectivePolicy
 from impyard.queue import leases
 from impyard.queue.db import opened
 from impyard.runs.drive.beside import Beside
+from impyard.runs.drive.boxend import BoxEnd
 from impyard.runs.drive.context import RunContext
 from impyard.runs.drive.exits import record_exit
 from impyard.runs.drive.preload import warm_imports
@@ -41,6 +42,8 @@ from impyard.runs.ready.claim import WarmClaim, claim_warm
 from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.records.record import RunRecord
 
+#: The box's log and removal are the run's (``boxend``), after its exit.
+_LATER = {"remove": False, "keep_log": False}
 #: Loaded beside a box's start: the exit checkpoint, the lane and what they use.
 ENDING_MODULES = ("impyard.runs.drive.endings",)
 
@@ -57,6 +60,7 @@ class Run(RunRecord):
         self.gateway = RunGateway(self, ctx.journal)
         self.tmp_watch = TmpWatch()
         self.log_follower: LogFollower | None = None
+        self.box_end = BoxEnd()
         #: The image id the box runs (resolved while the run prepares).
         self.image_id: str | None = None
         #: The ready box this run claimed (None: it starts a box of its own).
@@ -145,18 +149,11 @@ class Run(RunRecord):
         assert container is not None
         log_path = self.home.box_log(self.manifest.run_id)
         with self.phase("box"):
-            box_exit = wait_box(
-                container, timeout_seconds, log_path, self.log_follower, remove=False
-            )
-        # Removing the box and its volume (engine work) overlaps recording the exit and
-        # the checkpoint; ``finish`` waits for it before it releases the run's space.
-        self.beside.append(Beside("box-teardown", self.remove_box_and_volume))
+            box_exit = wait_box(container, timeout_seconds, log_path, self.log_follower, **_LATER)
+        # Overlaps recording the exit and the checkpoint; ``finish`` waits for it.
+        drop = self.checkout.drop_volume
+        self.beside.append(self.box_end.begin(container, log_path, self.log_follower, drop))
         return box_exit
-
-    def remove_box_and_volume(self) -> None:
-        assert self.manifest.container_id is not None
-        remove_box(self.manifest.container_id)
-        self.checkout.drop_volume()
 
     def end(self, box_exit: BoxExit, interrupted: str | None = None) -> None:
         """Record how the box ended, then checkpoint a clean exit or quarantine the rest (after
@@ -196,6 +193,7 @@ class Run(RunRecord):
         self.manifest.finished(checkpoint, names.utc_now(), **outcome)
         self.save()
         self.release_lease()
+        self.box_end.log_kept()
         self.ctx.finished(self.manifest)
         self.wait_teardown()
         release_run_space(self.home, self.manifest)

@@ -1,0 +1,62 @@
+"""containerd's task events as the exit watcher reads them, from a real process's output
+(the lines ``ctr events`` prints, recorded from engine 20.10's containerd)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from impyard.box.docker.taskexits import TaskExits
+
+A, B, C, D = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
+
+
+def line(topic: str, body: str, namespace: str = "moby") -> str:
+    return f"2026-12-06 17:35:45.732174068 +0000 UTC {namespace} {topic} {body}\n"
+
+
+def watcher(tmp_path: Path, text: str, then_wait: bool = True) -> TaskExits:
+    """A watcher reading ``text`` from a real process that then stays (or ends)."""
+    events = tmp_path / "events"
+    events.write_text(text)
+    tail = "import time; time.sleep(30)" if then_wait else ""
+    script = (
+        f"import sys; sys.stdout.write(open({str(events)!r}).read()); sys.stdout.flush()\n{tail}"
+    )
+    return TaskExits([sys.executable, "-c", script])
+
+
+def test_a_clean_exit_is_seen_and_any_other_end_is_left_to_the_engine(tmp_path: Path) -> None:
+    text = (
+        line("/tasks/exit", f'{{"container_id":"{A}","id":"{A}","pid":7,"exited_at":"x"}}')
+        + line("/tasks/exit", f'{{"container_id":"{B}","id":"{B}","pid":8,"exit_status":3}}')
+        + line("/tasks/oom", f'{{"container_id":"{C}"}}')
+        + line("/tasks/exit", f'{{"container_id":"{C}","id":"{C}","pid":9}}')
+        # An exec's exit in a box is not the box's, nor is another namespace's.
+        + line("/tasks/exit", f'{{"container_id":"{D}","id":"exec-1","pid":10}}')
+        + line("/tasks/exit", f'{{"container_id":"{D}","id":"{D}","pid":11}}', "other")
+        + "not an event\n"
+    )
+    exits = watcher(tmp_path, text)
+    try:
+        assert exits.wait_clean(A, 10, lambda: False) is True
+        assert exits.wait_clean(B, 10, lambda: False) is False  # status 3
+        assert exits.wait_clean(C, 10, lambda: False) is False  # OOM kill seen first
+        assert exits.alive
+        assert exits.wait_clean(D, 0.3, lambda: False) is False  # never seen: timed out
+        gave_up = [True]
+        assert exits.wait_clean(D, 10, lambda: gave_up[0]) is False
+        # An exit is answered once: a second wait on the same box is not clean.
+        assert exits.wait_clean(A, 0.2, lambda: False) is False
+    finally:
+        exits.close()
+    assert not exits.alive
+
+
+def test_a_watcher_whose_stream_ended_answers_at_once(tmp_path: Path) -> None:
+    exits = watcher(tmp_path, "", then_wait=False)
+    try:
+        assert exits.wait_clean(A, 30, lambda: False) is False
+        assert not exits.alive
+    finally:
+        exits.close()
