@@ -10,19 +10,22 @@ PID namespace's first process ends, the kernel (and gVisor's sentry, which model
 kills every other process of that namespace before the first one can be reaped. So a
 run that sees its box's exit here may read what the box left at once.
 
-The events come from one long-lived ``ctr events`` on the engine's containerd socket
-(Debian's docker.io and Docker's own packages both ship ``ctr``); serve starts it
-(``watch``). Only a clean exit is taken from here: status 0 and no ``/tasks/oom`` seen
-for the box before its exit (the engine's ``OOMKilled`` comes from that same event, in
-the same order). Anything else, and every box this watcher does not see (no ``ctr``, an
-engine that is not local, another containerd, the watcher gone), is left to the
-engine's ``wait`` as before, which the caller runs beside this one (``first_exit``).
+The events come from one long-lived ``ctr events`` per process on the engine's
+containerd socket (Debian's docker.io and Docker's own packages both ship ``ctr``),
+started when a run's box output is first followed (``watch``) and stopped at exit. Only
+a clean exit is taken from here: status 0 and no ``/tasks/oom`` seen for the box before
+its exit (the engine's ``OOMKilled`` comes from that same event, in the same order).
+Anything else, and every box this watcher does not see (no ``ctr``, a socket this user
+may not open, an engine that is not local, another containerd, the watcher gone), is
+left to the engine's ``wait`` as before, which the caller runs beside this one
+(``launch.wait_box``).
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -141,7 +144,8 @@ _watch_lock = threading.Lock()
 
 def watch() -> TaskExits | None:
     """Start this process's watcher (once); None where containerd cannot be watched: no
-    ``ctr``, no containerd socket here, or an engine reached over the network."""
+    ``ctr``, no containerd socket this user may open (it is root's; a ``ctr`` that cannot
+    connect would be started again for every run), or an engine reached over the network."""
     global _watch
     with _watch_lock:
         if _watch is not None and _watch.alive:
@@ -150,10 +154,13 @@ def watch() -> TaskExits | None:
         socket = next((s for s in CONTAINERD_SOCKETS if s.is_socket()), None)
         if not engine_url().startswith("unix://") or ctr is None or socket is None:
             return None
+        if not os.access(socket, os.R_OK | os.W_OK):
+            return None
         try:
             _watch = TaskExits([ctr, "--address", str(socket), "events"])
         except OSError:
             return None
+        atexit.unregister(stop)  # once, however often a dead watcher was replaced
         atexit.register(stop)
         return _watch
 

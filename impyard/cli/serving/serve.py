@@ -40,7 +40,6 @@ def register(app: typer.Typer) -> None:
         import logging
         from datetime import UTC, datetime
 
-        from impyard.box.docker import taskexits
         from impyard.cli.running.run_server import started_serving
         from impyard.cli.serving.serve_lines import LineWriter, event_line, start_line, stop_line
         from impyard.cluster.plane.serving import start_cluster
@@ -116,8 +115,6 @@ def register(app: typer.Typer) -> None:
                         )
                         if pools is not None:
                             pools.start()
-                        # Its runs see their boxes end as soon as containerd does.
-                        taskexits.watch()
                         final = server.serve()
                     finally:
                         # Still under the stop signals: a second signal while the handed runs
@@ -134,7 +131,6 @@ def register(app: typer.Typer) -> None:
                     console.stop()
                 if cluster is not None:
                     cluster.close()
-                taskexits.stop()
         failed = final.counts["failed"]
         if once and failed:
             # A drained queue is not a clean one: a script must see a task that never ran.

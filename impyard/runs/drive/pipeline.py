@@ -42,8 +42,6 @@ from impyard.runs.ready.claim import WarmClaim, claim_warm
 from impyard.runs.records.model import Manifest, RunOutcome, RunRequest
 from impyard.runs.records.record import RunRecord
 
-#: The box's log and removal are the run's (``boxend``), after its exit.
-_LATER = {"remove": False, "keep_log": False}
 #: Loaded beside a box's start: the exit checkpoint, the lane and what they use.
 ENDING_MODULES = ("impyard.runs.drive.endings",)
 
@@ -147,12 +145,15 @@ class Run(RunRecord):
     def wait_box(self, timeout_seconds: float) -> BoxExit:
         container = self.manifest.container_id
         assert container is not None
-        log_path = self.home.box_log(self.manifest.run_id)
+        log_path, follower = self.home.box_log(self.manifest.run_id), self.log_follower
         with self.phase("box"):
-            box_exit = wait_box(container, timeout_seconds, log_path, self.log_follower, **_LATER)
-        # Overlaps recording the exit and the checkpoint; ``finish`` waits for it.
+            box_exit = wait_box(
+                container, timeout_seconds, log_path, follower, remove=False, keep_log=False
+            )
+        # The box's log and removal (``boxend``) overlap recording the exit and the
+        # checkpoint; ``finish`` waits for them.
         drop = self.checkout.drop_volume
-        self.beside.append(self.box_end.begin(container, log_path, self.log_follower, drop))
+        self.beside.append(self.box_end.begin(container, log_path, follower, drop))
         return box_exit
 
     def end(self, box_exit: BoxExit, interrupted: str | None = None) -> None:
