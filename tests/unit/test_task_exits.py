@@ -60,3 +60,29 @@ def test_a_watcher_whose_stream_ended_answers_at_once(tmp_path: Path) -> None:
         assert not exits.alive
     finally:
         exits.close()
+
+
+def test_an_oom_kill_published_after_the_exit_is_still_reported(tmp_path: Path) -> None:
+    """On a loaded machine a shim may publish the OOM just after the exit;
+    the engine then reports a plain SIGKILL, and the watcher is asked with a grace."""
+    exit_c = line("/tasks/exit", f'{{"container_id":"{C}","id":"{C}","pid":9,"exit_status":137}}')
+    exit_b = line("/tasks/exit", f'{{"container_id":"{B}","id":"{B}","pid":8,"exit_status":137}}')
+    first, late = tmp_path / "first", tmp_path / "late"
+    first.write_text(exit_c + exit_b)
+    late.write_text(line("/tasks/oom", f'{{"container_id":"{C}"}}'))
+    script = (
+        "import sys, time\n"
+        f"sys.stdout.write(open({str(first)!r}).read()); sys.stdout.flush()\n"
+        "time.sleep(0.3)\n"
+        f"sys.stdout.write(open({str(late)!r}).read()); sys.stdout.flush()\n"
+        "time.sleep(30)\n"
+    )
+    exits = TaskExits([sys.executable, "-c", script])
+    try:
+        assert exits.wait_clean(C, 10, lambda: False) is False  # status 137
+        assert exits.oom_killed(C, 10) is True  # waited for the event behind the exit
+        assert exits.oom_killed(C, 0) is False  # answered once, then forgotten
+        assert exits.wait_clean(B, 10, lambda: False) is False
+        assert exits.oom_killed(B, 0.2) is False  # a kill with no OOM event is not one
+    finally:
+        exits.close()

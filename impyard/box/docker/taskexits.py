@@ -15,10 +15,13 @@ containerd socket (Debian's docker.io and Docker's own packages both ship ``ctr`
 started when a run's box output is first followed (``watch``) and stopped at exit. Only
 a clean exit is taken from here: status 0 and no ``/tasks/oom`` seen for the box before
 its exit (the engine's ``OOMKilled`` comes from that same event, in the same order).
-Anything else, and every box this watcher does not see (no ``ctr``, a socket this user
-may not open, an engine that is not local, another containerd, the watcher gone), is
-left to the engine's ``wait`` as before, which the caller runs beside this one
-(``launch.wait_box``).
+The one other answer taken from here is an OOM kill the engine missed: on a loaded
+machine the shim may publish ``/tasks/oom`` just after ``/tasks/exit`` (2 boxes in 30
+under gVisor with both cores busy), and the engine (20.10) then reports a plain SIGKILL;
+this watcher still sees the event. Anything else, and every box this watcher does not
+see (no ``ctr``, a socket this user may not open, an engine that is not local, another
+containerd, the watcher gone), is left to the engine's ``wait`` as before, which the
+caller runs beside this one (``launch.wait_box``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ CONTAINERD_SOCKETS = (
 )
 #: The engine's own containerd namespace.
 ENGINE_NAMESPACE = "moby"
+#: How long an exit by SIGKILL waits for an OOM event published after it (seen within a
+#: millisecond on a loaded machine; only a box killed by a signal pays it).
+OOM_AFTER_EXIT_SECONDS = 0.25
 #: Exits and OOM kills remembered for boxes nobody waits for yet (a box may end before its
 #: run asks); the oldest are forgotten first.
 REMEMBERED = 4096
@@ -119,8 +125,14 @@ class TaskExits:
                 lambda: container_id in self._exits or not self._alive or given_up(), timeout
             )
             status = self._exits.pop(container_id, None) if ended else None
-            oom = self._ooms.pop(container_id, False) is None
-        return status == 0 and not oom
+            return status == 0 and container_id not in self._ooms
+
+    def oom_killed(self, container_id: str, grace: float) -> bool:
+        """True when containerd reported an OOM kill of the box, waiting up to ``grace``
+        seconds for one published late; the box is forgotten either way."""
+        with self._changed:
+            self._changed.wait_for(lambda: container_id in self._ooms or not self._alive, grace)
+            return self._ooms.pop(container_id, False) is None
 
     def close(self) -> None:
         if self._process.poll() is None:

@@ -241,7 +241,8 @@ def wait_box(
     with the box, the log keeps the head of the output even when the engine's rotating
     copy has dropped it; without one (a re-attached box) it is what the engine holds.
     In a process watching containerd (``taskexits``), a box that ends cleanly is answered
-    as soon as containerd saw it end, without the engine's inspect.
+    as soon as containerd saw it end, without the engine's inspect, and an OOM kill
+    containerd reported after the exit (which the engine then misses) is still reported.
     """
     api = engine.api()
     timed_out = False
@@ -266,9 +267,10 @@ def wait_box(
                 call="wait",
                 container_id=container_id,
             )
+    by_containerd = result is _CLEAN
     try:
         kept = keep_box_log(container_id, log_path, follower) if keep_log else None
-        if result is _CLEAN:
+        if by_containerd:
             info: dict[str, Any] = {"State": {"StartedAt": None, "ExitCode": 0}}
         else:
             info = call("inspect", api.inspect_container, container_id, container_id=container_id)
@@ -282,7 +284,13 @@ def wait_box(
     error = wait_error or state.get("Error") or None
     started_at = state.get("StartedAt")
     exit_code = int(result.get("StatusCode", state.get("ExitCode", -1)))
-    if result is not _CLEAN and (not started_at or started_at == _NEVER):
+    oom_killed = bool(state.get("OOMKilled"))
+    if exits is not None and not by_containerd:
+        # A SIGKILL the engine does not call an OOM kill may be one whose event came late.
+        late_oom = exit_code == 137 and not oom_killed and not timed_out
+        grace = taskexits.OOM_AFTER_EXIT_SECONDS if late_oom else 0.0
+        oom_killed = exits.oom_killed(container_id, grace) or oom_killed
+    if not by_containerd and (not started_at or started_at == _NEVER):
         # `wait` returns at once for a box that was created but never started
         # (host died in between); that is not a clean exit.
         error = error or "box was created but never started"
@@ -291,7 +299,7 @@ def wait_box(
     finished_at = state.get("FinishedAt")
     return BoxExit(
         exit_code=exit_code,
-        oom_killed=bool(state.get("OOMKilled")),
+        oom_killed=oom_killed,
         timed_out=timed_out,
         error=error,
         container_id=container_id,
@@ -300,7 +308,7 @@ def wait_box(
         finished_at=None if finished_at in (None, _NEVER) else finished_at,
         log_bytes=kept.kept_bytes if kept else 0,
         log_truncated=kept.truncated if kept else False,
-        seen_by="containerd" if result is _CLEAN else "engine",
+        seen_by="containerd" if by_containerd else "engine",
     )
 
 
