@@ -4,7 +4,10 @@ same image doing the same write under the same runtime, side by side, at 0 / 10,
 a ready box (``[box.warm]``), its pool refilled by the pool code between runs, untimed;
 and the cold and the ready-box run handed to a running ``impyard serve`` (which keeps the
 pool full; the run waits, untimed, for a ready box), as an owner's run is whenever serve
-runs.
+runs. Each warm run handed to serve is paired with a bare run of its own, and each side
+starts once serve is at rest (a ready box, no other box of the data root): serve's
+refill after a run is background work that would otherwise fall on whichever side came
+next.
 
 IMPYARD_BENCH_SIZES (default 0,10000,100000), IMPYARD_BENCH_REPS (default 9) and
 IMPYARD_BENCH_RUNTIMES (default runc,runsc).
@@ -33,6 +36,8 @@ from bench.common import (
     scratch_dir,
     timed,
 )
+from impyard.box.docker import engine
+from impyard.box.spec import LABEL_ROOT, root_label
 from impyard.home import Home
 from impyard.serve.warmfill import fill_once, remove_pools
 
@@ -143,10 +148,26 @@ def wait_until(ready: Callable[[], bool], seconds: float = 60.0) -> None:
         time.sleep(0.01)
 
 
+def settled(home: Path) -> bool:
+    """Serve is at rest: its pool has a ready box and the engine holds no other box of
+    this data root (the last run's box is removed, no refill is starting)."""
+    ready = len(list((home / "warm").glob("*/*/ready")))
+    label = f"{LABEL_ROOT}={root_label(home)}"
+    boxes = engine.api().containers(all=True, filters={"label": label})
+    return ready > 0 and len(boxes) == ready
+
+
 def handed_warm_run(home: Path) -> float:
-    """One timed `impyard run` handed to serve, once serve's pool has a ready box."""
-    wait_until(lambda: any((home / "warm").glob("*/*/ready")))
+    """One timed `impyard run` handed to serve, once serve is settled."""
+    wait_until(lambda: settled(home))
     return timed(functools.partial(impyard_run, home))
+
+
+def settled_bare_run(home: Path, target: Path, runtime: str) -> float:
+    """One timed bare run paired with a handed one, started once serve is settled too (its
+    refill after the last run would otherwise fall on the bare side)."""
+    wait_until(lambda: settled(home))
+    return timed(functools.partial(bare_run, target, runtime))
 
 
 def main() -> None:
@@ -176,9 +197,10 @@ def main() -> None:
                 ours.append(timed(functools.partial(impyard_run, home)))
                 warm.append(warm_run(home))
             remove_pools(Home(home))
-            handed = []
+            handed, handed_bare = [], []
             with serving(home):
                 for _ in range(reps):
+                    handed_bare.append(settled_bare_run(home, target, runtime))
                     handed.append(handed_warm_run(home))
             totals = [median(run_totals(home, False)), median(run_totals(home, True))]
             totals.insert(1, median(run_totals(home, False, handed=True)))
@@ -198,7 +220,8 @@ def main() -> None:
                     f"{median(warm):.0f}",
                     f"{median(warm) / median(bare):.2f}x",
                     f"{median(handed):.0f}",
-                    f"{median(handed) / median(bare):.2f}x",
+                    f"{median(handed_bare):.0f}",
+                    f"{median(handed) / median(handed_bare):.2f}x",
                     " / ".join(f"{total:.0f}" for total in totals),
                 )
             )
@@ -217,6 +240,7 @@ def main() -> None:
             "warm run ms",
             "warm ratio",
             "warm via serve ms",
+            "its bare ms",
             "via serve ratio",
             "run's own ms cold / cold via serve / warm / warm via serve",
         ),

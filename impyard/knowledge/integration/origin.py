@@ -14,7 +14,9 @@ is among them is hard-linked in whole (a large run's blobs and trees, or the
 commits and trees of runs the lane landed together, already durable); the rest
 are written as one new pack when many or when main gained several commits at
 once (a lane pass: one batch of fsyncs, not one per object), loose otherwise.
-A pack holding anything else (a refused run's content) is never linked.
+A pack holding anything else (a refused run's content) is never linked. Once many
+loose objects or small packs have gathered, they are folded into one pack
+(``origin_tidy``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import pygit2
 from impyard.common.fsutil import fsync_dir, locked
 from impyard.common.names import check_imp_name
 from impyard.home import Home
+from impyard.knowledge.integration.origin_tidy import tidy_origin
 from impyard.knowledge.store.gitcalls import Repository
 from impyard.knowledge.store.history import Added
 from impyard.knowledge.store.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
@@ -74,6 +77,7 @@ def sync_origin(
     if published != target:
         _publish_objects(repo, origin, target, published, made or {})
         origin.references.create(MAIN, target, force=True)
+        tidy_origin(origin)
     # Only main may ever be published; drop anything else that appeared.
     for name in list(origin.references):
         if name != MAIN:

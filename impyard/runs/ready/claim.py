@@ -38,6 +38,9 @@ from impyard.runs.records.model import RunRequest
 
 #: The size past which a file put in place is refused (a task or CA bundle is small).
 _MAX_FILE_BYTES = 64 * 2**20
+#: Passes over the origin's pack directory before a claim stops chasing folds (each
+#: fold needs a lane pass, so a second pass almost never misses anything).
+_PACK_PASSES = 8
 #: Set when a run of this process claimed a ready box: serve's pool keeper refills at once
 #: rather than at its next pass.
 POOL_CLAIMED = threading.Event()
@@ -82,7 +85,7 @@ class WarmClaim:
         """Put the run's files in place; the box's output is followed from here on."""
         for mount in spec.mounts:
             if mount.target == BOX_ORIGIN:
-                _link_tree(Path(mount.source), self.box.source(BOX_ORIGIN))
+                _link_origin(Path(mount.source), self.box.source(BOX_ORIGIN))
             elif mount.target in warmpool.FILE_TARGETS:
                 _write_in_place(Path(mount.source), self.box.source(mount.target))
         follower = LogFollower.attach(self.box.container_id, log_path)
@@ -170,19 +173,43 @@ def _write_in_place(source: Path, target: Path) -> None:
         os.close(fd)
 
 
-def _link_tree(source: Path, target: Path) -> None:
+def _link_origin(source: Path, target: Path) -> None:
     """Hard-link the published origin into ``target`` (the box mounts it read-only); a
     file the lane replaces later is a new inode, so the box's view stays one publication.
-    Plain strings and ``scandir``, not ``Path``: this is on a warm run's way to its box,
-    and an origin holds a directory per loose-object prefix."""
-    stack = [(os.fspath(source), os.fspath(target))]
+
+    The lane may publish, or fold loose objects and small packs into a new pack
+    (``origin_tidy``), meanwhile, so the order keeps the copy whole: refs first (the
+    main the box sees), then loose objects, then packs; an object that vanished was
+    folded into a pack written before it went, and the pack directory is linked again
+    until a pass misses nothing."""
+    _link_tree(source, target, skip="objects")
+    objects, into = source / "objects", target / "objects"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(into, 0o755)
+    _link_tree(objects, into, skip="pack")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(into / "pack", 0o755)
+    for _ in range(_PACK_PASSES):
+        if not _link_tree(objects / "pack", into / "pack"):
+            return
+
+
+def _link_tree(source: Path, target: Path, skip: str | None = None) -> int:
+    """Hard-link ``source``'s tree into ``target`` (``skip``: a top-level name left out);
+    how many entries vanished before they were linked. Plain strings and ``scandir``, not
+    ``Path``: this is on a warm run's way to its box, and an origin holds a directory per
+    loose-object prefix."""
+    missed = 0
+    root = os.fspath(source)
+    stack = [(root, os.fspath(target))]
     while stack:
         src, dst = stack.pop()
         try:
             with os.scandir(src) as listing:
-                entries = list(listing)
+                entries = [e for e in listing if not (src == root and e.name == skip)]
         except FileNotFoundError:
-            continue  # a directory the lane emptied and removed meanwhile
+            missed += 1
+            continue
         for entry in entries:
             if entry.is_symlink():
                 continue
@@ -190,7 +217,11 @@ def _link_tree(source: Path, target: Path) -> None:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(f"{dst}/{entry.name}", 0o755)
                 stack.append((entry.path, f"{dst}/{entry.name}"))
-            else:
-                # A loose object packed away by the lane meanwhile is in the pack now.
-                with contextlib.suppress(FileNotFoundError):
-                    os.link(entry.path, f"{dst}/{entry.name}", follow_symlinks=False)
+                continue
+            try:
+                os.link(entry.path, f"{dst}/{entry.name}", follow_symlinks=False)
+            except FileNotFoundError:
+                missed += 1
+            except FileExistsError:
+                pass  # linked by an earlier pass
+    return missed

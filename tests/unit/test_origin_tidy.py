@@ -1,0 +1,122 @@
+"""The published origin stays small in files: loose objects and small packs are folded
+into one pack once enough gathered, and a ready box's copy of it stays whole while the
+lane folds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from impyard.home import Home
+from impyard.knowledge.change import FileState
+from impyard.knowledge.integration import origin_tidy
+from impyard.knowledge.integration.origin import publish_origin
+from impyard.knowledge.store.packs import ObjectBatch
+from impyard.knowledge.store.repo import main_commit
+from impyard.knowledge.store.trees import build_tree
+from impyard.runs.ready.claim import _link_origin
+from tests.helpers.git import git
+from tests.helpers.repo import assert_fsck_clean, make_imp
+
+
+def commit_note(repo: pygit2.Repository, n: int) -> str:
+    blob = repo.create_blob(f"note {n}\n".encode())
+    head = repo[main_commit(repo)]
+    tree = build_tree(repo, head.tree, {f"records/t/n{n}.md": FileState(str(blob), 2, False)}, ())
+    sig = pygit2.Signature("t", "t@t")
+    return str(repo.create_commit("refs/heads/main", sig, sig, f"n{n}\n", tree, [head.id]))
+
+
+def loose_files(git_dir: Path) -> list[str]:
+    objects = git_dir / "objects"
+    return [
+        f"{d}/{f}"
+        for d in os.listdir(objects)
+        if len(d) == 2 and (objects / d).is_dir()
+        for f in os.listdir(objects / d)
+    ]
+
+
+def packs(git_dir: Path) -> list[str]:
+    return sorted(n for n in os.listdir(git_dir / "objects" / "pack") if n.endswith(".idx"))
+
+
+def publish_runs(home: Home, repo: pygit2.Repository, first: int, count: int) -> None:
+    for n in range(first, first + count):
+        commit_note(repo, n)
+        publish_origin(home, "yuko")
+
+
+def test_many_one_note_runs_leave_a_bounded_number_of_loose_objects(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    most_loose_dirs = 0
+    for n in range(120):
+        commit_note(repo, n)
+        publish_origin(home, "yuko")
+        dirs = {name.split("/")[0] for name in loose_files(origin)}
+        most_loose_dirs = max(most_loose_dirs, len(dirs))
+    # Four objects a run (commit, two trees, a blob): 480 loose files without folding.
+    assert most_loose_dirs < origin_tidy.LOOSE_DIRS
+    assert len(loose_files(origin)) < 4 * origin_tidy.LOOSE_DIRS
+    assert 1 <= len(packs(origin)) <= 2  # folds fold their predecessor in while small
+    assert_fsck_clean(origin)
+    assert git("-C", origin, "rev-parse", "main").stdout.strip() == main_commit(repo)
+    clone = tmp_path / "clone"
+    git("clone", "-q", origin, clone)
+    assert sorted(p.name for p in (clone / "records" / "t").iterdir()) == sorted(
+        f"n{n}.md" for n in range(120)
+    )
+
+
+def test_a_fold_keeps_large_packs_and_folds_small_ones(tmp_path: Path) -> None:
+    home, repo = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    publish_runs(home, repo, 0, 10)
+    # A large pack in the origin (a big run's snapshot, linked from the canonical repo).
+    big = pygit2.Repository(str(origin))
+    with ObjectBatch(big, threshold=2) as batch:
+        for i in range(40):
+            batch.add(pygit2.enums.ObjectType.BLOB, os.urandom(40_000) + bytes([i]))
+        large = batch.write()
+    assert large is not None
+    folded = origin_tidy.tidy_origin(pygit2.Repository(str(origin)))
+    assert folded is None  # ten runs: not enough to fold yet
+    publish_runs(home, repo, 10, 80)
+    assert f"{large}.idx" in packs(origin)
+    assert len(packs(origin)) <= 3  # the large one and at most two folds
+    assert_fsck_clean(origin)
+
+
+def test_a_copy_made_while_the_lane_folds_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim links refs, then loose objects, then packs: objects folded away between
+    the loose listing and the pack listing are found in the new pack."""
+    home, repo = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    publish_runs(home, repo, 0, 12)
+    assert loose_files(origin)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    real_link = os.link
+    folded: list[object] = []
+
+    def link_then_fold(src: str, dst: str, *, follow_symlinks: bool = True) -> None:
+        # The first loose object linked: the lane folds everything before the next one.
+        real_link(src, dst, follow_symlinks=follow_symlinks)
+        if not folded and "/objects/" in src and "/pack/" not in src:
+            with monkeypatch.context() as fold_now:
+                fold_now.setattr(origin_tidy, "LOOSE_DIRS", 1)
+                folded.append(origin_tidy.tidy_origin(pygit2.Repository(str(origin))))
+
+    monkeypatch.setattr(os, "link", link_then_fold)
+    _link_origin(origin, copy)
+    monkeypatch.undo()
+    assert folded and folded[0] is not None
+    assert not loose_files(origin)
+    assert_fsck_clean(copy)
+    assert git("-C", copy, "rev-parse", "main").stdout.strip() == main_commit(repo)
