@@ -190,11 +190,11 @@ class Run(RunRecord):
         endings.quarantine_without_box(self, reason)
 
     def finish(self, checkpoint: Checkpoint, **outcome: Any) -> None:
+        self.box_end.log_kept()  # a follower reads to the log's end once the run finished
         self.manifest.timings_ms["total"] = round((time.monotonic() - self._t0) * 1000, 1)
         self.manifest.finished(checkpoint, names.utc_now(), **outcome)
         self.save()
         self.release_lease()
-        self.box_end.log_kept()
         self.ctx.finished(self.manifest)
         self.wait_teardown()
         release_run_space(self.home, self.manifest)
