@@ -43,29 +43,40 @@ def pack(
     """Write ``root``'s tree to ``out`` as a tar; the bytes of file content packed.
 
     ``live_repo``: ``root`` is a bare repository the lane may publish to meanwhile (the
-    published origin). Its refs go first and then its objects, which are only ever added:
+    published origin). Its refs go first and then its objects, loose ones before packs:
     every object a packed ref names is packed too. A file that vanished between listing
-    and reading (a temporary pack renamed) is skipped. ``have``: files the receiver holds
-    (path → size); one of them is left out unless its size changed or it is a ref (objects
-    and packs never change under their name; refs do), and those ``root`` no longer holds
-    are named in a last member, ``GONE``.
+    and reading (a temporary pack renamed, loose objects or small packs the lane folded
+    into a new pack) is skipped, and the pack directory is listed again until a pass
+    finds nothing new, so a folded object arrives in its new pack. ``have``: files the
+    receiver holds (path → size); one of them is left out unless its size changed or it is
+    a ref (objects and packs never change under their name; refs do), and those ``root``
+    no longer holds are named in a last member, ``GONE``.
     """
     total = 0
     listed: set[str] = set()
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for rel, st in _walk(root, first=_REFS_FIRST if live_repo else (), live=live_repo):
-            listed.add(rel)
-            if have is not None and _held(rel, st, have):
-                continue
-            info = tarfile.TarInfo(rel)
-            info.mtime = 0
-            try:
-                total += _add(tar, info, root / rel, st, limit - total)
-            except FileNotFoundError:
-                if not live_repo:
-                    raise
-            except TreeTooLarge:
-                raise TreeTooLarge(f"the tree is over {limit:,} bytes") from None
+        entries = _walk(root, first=_REFS_FIRST if live_repo else (), live=live_repo)
+        for _ in range(_PACK_PASSES):
+            vanished = 0
+            for rel, st in entries:
+                if rel in listed:
+                    continue
+                listed.add(rel)
+                if have is not None and _held(rel, st, have):
+                    continue
+                info = tarfile.TarInfo(rel)
+                info.mtime = 0
+                try:
+                    total += _add(tar, info, root / rel, st, limit - total)
+                except FileNotFoundError:
+                    if not live_repo:
+                        raise
+                    vanished += 1
+                except TreeTooLarge:
+                    raise TreeTooLarge(f"the tree is over {limit:,} bytes") from None
+            if not vanished:
+                break
+            entries = _walk(root, _PACKS, live=True)
         gone = sorted(set(have or ()) - listed)
         if gone:
             listing = json.dumps(gone).encode()
@@ -80,6 +91,10 @@ def pack(
 GONE = ".impyard-gone"
 #: A bare repository's names that go before its objects (``live_repo``).
 _REFS_FIRST = ("HEAD", "packed-refs", "refs")
+#: Where a live repository's packs are, listed again after files vanished, and how many
+#: times at most (each fold is a lane pass: a second listing almost never misses).
+_PACKS = "objects/pack/"
+_PACK_PASSES = 8
 #: Names in a bare repository that change in place (always sent, whatever ``have`` says).
 _MUTABLE = ("HEAD", "packed-refs", "config", "refs/", "objects/info/", "info/")
 

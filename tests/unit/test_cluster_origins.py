@@ -14,8 +14,10 @@ from typing import BinaryIO
 import pygit2
 import pytest
 
+from impyard.cluster import treetar
 from impyard.cluster.node.origins import Origins
 from impyard.cluster.treetar import TreeRefused, pack
+from impyard.knowledge.integration import origin_tidy
 
 
 class Plane:
@@ -122,3 +124,30 @@ def test_what_the_origin_no_longer_holds_leaves_the_copy(tmp_path: Path) -> None
     # The next update neither asks for nor deletes anything twice.
     _update(origins, plane)
     assert not any(str(p) in plane.asked[-1] for p in loose)
+
+
+def test_objects_folded_while_an_update_is_read_arrive_in_their_new_pack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane folds the origin's loose objects into a pack after the update listed them
+    and before it read them: the update lists the packs again and carries the new one."""
+    origin_dir = tmp_path / "origin.git"
+    origin = pygit2.init_repository(str(origin_dir), bare=True)
+    for n in range(5):
+        second = _commit(origin, f"note {n}")
+    real_add = treetar._add
+    folded: list[object] = []
+
+    def add_then_fold(tar: tarfile.TarFile, info: tarfile.TarInfo, *args: object) -> int:
+        if not folded and info.name.startswith("objects/") and "/pack/" not in info.name:
+            with monkeypatch.context() as fold_now:
+                fold_now.setattr(origin_tidy, "LOOSE_DIRS", 1)
+                folded.append(origin_tidy.tidy_origin(pygit2.Repository(str(origin_dir))))
+        return real_add(tar, info, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(treetar, "_add", add_then_fold)
+    copy = _update(Origins(tmp_path / "origins"), Plane(origin_dir))
+    assert folded and folded[0] is not None
+    mirror = pygit2.Repository(str(copy))
+    assert mirror.references["refs/heads/main"].target == second
+    assert [c.message for c in mirror.walk(second)] == [f"note {n}" for n in range(4, -1, -1)]
