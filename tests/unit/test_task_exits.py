@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from impyard.box.docker import taskexits
 from impyard.box.docker.taskexits import TaskExits
 
 A, B, C, D = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
@@ -86,3 +92,38 @@ def test_an_oom_kill_published_after_the_exit_is_still_reported(tmp_path: Path) 
         assert exits.oom_killed(B, 0.2) is False  # a kill with no OOM event is not one
     finally:
         exits.close()
+
+
+def test_a_watcher_that_keeps_dying_is_started_again_at_most_every_half_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``ctr`` that exits at once (containerd restarting) is not spawned for every run."""
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "containerd.sock"))
+    starts = tmp_path / "starts"
+    fake_ctr = tmp_path / "ctr"
+    fake_ctr.write_text(f"#!/bin/sh\necho started >> {starts}\nexit 1\n")
+    fake_ctr.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///var/run/docker.sock")
+    monkeypatch.setattr(taskexits, "CONTAINERD_SOCKETS", (tmp_path / "containerd.sock",))
+    taskexits.stop()
+    try:
+        first = taskexits.watch()
+        assert first is not None
+        deadline = time.monotonic() + 10
+        while first.alive and time.monotonic() < deadline:
+            time.sleep(0.01)  # until its reader saw the stream end
+        assert not first.alive
+        for _ in range(5):  # runs that follow meanwhile start nothing
+            assert taskexits.watch() is None
+        assert starts.read_text().count("started") == 1
+        monkeypatch.setattr(taskexits, "RESTART_SECONDS", 0.0)
+        again = taskexits.watch()
+        assert again is not None and again is not first
+        while again.alive and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert starts.read_text().count("started") == 2
+    finally:
+        taskexits.stop()
+        listening.close()

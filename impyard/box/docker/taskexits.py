@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -152,22 +153,34 @@ def _remember(found: OrderedDict[str, V], key: str, value: V) -> None:
 
 _watch: TaskExits | None = None
 _watch_lock = threading.Lock()
+#: When this process last started a watcher: one that died is started again at most
+#: this often, so a ``ctr`` that keeps failing (containerd restarting, a socket it cannot
+#: use) costs a process start per half minute, not per run.
+_started_at: float | None = None
+RESTART_SECONDS = 30.0
 
 
 def watch() -> TaskExits | None:
     """Start this process's watcher (once); None where containerd cannot be watched: no
     ``ctr``, no containerd socket this user may open (it is root's; a ``ctr`` that cannot
     connect would be started again for every run), or an engine reached over the network."""
-    global _watch
+    global _watch, _started_at
     with _watch_lock:
         if _watch is not None and _watch.alive:
             return _watch
+        if _watch is not None:
+            _watch.close()  # reaps its process and closes its pipe
+            _watch = None
+        now = time.monotonic()
+        if _started_at is not None and now - _started_at < RESTART_SECONDS:
+            return None
         ctr = shutil.which("ctr")
         socket = next((s for s in CONTAINERD_SOCKETS if s.is_socket()), None)
         if not engine_url().startswith("unix://") or ctr is None or socket is None:
             return None
         if not os.access(socket, os.R_OK | os.W_OK):
             return None
+        _started_at = now
         try:
             _watch = TaskExits([ctr, "--address", str(socket), "events"])
         except OSError:
@@ -184,8 +197,8 @@ def watching() -> TaskExits | None:
 
 
 def stop() -> None:
-    global _watch
+    global _watch, _started_at
     with _watch_lock:
-        found, _watch = _watch, None
+        found, _watch, _started_at = _watch, None, None
     if found is not None:
         found.close()
