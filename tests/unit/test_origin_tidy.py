@@ -14,6 +14,7 @@ from impyard.home import Home
 from impyard.knowledge.change import FileState
 from impyard.knowledge.integration import origin_tidy
 from impyard.knowledge.integration.origin import publish_origin
+from impyard.knowledge.integration.origin_tidy import roll_up
 from impyard.knowledge.store.packs import ObjectBatch
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.trees import build_tree
@@ -72,22 +73,45 @@ def test_many_one_note_runs_leave_a_bounded_number_of_loose_objects(tmp_path: Pa
     )
 
 
-def test_a_fold_keeps_large_packs_and_folds_small_ones(tmp_path: Path) -> None:
+def test_a_fold_takes_the_smallest_packs_geometrically() -> None:
+    def packs(*sizes: int) -> list[tuple[Path, int]]:
+        return [(Path(f"pack-{i}.idx"), size) for i, size in enumerate(sizes)]
+
+    # Each next pack while it is under twice what the fold holds.
+    assert roll_up(100, packs(10_000, 50, 400, 120)) == [
+        Path("pack-1.idx"),
+        Path("pack-3.idx"),
+        Path("pack-2.idx"),
+    ]
+    # Packs that already double leave nothing to fold but the loose objects.
+    assert roll_up(100, packs(1_000, 3_000)) == []
+    # With nothing loose, the smallest starts the fold.
+    assert roll_up(0, packs(6_000, 1_000, 1_500)) == [Path("pack-1.idx"), Path("pack-2.idx")]
+    assert roll_up(0, packs(1_000, 3_000)) == [Path("pack-0.idx")]
+
+
+def test_packs_stay_few_and_a_large_one_is_never_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(origin_tidy, "FOLD_CAP", 1 << 20)
     home, repo = make_imp(tmp_path)
     origin = home.origin("yuko")
     publish_runs(home, repo, 0, 10)
     # A large pack in the origin (a big run's snapshot, linked from the canonical repo).
-    big = pygit2.Repository(str(origin))
-    with ObjectBatch(big, threshold=2) as batch:
+    with ObjectBatch(pygit2.Repository(str(origin)), threshold=2) as batch:
         for i in range(40):
             batch.add(pygit2.enums.ObjectType.BLOB, os.urandom(40_000) + bytes([i]))
         large = batch.write()
     assert large is not None
-    folded = origin_tidy.tidy_origin(pygit2.Repository(str(origin)))
-    assert folded is None  # ten runs: not enough to fold yet
-    publish_runs(home, repo, 10, 80)
-    assert f"{large}.idx" in packs(origin)
-    assert len(packs(origin)) <= 3  # the large one and at most two folds
+    large_inode = (origin / "objects" / "pack" / f"{large}.pack").stat().st_ino
+    most_packs = 0
+    for n in range(10, 250):
+        commit_note(repo, n)
+        publish_origin(home, "yuko")
+        most_packs = max(most_packs, len(packs(origin)))
+    assert (origin / "objects" / "pack" / f"{large}.pack").stat().st_ino == large_inode
+    assert most_packs <= 8  # the large one and a few that double in size
+    assert len(loose_files(origin)) < 4 * origin_tidy.LOOSE_DIRS
     assert_fsck_clean(origin)
 
 
