@@ -144,3 +144,23 @@ def test_a_copy_made_while_the_lane_folds_is_whole(
     assert not loose_files(origin)
     assert_fsck_clean(copy)
     assert git("-C", copy, "rev-parse", "main").stdout.strip() == main_commit(repo)
+
+
+def test_a_fold_that_fails_leaves_the_publication_and_every_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, repo = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    monkeypatch.setattr(origin_tidy, "LOOSE_DIRS", 1)
+    real_write = origin_tidy._write_pack
+
+    def short_pack(repository: pygit2.Repository, ids: list[bytes]) -> str:
+        return real_write(repository, ids[:1])  # a pack missing all but one object
+
+    monkeypatch.setattr(origin_tidy, "_write_pack", short_pack)
+    loose_before = set(loose_files(origin))
+    head = commit_note(repo, 1)
+    assert publish_origin(home, "yuko") == head  # published though the fold refused
+    assert git("-C", origin, "rev-parse", "main").stdout.strip() == head
+    assert loose_before <= set(loose_files(origin))  # nothing it replaced was deleted
+    assert_fsck_clean(origin)

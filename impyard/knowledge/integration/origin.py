@@ -22,6 +22,7 @@ loose objects or small packs have gathered, they are folded into one pack
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -46,6 +47,8 @@ from impyard.knowledge.store.repo import (
     main_commit,
     open_repo_at,
 )
+
+log = logging.getLogger(__name__)
 
 _BLOB_MODES = frozenset(
     {pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE, pygit2.enums.FileMode.LINK}
@@ -77,7 +80,11 @@ def sync_origin(
     if published != target:
         _publish_objects(repo, origin, target, published, made or {})
         origin.references.create(MAIN, target, force=True)
-        tidy_origin(origin)
+        try:
+            tidy_origin(origin)
+        except (OSError, pygit2.GitError, RuntimeError) as exc:
+            # Housekeeping: the publication stands, and the next one folds again.
+            log.warning("could not fold the published origin's objects: %s", exc)
     # Only main may ever be published; drop anything else that appeared.
     for name in list(origin.references):
         if name != MAIN:

@@ -85,6 +85,10 @@ def tidy_origin(origin: pygit2.Repository) -> Folded | None:
     if not ids:
         return None
     name = _write_pack(origin, ids)  # durable before anything it replaces goes
+    held = set(pack_object_ids(objects / "pack" / f"{name}.idx", at_most=len(ids)) or ())
+    if not held.issuperset(ids):
+        # Never delete what the new pack does not hold (it would be gone from the origin).
+        raise RuntimeError(f"origin fold: pack {name} lacks objects it was given")
     origin.odb.exists(pygit2.Oid(raw=ids[0]))  # libgit2 looks for the new pack now
     for index in rolled:
         if index.stem == name:
