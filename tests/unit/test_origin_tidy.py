@@ -77,7 +77,7 @@ def test_a_fold_takes_the_smallest_packs_geometrically() -> None:
     def packs(*sizes: int) -> list[tuple[Path, int]]:
         return [(Path(f"pack-{i}.idx"), size) for i, size in enumerate(sizes)]
 
-    # Each next pack while it is under twice what the fold holds.
+    # Loose objects take each next pack while it is under twice what the fold holds.
     assert roll_up(100, packs(10_000, 50, 400, 120)) == [
         Path("pack-1.idx"),
         Path("pack-3.idx"),
@@ -85,9 +85,12 @@ def test_a_fold_takes_the_smallest_packs_geometrically() -> None:
     ]
     # Packs that already double leave nothing to fold but the loose objects.
     assert roll_up(100, packs(1_000, 3_000)) == []
-    # With nothing loose, the smallest starts the fold.
+    assert roll_up(0, packs(1_000, 3_000)) == []
+    # Everything at or below the highest place the sizes stop doubling: a tiny first
+    # pack does not keep the run of similar ones above it from folding.
     assert roll_up(0, packs(6_000, 1_000, 1_500)) == [Path("pack-1.idx"), Path("pack-2.idx")]
-    assert roll_up(0, packs(1_000, 3_000)) == [Path("pack-0.idx")]
+    similar = packs(1_700, *[30_000 + i for i in range(20)], 12_000_000)
+    assert roll_up(0, similar) == [index for index, _ in similar[:21]]
 
 
 def test_packs_stay_few_and_a_large_one_is_never_rewritten(

@@ -12,8 +12,7 @@ beside the next run. So once the origin holds ``LOOSE_DIRS`` loose directories o
 smallest packs into one new durable pack and only then deletes what it replaced.
 
 Which packs go with them is git's geometric rule (``git repack --geometric=2``): the
-smallest first, each while it is under twice what the fold already holds. The packs
-left behind each hold at least twice all smaller ones together, so their number grows
+packs left behind each hold at least twice the next smaller one, so their number grows
 with the logarithm of the origin's size, and each byte is rewritten a few times on its
 way to ``FOLD_CAP``, not at every fold; a pack at the cap or over it (a big run's
 snapshot, the records an imp started with) is never rewritten.
@@ -28,14 +27,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 
 from impyard.common.fsutil import fsync_dir
+from impyard.knowledge.store.packfile import PackWriter
 from impyard.knowledge.store.packs import pack_object_ids
 
 #: Loose-object directories (one per two-hex-digit id prefix) that start a fold. Counting
@@ -110,49 +108,35 @@ def tidy_origin(origin: pygit2.Repository) -> Folded | None:
 
 
 def _write_pack(origin: pygit2.Repository, ids: list[bytes]) -> str:
-    """One durable pack of ``ids`` in the origin, its trees and blobs stored as deltas of
-    one another where libgit2's pack builder finds them (the versions of a directory a
-    run rewrote are mostly the same entries: 300 one-note runs' objects took 104 KB so
-    and 1.2 MB whole); its name. Built beside the origin and moved in, the pack before
-    its index: a reader finds a pack only through its index."""
-    git_dir = Path(origin.path)
-    packs = git_dir / "objects" / "pack"
-    for stale in git_dir.parent.glob(f".{git_dir.name}-fold-*"):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a host that died folding
-    staging = Path(tempfile.mkdtemp(prefix=f".{git_dir.name}-fold-", dir=git_dir.parent))
+    """One durable pack of ``ids`` in the origin; its name. Each object is written whole
+    (as it was loose): libgit2's pack builder, which finds deltas, took 1.5 ms an object
+    on the trees of a 100,000-record imp and halved the lane's rate of one-run passes."""
+    writer = PackWriter(Path(origin.path) / "objects" / "pack")
     try:
-        builder = pygit2.PackBuilder(origin)
         for oid in ids:
-            builder.add(pygit2.Oid(raw=oid))
-        builder.write(str(staging))
-        index = next(path for path in staging.iterdir() if path.suffix == ".idx")
-        pack = index.with_suffix(".pack")
-        for path in (pack, index):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.replace(pack, packs / pack.name)
-        os.replace(index, packs / index.name)
-        fsync_dir(packs)
-        return index.stem
+            kind, data = origin.odb.read(pygit2.Oid(raw=oid))[:2]
+            writer.add(kind, data, oid)
+        return writer.finish()
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        writer.abort()
 
 
 def roll_up(loose_bytes: int, packs: list[tuple[Path, int]]) -> list[Path]:
     """The packs (index path, pack bytes) a fold takes beside ``loose_bytes`` of loose
-    objects: smallest first, each while it is under twice what the fold holds so far
-    (with nothing loose, the smallest starts the fold)."""
-    held = loose_bytes
-    taken: list[Path] = []
-    for index, size in sorted(packs, key=lambda pack: (pack[1], pack[0].name)):
-        if held and size >= 2 * held:
+    objects, as ``git repack --geometric=2`` chooses: every pack at or below the highest
+    place where the sizes, in order, stop at least doubling; then each next pack while it
+    is under twice what the fold holds."""
+    ordered = sorted(packs, key=lambda pack: (pack[1], pack[0].name))
+    split = 0
+    for at in range(len(ordered) - 1, 0, -1):
+        if ordered[at][1] < 2 * ordered[at - 1][1]:
+            split = at + 1
             break
-        held += size
-        taken.append(index)
-    return taken
+    held = loose_bytes + sum(size for _, size in ordered[:split])
+    while split < len(ordered) and ordered[split][1] < 2 * held:
+        held += ordered[split][1]
+        split += 1
+    return [index for index, _ in ordered[:split]]
 
 
 def _loose_dirs(objects: Path) -> list[str]:
