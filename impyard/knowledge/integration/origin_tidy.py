@@ -9,13 +9,13 @@ serve running, 31 runs on one imp had left 160 files in 115 directories and the 
 took 29 ms instead of 12, with the deletion of the last box's copy taking 50 ms of CPU
 beside the next run. So once the origin holds ``LOOSE_DIRS`` loose directories or
 ``MAX_PACKS`` packs under ``FOLD_CAP``, the lane writes the loose objects and the
-smallest packs into one new durable pack and only then deletes what it replaced.
+smaller packs into one new durable pack and only then deletes what it replaced.
 
 Which packs go with them is git's geometric rule (``git repack --geometric=2``): the
 packs left behind each hold at least twice the next smaller one, so their number grows
 with the logarithm of the origin's size, and each byte is rewritten a few times on its
 way to ``FOLD_CAP``, not at every fold; a pack at the cap or over it (a big run's
-snapshot, the records an imp started with) is never rewritten.
+snapshot) is never rewritten.
 
 Callers hold the lane lock (no other writer); readers are safe: git looks in new packs
 when an object is missing, and a ready box's claim and a node's origin update take
