@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.cli import Cli, json_lines
+from tests.helpers.policy import edit_org
+from tests.helpers.warm import ready_count, remove_pool_boxes, serving, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -109,3 +111,33 @@ def test_a_box_imp_runs_while_a_route_it_never_names_has_no_secret(cli: Cli, ups
     ]
     assert (request["route"], request["status"]) == ("llm", 502), request
     assert "IMPYARD_SECRET_UNSET_LLM is not set on the host" in request["reason"], request
+
+
+def test_a_run_on_a_ready_box_reaches_its_gateway_at_its_first_instruction(
+    cli: Cli, upstream: int
+) -> None:
+    """A ready box starts the run's command as soon as its claim says so, with no wait of
+    its own: the gateway must already listen in the box's network namespace by then."""
+    assert cli("init").code == 0
+    edit_org(cli.home, "boxes = 0", "boxes = 1")
+    org = cli.home / "policy" / "org.toml"
+    org.write_text(
+        org.read_text()
+        + f'\n[[gateway.allow]]\nhost = "127.0.0.1"\nports = [{upstream}]\nmethods = ["GET"]\n'
+    )
+    assert cli("deploy").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    script = f"wget -q -O - http://127.0.0.1:{upstream}/first; echo rc=$?"
+    first = cli("run", "yuko", "--prompt", "fetch", "--command", script, "--json")
+    assert json.loads(first.stdout)["warm"] is False, first.stdout  # it teaches serve the shape
+    try:
+        with serving(cli.home):
+            wait_for("a ready box", lambda: ready_count(cli.home) >= 1)
+            result = cli("run", "yuko", "--prompt", "fetch", "--command", script, "--json")
+    finally:
+        remove_pool_boxes(cli.home)
+    assert result.code == 0, result.stderr
+    run = json.loads(result.stdout)
+    assert run["warm"] is True, run
+    logs = cli("runs", "logs", run["run_id"]).stdout
+    assert "hello from upstream" in logs and "rc=0" in logs, logs
