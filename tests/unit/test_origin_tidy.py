@@ -15,7 +15,9 @@ from impyard.knowledge.change import FileState
 from impyard.knowledge.integration import origin_tidy
 from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.integration.origin_tidy import roll_up
-from impyard.knowledge.store.packs import ObjectBatch
+from impyard.knowledge.store.gitdelta import delta
+from impyard.knowledge.store.packfile import PackCopyError, PackWriter
+from impyard.knowledge.store.packs import ObjectBatch, object_id
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.trees import build_tree
 from impyard.runs.ready.claim import _link_origin
@@ -157,8 +159,8 @@ def test_a_fold_that_fails_leaves_the_publication_and_every_object(
     monkeypatch.setattr(origin_tidy, "LOOSE_DIRS", 1)
     real_write = origin_tidy._write_pack
 
-    def short_pack(repository: pygit2.Repository, ids: list[bytes]) -> str:
-        return real_write(repository, ids[:1])  # a pack missing all but one object
+    def short_pack(repository: pygit2.Repository, rolled: list[Path], loose: list[bytes]) -> str:
+        return real_write(repository, [], loose[:1])  # a pack missing all but one object
 
     monkeypatch.setattr(origin_tidy, "_write_pack", short_pack)
     loose_before = set(loose_files(origin))
@@ -166,4 +168,84 @@ def test_a_fold_that_fails_leaves_the_publication_and_every_object(
     assert publish_origin(home, "yuko") == head  # published though the fold refused
     assert git("-C", origin, "rev-parse", "main").stdout.strip() == head
     assert loose_before <= set(loose_files(origin))  # nothing it replaced was deleted
+    assert_fsck_clean(origin)
+
+
+def delta_packs(origin: Path) -> tuple[dict[bytes, bytes], list[str]]:
+    """Two packs of similar size in ``origin``, as the lane writes them: a chain of deltas,
+    an object in both (whole in one, a delta in the other) and a delta whose base is that
+    shared object. Returns every object's content by id, and the two packs' names."""
+    blob = pygit2.enums.ObjectType.BLOB
+    b0 = os.urandom(20_000)
+    b1, b2, b3, c0 = b0 + b"one", b0 + b"one two", b0 + b"one three", os.urandom(20_000)
+    ids = {data: object_id(blob, data) for data in (b0, b1, b2, b3, c0)}
+    first = PackWriter(origin / "objects" / "pack")
+    first.add(blob, b0, ids[b0])
+    first.add_delta(ids[b1], ids[b0], delta(b0, b1))
+    first.add_delta(ids[b2], ids[b1], delta(b1, b2))
+    second = PackWriter(origin / "objects" / "pack")
+    second.add(blob, c0, ids[c0])
+    second.add(blob, b1, ids[b1])
+    second.add_delta(ids[b3], ids[b1], delta(b1, b3))
+    return {oid: data for data, oid in ids.items()}, [first.finish(), second.finish()]
+
+
+def test_a_fold_copies_packed_objects_as_stored_and_keeps_their_deltas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, _ = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    contents, names = delta_packs(origin)
+    pack_dir = origin / "objects" / "pack"
+    before = sum((pack_dir / f"{name}.pack").stat().st_size for name in names)
+    monkeypatch.setattr(origin_tidy, "MAX_PACKS", 2)
+    folded = origin_tidy.tidy_origin(pygit2.Repository(str(origin)))
+    assert folded is not None and folded.packs == 2, folded
+    assert packs(origin) == [f"{folded.pack}.idx"]
+    fresh = pygit2.Repository(str(origin))
+    for oid, data in contents.items():
+        assert fresh[pygit2.Oid(raw=oid)].data == data
+    # Whole, the three versions of b0 alone would be 60 KB more than the packs held.
+    assert (pack_dir / f"{folded.pack}.pack").stat().st_size <= before
+    shown = git("verify-pack", "-v", pack_dir / f"{folded.pack}.idx").stdout
+    # b1 on b0; b2 and b3 on b1 (b3's base came from the other pack): still deltas.
+    assert "chain length = 1: 1 object\n" in shown, shown
+    assert "chain length = 2: 2 objects\n" in shown, shown
+    assert_fsck_clean(origin)
+
+
+def test_a_fold_refuses_a_damaged_pack_and_deletes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, _ = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    _, names = delta_packs(origin)
+    pack_dir = origin / "objects" / "pack"
+    damaged = pack_dir / f"{names[0]}.pack"
+    raw = bytearray(damaged.read_bytes())
+    raw[100] ^= 0xFF  # inside the first object's compressed data
+    damaged.chmod(0o644)
+    damaged.write_bytes(bytes(raw))
+    listed = sorted(os.listdir(pack_dir))
+    monkeypatch.setattr(origin_tidy, "MAX_PACKS", 2)
+    with pytest.raises(PackCopyError, match="damaged"):
+        origin_tidy.tidy_origin(pygit2.Repository(str(origin)))
+    assert sorted(os.listdir(pack_dir)) == listed  # no pack lost, no partial one left
+
+
+def test_a_pack_of_many_objects_is_never_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(origin_tidy, "FOLD_OBJECTS", 40)
+    home, repo = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    with ObjectBatch(pygit2.Repository(str(origin)), threshold=2) as batch:
+        for i in range(40):
+            batch.add(pygit2.enums.ObjectType.BLOB, f"small {i}\n".encode())
+        many = batch.write()
+    assert many is not None
+    inode = (origin / "objects" / "pack" / f"{many}.pack").stat().st_ino
+    publish_runs(home, repo, 0, 100)
+    assert (origin / "objects" / "pack" / f"{many}.pack").stat().st_ino == inode
+    assert len(loose_files(origin)) < 4 * origin_tidy.LOOSE_DIRS  # the runs still fold
     assert_fsck_clean(origin)

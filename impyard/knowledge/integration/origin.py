@@ -39,6 +39,7 @@ from impyard.home import Home
 from impyard.knowledge.integration.origin_tidy import tidy_origin
 from impyard.knowledge.store.gitcalls import Repository
 from impyard.knowledge.store.history import Added
+from impyard.knowledge.store.packfile import PackCopyError
 from impyard.knowledge.store.packs import PACK_THRESHOLD, ObjectBatch, pack_dir, pack_object_ids
 from impyard.knowledge.store.repo import (
     MAIN,
@@ -82,7 +83,7 @@ def sync_origin(
         origin.references.create(MAIN, target, force=True)
         try:
             tidy_origin(origin)
-        except (OSError, pygit2.GitError, RuntimeError) as exc:
+        except (OSError, pygit2.GitError, PackCopyError, RuntimeError) as exc:
             # Housekeeping: the publication stands, and the next one folds again.
             log.warning("could not fold the published origin's objects: %s", exc)
     # Only main may ever be published; drop anything else that appeared.

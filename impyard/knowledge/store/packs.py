@@ -44,16 +44,29 @@ def pack_dir(repo: pygit2.Repository) -> Path:
     return Path(repo.path) / "objects" / "pack"
 
 
+def pack_object_count(idx: Path) -> int | None:
+    """How many objects a version 2 ``.idx`` lists (None: not one, or unreadable)."""
+    try:
+        with idx.open("rb") as handle:
+            return _count(handle.read(IDX_HEADER))
+    except OSError:
+        return None
+
+
+def _count(header: bytes) -> int | None:
+    if len(header) != IDX_HEADER or header[:8] != IDX_MAGIC + struct.pack(">I", 2):
+        return None
+    count: int = struct.unpack_from(">I", header, IDX_HEADER - 4)[0]
+    return count
+
+
 def pack_object_ids(idx: Path, at_most: int) -> list[bytes] | None:
     """The raw oids a version 2 ``.idx`` lists, or None if it lists more than ``at_most``
     (or is not a version 2 index, or cannot be read)."""
     try:
         with idx.open("rb") as handle:
-            header = handle.read(IDX_HEADER)
-            if len(header) != IDX_HEADER or header[:8] != IDX_MAGIC + struct.pack(">I", 2):
-                return None
-            count = struct.unpack_from(">I", header, IDX_HEADER - 4)[0]
-            if count > at_most:
+            count = _count(handle.read(IDX_HEADER))
+            if count is None or count > at_most:
                 return None
             table = handle.read(20 * count)
     except OSError:
