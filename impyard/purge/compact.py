@@ -12,7 +12,6 @@ compacts again.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,11 +19,11 @@ from pathlib import Path
 import pygit2
 
 from impyard.common.fsutil import fsync_dir
+from impyard.knowledge.store.fold import LOOSE_DIR
 from impyard.knowledge.store.packfile import PackWriter
 from impyard.knowledge.store.packs import pack_dir
 from impyard.purge.selector import commit_refs
 
-_LOOSE_DIR = re.compile(r"^[0-9a-f]{2}$")
 _GITLINK = pygit2.enums.FileMode.COMMIT
 
 
@@ -84,7 +83,9 @@ def drop_all_but(git_dir: Path, keep_pack: str) -> int:
         fsync_dir(packs)
     with os.scandir(objects) as entries:
         loose = [
-            e.path for e in entries if e.is_dir(follow_symlinks=False) and _LOOSE_DIR.match(e.name)
+            e.path
+            for e in entries
+            if e.is_dir(follow_symlinks=False) and LOOSE_DIR.fullmatch(e.name)
         ]
     for path in loose:
         with os.scandir(path) as files:

@@ -17,7 +17,7 @@ import pytest
 from impyard.cluster import treetar
 from impyard.cluster.node.origins import Origins
 from impyard.cluster.treetar import TreeRefused, pack
-from impyard.knowledge.integration import origin_tidy
+from impyard.knowledge.store import fold
 
 
 class Plane:
@@ -141,8 +141,8 @@ def test_objects_folded_while_an_update_is_read_arrive_in_their_new_pack(
     def add_then_fold(tar: tarfile.TarFile, info: tarfile.TarInfo, *args: object) -> int:
         if not folded and info.name.startswith("objects/") and "/pack/" not in info.name:
             with monkeypatch.context() as fold_now:
-                fold_now.setattr(origin_tidy, "LOOSE_DIRS", 1)
-                folded.append(origin_tidy.tidy_origin(pygit2.Repository(str(origin_dir))))
+                fold_now.setattr(fold, "LOOSE_DIRS", 1)
+                folded.append(fold.fold_objects(pygit2.Repository(str(origin_dir))))
         return real_add(tar, info, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(treetar, "_add", add_then_fold)

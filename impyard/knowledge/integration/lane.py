@@ -40,6 +40,7 @@ re-exports them. The validation before a change's turn is ``lanecheck``'s.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -68,8 +69,10 @@ from impyard.knowledge.integration.lanerecord import (
     run_commits,
 )
 from impyard.knowledge.integration.origin import sync_origin
+from impyard.knowledge.store.fold import fold_objects
 from impyard.knowledge.store.headtree import Directory, HeadTree
 from impyard.knowledge.store.history import Added, checkpoint_number, lane_commit, remember_added
+from impyard.knowledge.store.packfile import PackCopyError
 from impyard.knowledge.store.repo import MAIN, host_signature, imp_signature, main_commit
 from impyard.knowledge.store.staging import MemoryObjects, staged
 from impyard.knowledge.store.trees import PathConflict
@@ -98,7 +101,13 @@ __all__ = [
 #: one-note commit stages ~80 KB of trees) and how long its first caller waits.
 MAX_CHAIN_COMMITS = 1024
 MAX_STAGED_BYTES = 64 << 20
+#: A canonical pack this recent is not folded: it may be a run's snapshot waiting for its
+#: landing (seconds after it is written), which hard-links it into the origin whole;
+#: folded first, its objects would be copied one by one. One multi-commit pass a second
+#: leaves at most this many recent packs beside the folded ones.
+CANONICAL_PACK_AGE_SECONDS = 60.0
 _TREE = pygit2.enums.ObjectType.TREE
+log = logging.getLogger(__name__)
 
 
 def integrate(
@@ -355,6 +364,8 @@ class _Chain:
                 ticket.settle(outcome.landed("integrated", commit))
             except Exception as exc:  # keeping its refused files failed; its commit landed
                 ticket.fail(exc)
+        if self.landed:
+            fold_canonical(self.repo)
         # The next runs are validated against this main: index its directories' names
         # from the ones before, rather than each of them listing every name again.
         for directory, (first, came) in self.directories.items():
@@ -362,6 +373,16 @@ class _Chain:
             if first is not None and last is not None:
                 carry_name_forms(first, last, came)
         return _Chain(self.home, self.repo, self.stage, self.memory, self.since, self.trees.parsed)
+
+
+def fold_canonical(repo: pygit2.Repository) -> None:
+    """Fold the canonical repository's loose objects and small packs now and then (after
+    the pass's runs are told how they landed). Housekeeping: a fold that fails is logged,
+    and the next pass tries again."""
+    try:
+        fold_objects(repo, min_age=CANONICAL_PACK_AGE_SECONDS, keep_dirs=True)
+    except (OSError, pygit2.GitError, PackCopyError, RuntimeError) as exc:
+        log.warning("could not fold the canonical repository's objects: %s", exc)
 
 
 def _compare_and_swap_main(repo: pygit2.Repository, old: str, new: pygit2.Oid) -> None:

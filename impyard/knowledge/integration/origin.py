@@ -16,7 +16,7 @@ are written as one new pack when many or when main gained several commits at
 once (a lane pass: one batch of fsyncs, not one per object), loose otherwise.
 A pack holding anything else (a refused run's content) is never linked. Once many
 loose objects or small packs have gathered, they are folded into one pack
-(``origin_tidy``).
+(``knowledge.store.fold``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import pygit2
 from impyard.common.fsutil import fsync_dir, locked
 from impyard.common.names import check_imp_name
 from impyard.home import Home
-from impyard.knowledge.integration.origin_tidy import tidy_origin
+from impyard.knowledge.store.fold import fold_objects
 from impyard.knowledge.store.gitcalls import Repository
 from impyard.knowledge.store.history import Added
 from impyard.knowledge.store.packfile import PackCopyError
@@ -82,7 +82,7 @@ def sync_origin(
         _publish_objects(repo, origin, target, published, made or {})
         origin.references.create(MAIN, target, force=True)
         try:
-            tidy_origin(origin)
+            fold_objects(origin)
         except (OSError, pygit2.GitError, PackCopyError, RuntimeError) as exc:
             # Housekeeping: the publication stands, and the next one folds again.
             log.warning("could not fold the published origin's objects: %s", exc)

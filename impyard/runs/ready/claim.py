@@ -186,7 +186,7 @@ def _link_origin(source: Path, target: Path) -> None:
     file the lane replaces later is a new inode, so the box's view stays one publication.
 
     The lane may publish, or fold loose objects and small packs into a new pack
-    (``origin_tidy``), meanwhile, so the order keeps the copy whole: refs first (the
+    (``knowledge.store.fold``), meanwhile, so the order keeps the copy whole: refs first (the
     main the box sees), then loose objects, then packs; an object that vanished was
     folded into a pack written before it went, and the pack directory is linked again
     until a pass misses nothing."""

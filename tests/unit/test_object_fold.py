@@ -1,10 +1,11 @@
-"""The published origin stays small in files: loose objects and small packs are folded
-into one pack once enough gathered, and a ready box's copy of it stays whole while the
-lane folds."""
+"""The published origin and the canonical repository stay small in files: loose objects
+and small packs are folded into one pack once enough gathered, and a ready box's copy of
+the origin stays whole while the lane folds."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pygit2
@@ -12,17 +13,19 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.change import FileState
-from impyard.knowledge.integration import origin_tidy
+from impyard.knowledge.integration.lane import CANONICAL_PACK_AGE_SECONDS, fold_canonical
 from impyard.knowledge.integration.origin import publish_origin
-from impyard.knowledge.integration.origin_tidy import roll_up
+from impyard.knowledge.store import fold
+from impyard.knowledge.store.fold import roll_up
 from impyard.knowledge.store.gitdelta import delta
 from impyard.knowledge.store.packfile import PackCopyError, PackWriter
 from impyard.knowledge.store.packs import ObjectBatch, object_id
 from impyard.knowledge.store.repo import main_commit
 from impyard.knowledge.store.trees import build_tree
 from impyard.runs.ready.claim import _link_origin
+from tests.helpers import repo as knowledge
 from tests.helpers.git import git
-from tests.helpers.repo import assert_fsck_clean, make_imp
+from tests.helpers.repo import assert_fsck_clean, make_imp, namespace, run_id
 
 
 def commit_note(repo: pygit2.Repository, n: int) -> str:
@@ -63,8 +66,8 @@ def test_many_one_note_runs_leave_a_bounded_number_of_loose_objects(tmp_path: Pa
         dirs = {name.split("/")[0] for name in loose_files(origin)}
         most_loose_dirs = max(most_loose_dirs, len(dirs))
     # Four objects a run (commit, two trees, a blob): 480 loose files without folding.
-    assert most_loose_dirs < origin_tidy.LOOSE_DIRS
-    assert len(loose_files(origin)) < 4 * origin_tidy.LOOSE_DIRS
+    assert most_loose_dirs < fold.LOOSE_DIRS
+    assert len(loose_files(origin)) < 4 * fold.LOOSE_DIRS
     assert 1 <= len(packs(origin)) <= 2  # folds fold their predecessor in while small
     assert_fsck_clean(origin)
     assert git("-C", origin, "rev-parse", "main").stdout.strip() == main_commit(repo)
@@ -98,7 +101,7 @@ def test_a_fold_takes_the_smallest_packs_geometrically() -> None:
 def test_packs_stay_few_and_a_large_one_is_never_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(origin_tidy, "FOLD_CAP", 1 << 20)
+    monkeypatch.setattr(fold, "FOLD_CAP", 1 << 20)
     home, repo = make_imp(tmp_path)
     origin = home.origin("yuko")
     publish_runs(home, repo, 0, 10)
@@ -116,7 +119,7 @@ def test_packs_stay_few_and_a_large_one_is_never_rewritten(
         most_packs = max(most_packs, len(packs(origin)))
     assert (origin / "objects" / "pack" / f"{large}.pack").stat().st_ino == large_inode
     assert most_packs <= 8  # the large one and a few that double in size
-    assert len(loose_files(origin)) < 4 * origin_tidy.LOOSE_DIRS
+    assert len(loose_files(origin)) < 4 * fold.LOOSE_DIRS
     assert_fsck_clean(origin)
 
 
@@ -139,8 +142,8 @@ def test_a_copy_made_while_the_lane_folds_is_whole(
         real_link(src, dst, follow_symlinks=follow_symlinks)
         if not folded and "/objects/" in src and "/pack/" not in src:
             with monkeypatch.context() as fold_now:
-                fold_now.setattr(origin_tidy, "LOOSE_DIRS", 1)
-                folded.append(origin_tidy.tidy_origin(pygit2.Repository(str(origin))))
+                fold_now.setattr(fold, "LOOSE_DIRS", 1)
+                folded.append(fold.fold_objects(pygit2.Repository(str(origin))))
 
     monkeypatch.setattr(os, "link", link_then_fold)
     _link_origin(origin, copy)
@@ -156,13 +159,13 @@ def test_a_fold_that_fails_leaves_the_publication_and_every_object(
 ) -> None:
     home, repo = make_imp(tmp_path)
     origin = home.origin("yuko")
-    monkeypatch.setattr(origin_tidy, "LOOSE_DIRS", 1)
-    real_write = origin_tidy._write_pack
+    monkeypatch.setattr(fold, "LOOSE_DIRS", 1)
+    real_write = fold._write_pack
 
     def short_pack(repository: pygit2.Repository, rolled: list[Path], loose: list[bytes]) -> str:
         return real_write(repository, [], loose[:1])  # a pack missing all but one object
 
-    monkeypatch.setattr(origin_tidy, "_write_pack", short_pack)
+    monkeypatch.setattr(fold, "_write_pack", short_pack)
     loose_before = set(loose_files(origin))
     head = commit_note(repo, 1)
     assert publish_origin(home, "yuko") == head  # published though the fold refused
@@ -198,8 +201,8 @@ def test_a_fold_copies_packed_objects_as_stored_and_keeps_their_deltas(
     contents, names = delta_packs(origin)
     pack_dir = origin / "objects" / "pack"
     before = sum((pack_dir / f"{name}.pack").stat().st_size for name in names)
-    monkeypatch.setattr(origin_tidy, "MAX_PACKS", 2)
-    folded = origin_tidy.tidy_origin(pygit2.Repository(str(origin)))
+    monkeypatch.setattr(fold, "MAX_PACKS", 2)
+    folded = fold.fold_objects(pygit2.Repository(str(origin)))
     assert folded is not None and folded.packs == 2, folded
     assert packs(origin) == [f"{folded.pack}.idx"]
     fresh = pygit2.Repository(str(origin))
@@ -227,16 +230,16 @@ def test_a_fold_refuses_a_damaged_pack_and_deletes_nothing(
     damaged.chmod(0o644)
     damaged.write_bytes(bytes(raw))
     listed = sorted(os.listdir(pack_dir))
-    monkeypatch.setattr(origin_tidy, "MAX_PACKS", 2)
+    monkeypatch.setattr(fold, "MAX_PACKS", 2)
     with pytest.raises(PackCopyError, match="damaged"):
-        origin_tidy.tidy_origin(pygit2.Repository(str(origin)))
+        fold.fold_objects(pygit2.Repository(str(origin)))
     assert sorted(os.listdir(pack_dir)) == listed  # no pack lost, no partial one left
 
 
 def test_a_pack_of_many_objects_is_never_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(origin_tidy, "FOLD_OBJECTS", 40)
+    monkeypatch.setattr(fold, "FOLD_OBJECTS", 40)
     home, repo = make_imp(tmp_path)
     origin = home.origin("yuko")
     with ObjectBatch(pygit2.Repository(str(origin)), threshold=2) as batch:
@@ -247,5 +250,63 @@ def test_a_pack_of_many_objects_is_never_rewritten(
     inode = (origin / "objects" / "pack" / f"{many}.pack").stat().st_ino
     publish_runs(home, repo, 0, 100)
     assert (origin / "objects" / "pack" / f"{many}.pack").stat().st_ino == inode
-    assert len(loose_files(origin)) < 4 * origin_tidy.LOOSE_DIRS  # the runs still fold
+    assert len(loose_files(origin)) < 4 * fold.LOOSE_DIRS  # the runs still fold
     assert_fsck_clean(origin)
+
+
+def land_notes(home: Home, repo: pygit2.Repository, first: int, count: int) -> None:
+    """``count`` one-note runs landed one after another, as the lane lands them."""
+    for n in range(first, first + count):
+        change = knowledge.change_of(repo, dict([knowledge.note(namespace(n), 1, slug=f"s{n}")]))
+        result = knowledge.integrate_change(
+            home, change, main_commit(repo), ns=namespace(n), run=run_id(n)
+        )
+        assert result.checkpoint == "integrated", result
+
+
+def test_a_landing_folds_the_canonical_repository_once_its_sample_directory_fills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fold, "SAMPLED_LOOSE", 2)
+    home, repo = make_imp(tmp_path)
+    git_dir = Path(repo.path)
+    land_notes(home, repo, 0, 3)
+    # Loose objects (a run's snapshot would leave such) until the sample directory holds two.
+    sample, n = git_dir / "objects" / fold.SAMPLE_DIR, 0
+    while not sample.is_dir() or len(os.listdir(sample)) < 2:
+        repo.create_blob(f"loose {n}\n".encode())
+        n += 1
+    assert len(loose_files(git_dir)) > 100
+    land_notes(home, repo, 3, 1)
+    assert loose_files(git_dir) == [] and len(packs(git_dir)) == 1
+    # Emptied directories stay: a run's checkpoint may be writing an object into one.
+    assert (git_dir / "objects" / fold.SAMPLE_DIR).is_dir()
+    land_notes(home, repo, 4, 2)
+    assert 0 < len(loose_files(git_dir)) < 20  # no fold while the sample directory is not full
+    assert_fsck_clean(git_dir)
+    shown = git("-C", git_dir, "ls-tree", "-r", "--name-only", "main").stdout.split()
+    assert len([p for p in shown if p.startswith("records/vendors/")]) == 6
+
+
+def test_a_recent_canonical_pack_is_left_for_its_landing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's snapshot pack, written before its run reaches the lane, is hard-linked whole
+    into the origin when it lands: a fold must not take it first."""
+    _, repo = make_imp(tmp_path)
+    monkeypatch.setattr(fold, "MAX_PACKS", 2)
+    made = []
+    for i in range(2):
+        with ObjectBatch(repo, threshold=2) as batch:
+            for j in range(3):
+                batch.add(pygit2.enums.ObjectType.BLOB, f"snapshot {i} {j}\n".encode())
+            made.append(batch.write())
+    fold_canonical(repo)
+    assert packs(Path(repo.path)) == sorted(f"{name}.idx" for name in made)
+    old = time.time() - CANONICAL_PACK_AGE_SECONDS - 1
+    for name in made:
+        os.utime(Path(repo.path) / "objects" / "pack" / f"{name}.pack", (old, old))
+    fold_canonical(repo)
+    (left,) = packs(Path(repo.path))
+    assert left not in {f"{name}.idx" for name in made}
+    assert_fsck_clean(Path(repo.path))

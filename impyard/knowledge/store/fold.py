@@ -1,26 +1,34 @@
-"""Keeping the published origin small in files: loose objects and small packs folded into
-one pack now and then.
+"""Keeping a repository small in files: loose objects and small packs folded into one
+pack now and then, in the published origin and in the canonical repository alike.
 
-A one-note run publishes a handful of loose objects (its commit, a few trees, a blob),
-each in a directory per id prefix. Nothing else would ever fold them away (the host runs
-no ``git gc``), and a ready box's claim hard-links the whole origin into the box's run
+A one-note run lands a handful of loose objects (its commit, a few trees, a blob), each
+in a directory per id prefix, in both. Nothing else would ever fold them away (the host
+runs no ``git gc``). A ready box's claim hard-links the whole origin into the box's run
 space file by file, then deletes that copy after the run: measured under runsc with
 serve running, 31 runs on one imp had left 160 files in 115 directories and the claim
 took 29 ms instead of 12, with the deletion of the last box's copy taking 50 ms of CPU
-beside the next run. So once the origin holds ``LOOSE_DIRS`` loose directories or
-``MAX_PACKS`` packs under ``FOLD_CAP``, the lane writes the loose objects and the
-smaller packs into one new durable pack and only then deletes what it replaced.
+beside the next run. The canonical repository gained the same four or five files a run
+for ever (half a million at 100,000 runs), and a lane pass of several runs leaves a
+small pack there. So once a repository holds ``LOOSE_DIRS`` loose directories (the
+canonical one: about 4,000 loose objects) or ``MAX_PACKS`` packs under ``FOLD_CAP``,
+the lane writes the loose objects and the smaller packs into one new durable pack and
+only then deletes what it replaced.
 
 Which packs go with them is git's geometric rule (``git repack --geometric=2``): the
 packs left behind each hold at least twice the next smaller one, so their number grows
-with the logarithm of the origin's size, and each byte is rewritten a few times on its
-way to ``FOLD_CAP``, not at every fold; a pack at the cap or over it (a big run's
+with the logarithm of the repository's size, and each byte is rewritten a few times on
+its way to ``FOLD_CAP``, not at every fold; a pack at the cap or over it (a big run's
 snapshot), or holding ``FOLD_OBJECTS`` objects (a big imp's first publication), is never
 rewritten. A pack is folded by copying its entries as stored, deltas and all.
 
-Callers hold the lane lock (no other writer); readers are safe: git looks in new packs
-when an object is missing, and a ready box's claim and a node's origin update take
-packs last.
+Callers hold the lane lock. The origin has no other writer. The canonical repository
+does: a run's checkpoint writes its snapshot's objects there before its run reaches the
+lane. So there a fold takes no pack younger than ``min_age`` seconds (a snapshot's pack
+is hard-linked whole into the origin when its run lands; folded first, each of its
+objects would be copied), deletes no emptied directory (a writer may be about to put
+an object in it) and, its directories staying, estimates its loose objects from one of
+them, as git does. Readers are safe: git looks in new packs when an object is missing,
+and a ready box's claim and a node's origin update take packs last.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +57,14 @@ MAX_PACKS = 16
 #: (copying entries as stored costs ~3 microseconds an object, the rest a few MB written).
 FOLD_CAP = 16 << 20
 FOLD_OBJECTS = 32_768
+#: Where emptied directories stay (``keep_dirs``), counting directories would count
+#: nothing; loose objects are then estimated as git's ``gc --auto`` does, from the files
+#: of one directory (times 256), and a fold starts once it holds ``SAMPLED_LOOSE``
+#: (~4,000 objects). Listing all 256 directories took 3.7 ms a pass.
+SAMPLE_DIR = "17"
+SAMPLED_LOOSE = 16
 
-_LOOSE_DIR = re.compile(r"[0-9a-f]{2}")
+LOOSE_DIR = re.compile(r"[0-9a-f]{2}")
 _LOOSE_FILE = re.compile(r"[0-9a-f]{38}")
 
 
@@ -63,14 +78,23 @@ class Folded:
     packs: int
 
 
-def tidy_origin(origin: pygit2.Repository) -> Folded | None:
-    """Fold the origin's loose objects and its smallest packs into one pack once there are
-    enough of them; None when there were not."""
-    objects = Path(origin.path) / "objects"
-    loose_dirs = _loose_dirs(objects)
-    packs = _foldable_packs(objects / "pack")
-    if len(loose_dirs) < LOOSE_DIRS and len(packs) < MAX_PACKS:
-        return None
+def fold_objects(
+    repo: pygit2.Repository, *, min_age: float = 0.0, keep_dirs: bool = False
+) -> Folded | None:
+    """Fold the repository's loose objects and its smallest packs (none younger than
+    ``min_age`` seconds) into one pack once there are enough of them; None when there were
+    not. ``keep_dirs``: leave emptied loose-object directories (other writers)."""
+    objects = Path(repo.path) / "objects"
+    packs = _foldable_packs(objects / "pack", time.time() - min_age)
+    if keep_dirs:
+        many_loose = len(_names(objects / SAMPLE_DIR)) >= SAMPLED_LOOSE
+        if not many_loose and len(packs) < MAX_PACKS:
+            return None
+        loose_dirs = _loose_dirs(objects)
+    else:
+        loose_dirs = _loose_dirs(objects)
+        if len(loose_dirs) < LOOSE_DIRS and len(packs) < MAX_PACKS:
+            return None
     loose = [
         (directory, name, size)
         for directory in loose_dirs
@@ -87,12 +111,12 @@ def tidy_origin(origin: pygit2.Repository) -> Folded | None:
     ids = list(dict.fromkeys(ids))
     if not ids:
         return None
-    name = _write_pack(origin, rolled, loose_ids)  # durable before anything it replaces goes
+    name = _write_pack(repo, rolled, loose_ids)  # durable before anything it replaces goes
     held = set(pack_object_ids(objects / "pack" / f"{name}.idx", at_most=len(ids)) or ())
     if not held.issuperset(ids):
-        # Never delete what the new pack does not hold (it would be gone from the origin).
-        raise RuntimeError(f"origin fold: pack {name} lacks objects it was given")
-    origin.odb.exists(pygit2.Oid(raw=ids[0]))  # libgit2 looks for the new pack now
+        # Never delete what the new pack does not hold (it would be gone from the repository).
+        raise RuntimeError(f"fold: pack {name} lacks objects it was given")
+    repo.odb.exists(pygit2.Oid(raw=ids[0]))  # libgit2 looks for the new pack now
     for index in rolled:
         if index.stem == name:
             continue  # the same objects in the same order: the fold is that pack
@@ -104,7 +128,7 @@ def tidy_origin(origin: pygit2.Repository) -> Folded | None:
     for directory, file_name, _ in loose:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(objects / directory / file_name)
-    for directory in loose_dirs:
+    for directory in [] if keep_dirs else loose_dirs:
         with contextlib.suppress(OSError):  # not empty: an object written meanwhile
             os.rmdir(objects / directory)
     fsync_dir(objects / "pack")
@@ -112,21 +136,21 @@ def tidy_origin(origin: pygit2.Repository) -> Folded | None:
     return Folded(name, len(ids), len(loose), len(rolled))
 
 
-def _write_pack(origin: pygit2.Repository, rolled: list[Path], loose: list[bytes]) -> str:
-    """One durable pack of the ``rolled`` packs' objects and the ``loose`` ones in the
-    origin; its name. A pack's entries are copied as stored (``PackWriter.copy_pack``):
+def _write_pack(repo: pygit2.Repository, rolled: list[Path], loose: list[bytes]) -> str:
+    """One durable pack of the ``rolled`` packs' objects and the ``loose`` ones in
+    ``repo``; its name. A pack's entries are copied as stored (``PackWriter.copy_pack``):
     inflating and compressing each object again took 2.4 s for a fold of 107,000 objects
     at 100,000 records, inside a lane pass, and lost the lane's deltas (the fold's pack was
     4.5 times the packs it replaced). Loose objects are written whole, as they were stored;
     libgit2's pack builder, which finds deltas, took 1.5 ms an object on the trees of a
     100,000-record imp and halved the lane's rate of one-run passes."""
-    writer = PackWriter(Path(origin.path) / "objects" / "pack")
+    writer = PackWriter(Path(repo.path) / "objects" / "pack")
     try:
         for index in rolled:
             writer.copy_pack(index)
         for oid in loose:
             if oid not in writer:
-                kind, data = origin.odb.read(pygit2.Oid(raw=oid))[:2]
+                kind, data = repo.odb.read(pygit2.Oid(raw=oid))[:2]
                 writer.add(kind, data, oid)
         return writer.finish()
     finally:
@@ -152,21 +176,24 @@ def roll_up(loose_bytes: int, packs: list[tuple[Path, int]]) -> list[Path]:
 
 
 def _loose_dirs(objects: Path) -> list[str]:
-    return [name for name in _names(objects) if _LOOSE_DIR.fullmatch(name)]
+    return [name for name in _names(objects) if LOOSE_DIR.fullmatch(name)]
 
 
-def _foldable_packs(packs: Path) -> list[tuple[Path, int]]:
-    """Each pack under ``FOLD_CAP`` and ``FOLD_OBJECTS``: its index and its size."""
+def _foldable_packs(packs: Path, made_by: float) -> list[tuple[Path, int]]:
+    """Each pack under ``FOLD_CAP`` and ``FOLD_OBJECTS`` made by ``made_by`` (a time):
+    its index and its size."""
     found = []
     for name in _names(packs):
         if not (name.startswith("pack-") and name.endswith(".idx")):
             continue
         index = packs / name
         with contextlib.suppress(FileNotFoundError):
-            size = index.with_suffix(".pack").stat().st_size
+            stat = index.with_suffix(".pack").stat()
+            if stat.st_size >= FOLD_CAP or stat.st_mtime > made_by:
+                continue
             count = pack_object_count(index)
-            if size < FOLD_CAP and count is not None and count < FOLD_OBJECTS:
-                found.append((index, size))
+            if count is not None and count < FOLD_OBJECTS:
+                found.append((index, stat.st_size))
     return found
 
 
