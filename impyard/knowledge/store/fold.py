@@ -86,15 +86,13 @@ def fold_objects(
     not. ``keep_dirs``: leave emptied loose-object directories (other writers)."""
     objects = Path(repo.path) / "objects"
     packs = _foldable_packs(objects / "pack", time.time() - min_age)
+    loose_dirs = _loose_dirs(objects)
     if keep_dirs:
         many_loose = len(_names(objects / SAMPLE_DIR)) >= SAMPLED_LOOSE
-        if not many_loose and len(packs) < MAX_PACKS:
-            return None
-        loose_dirs = _loose_dirs(objects)
     else:
-        loose_dirs = _loose_dirs(objects)
-        if len(loose_dirs) < LOOSE_DIRS and len(packs) < MAX_PACKS:
-            return None
+        many_loose = len(loose_dirs) >= LOOSE_DIRS
+    if not many_loose and len(packs) < MAX_PACKS:
+        return None
     loose = [
         (directory, name, size)
         for directory in loose_dirs
