@@ -70,38 +70,51 @@ def impyard(
     )
 
 
-def add_records(repo_path: Path, count: int, topics: int = 100) -> str:
+def add_records(repo_path: Path, count: int, topics: int = 100, *, packed: bool = False) -> str:
     """Commit ``count`` ~1 KB records onto main with pygit2 directly; returns the commit.
+    ``packed``: the records' blobs in one pack (a repository the lane has been folding),
+    not loose (one written outside the lane, or before folds).
 
     Fixture data, not a measurement: written without the per-object fsync Impyard turns
     on for its own writes (100,000 synced blobs take minutes), then synced once."""
     pygit2.settings.enable_fsync_gitdir(False)
     try:
-        return _add_records(repo_path, count, topics)
+        return _add_records(repo_path, count, topics, packed)
     finally:
         pygit2.settings.enable_fsync_gitdir(True)
         os.sync()
 
 
-def _add_records(repo_path: Path, count: int, topics: int) -> str:
+def _record(i: int, body: bytes) -> tuple[str, bytes]:
+    namespace = f"n_{i // 1000:012x}"
+    text = (
+        f"---\nid: {namespace}_{i % 1000 + 1}\ncreated_at: 2026-01-01T00:00:00Z\n---\n"
+    ).encode() + body
+    return f"note-{i}--{namespace}_{i % 1000 + 1}.md", text
+
+
+def _add_records(repo_path: Path, count: int, topics: int, packed: bool) -> str:
+    from impyard.knowledge.store.packs import ObjectBatch
+
     repo = pygit2.Repository(str(repo_path))
     head = repo.references["refs/heads/main"].peel(pygit2.Commit)
     body = ("lorem ipsum dolor sit amet " * 40).encode()
+    blobs: list[pygit2.Oid] = []
+    if packed:
+        with ObjectBatch(repo) as batch:
+            for i in range(count):
+                raw = batch.add(pygit2.enums.ObjectType.BLOB, _record(i, body)[1])
+                blobs.append(pygit2.Oid(raw=raw))
+            batch.write()
     per_topic: dict[int, pygit2.TreeBuilder] = {}
     for i in range(count):
         topic = i % topics
         builder = per_topic.get(topic)
         if builder is None:
             builder = per_topic[topic] = repo.TreeBuilder()
-        namespace = f"n_{i // 1000:012x}"
-        text = (
-            f"---\nid: {namespace}_{i % 1000 + 1}\ncreated_at: 2026-01-01T00:00:00Z\n---\n"
-        ).encode() + body
-        builder.insert(
-            f"note-{i}--{namespace}_{i % 1000 + 1}.md",
-            repo.create_blob(text),
-            pygit2.GIT_FILEMODE_BLOB,
-        )
+        name, text = _record(i, body)
+        blob = blobs[i] if packed else repo.create_blob(text)
+        builder.insert(name, blob, pygit2.GIT_FILEMODE_BLOB)
     records = repo.TreeBuilder(head.tree["records"].id)
     for topic, builder in per_topic.items():
         records.insert(f"topic-{topic}", builder.write(), pygit2.GIT_FILEMODE_TREE)

@@ -5,7 +5,6 @@ the origin stays whole while the lane folds."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pygit2
@@ -13,7 +12,7 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.change import FileState
-from impyard.knowledge.integration.lane import CANONICAL_PACK_AGE_SECONDS, fold_canonical
+from impyard.knowledge.integration import lane
 from impyard.knowledge.integration.origin import publish_origin
 from impyard.knowledge.store import fold
 from impyard.knowledge.store.fold import roll_up
@@ -268,6 +267,7 @@ def test_a_landing_folds_the_canonical_repository_once_its_sample_directory_fill
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(fold, "SAMPLED_LOOSE", 2)
+    monkeypatch.setattr(lane, "CANONICAL_FOLD_OBJECTS", 10_000)  # all of them in one fold
     home, repo = make_imp(tmp_path)
     git_dir = Path(repo.path)
     land_notes(home, repo, 0, 3)
@@ -288,25 +288,26 @@ def test_a_landing_folds_the_canonical_repository_once_its_sample_directory_fill
     assert len([p for p in shown if p.startswith("records/vendors/")]) == 6
 
 
-def test_a_recent_canonical_pack_is_left_for_its_landing(
+def test_a_backlog_of_loose_objects_is_folded_a_budget_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run's snapshot pack, written before its run reaches the lane, is hard-linked whole
-    into the origin when it lands: a fold must not take it first."""
+    """A repository full of loose objects (an imp from before folds) never costs one lane
+    pass all of them: each fold takes about its budget, the sample directory last, so
+    the next passes keep folding until none is left."""
+    monkeypatch.setattr(fold, "SAMPLED_LOOSE", 1)
     _, repo = make_imp(tmp_path)
-    monkeypatch.setattr(fold, "MAX_PACKS", 2)
-    made = []
-    for i in range(2):
-        with ObjectBatch(repo, threshold=2) as batch:
-            for j in range(3):
-                batch.add(pygit2.enums.ObjectType.BLOB, f"snapshot {i} {j}\n".encode())
-            made.append(batch.write())
-    fold_canonical(repo)
-    assert packs(Path(repo.path)) == sorted(f"{name}.idx" for name in made)
-    old = time.time() - CANONICAL_PACK_AGE_SECONDS - 1
-    for name in made:
-        os.utime(Path(repo.path) / "objects" / "pack" / f"{name}.pack", (old, old))
-    fold_canonical(repo)
-    (left,) = packs(Path(repo.path))
-    assert left not in {f"{name}.idx" for name in made}
-    assert_fsck_clean(Path(repo.path))
+    git_dir = Path(repo.path)
+    sample, blobs = git_dir / "objects" / fold.SAMPLE_DIR, {}
+    while len(blobs) < 300 or not sample.is_dir() or not os.listdir(sample):
+        data = os.urandom(1000)
+        blobs[repo.create_blob(data)] = data
+    folds = []
+    while (folded := fold.fold_objects(repo, keep_dirs=True, loose_budget=100)) is not None:
+        folds.append(folded)
+        assert len(folds) < 20, folds
+    assert len(folds) >= 3, folds  # 300 loose objects or more, about 100 a fold
+    assert all(f.loose_files <= 110 for f in folds), folds
+    assert loose_files(git_dir) == []
+    fresh = pygit2.Repository(str(git_dir))
+    assert all(fresh[oid].data == data for oid, data in blobs.items())
+    assert_fsck_clean(git_dir)

@@ -23,12 +23,12 @@ rewritten. A pack is folded by copying its entries as stored, deltas and all.
 
 Callers hold the lane lock. The origin has no other writer. The canonical repository
 does: a run's checkpoint writes its snapshot's objects there before its run reaches the
-lane. So there a fold takes no pack younger than ``min_age`` seconds (a snapshot's pack
-is hard-linked whole into the origin when its run lands; folded first, each of its
-objects would be copied), deletes no emptied directory (a writer may be about to put
-an object in it) and, its directories staying, estimates its loose objects from one of
-them, as git does. Readers are safe: git looks in new packs when an object is missing,
-and a ready box's claim and a node's origin update take packs last.
+lane. So there a fold deletes no emptied directory (a writer may be about to put an
+object in it) and, its directories staying, estimates its loose objects from one of
+them, as git does. (A snapshot's pack folded before its run lands is not linked into
+the origin whole: its objects are copied there, as a small change's are.) Readers are
+safe: git looks in new packs when an object is missing, and a ready box's claim and a
+node's origin update take packs last.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,13 +78,16 @@ class Folded:
 
 
 def fold_objects(
-    repo: pygit2.Repository, *, min_age: float = 0.0, keep_dirs: bool = False
+    repo: pygit2.Repository, *, keep_dirs: bool = False, loose_budget: int | None = None
 ) -> Folded | None:
-    """Fold the repository's loose objects and its smallest packs (none younger than
-    ``min_age`` seconds) into one pack once there are enough of them; None when there were
-    not. ``keep_dirs``: leave emptied loose-object directories (other writers)."""
+    """Fold the repository's loose objects and its smallest packs into one pack once there
+    are enough of them; None when there were not. ``keep_dirs``: leave emptied
+    loose-object directories (other writers), and estimate how many loose objects there
+    are from ``SAMPLE_DIR``. ``loose_budget``: take at most about that many loose objects
+    (each is read, compressed again and unlinked), ``SAMPLE_DIR`` last, so a backlog is
+    folded a part a call until it is gone."""
     objects = Path(repo.path) / "objects"
-    packs = _foldable_packs(objects / "pack", time.time() - min_age)
+    packs = _foldable_packs(objects / "pack")
     loose_dirs = _loose_dirs(objects)
     if keep_dirs:
         many_loose = len(_names(objects / SAMPLE_DIR)) >= SAMPLED_LOOSE
@@ -93,12 +95,7 @@ def fold_objects(
         many_loose = len(loose_dirs) >= LOOSE_DIRS
     if not many_loose and len(packs) < MAX_PACKS:
         return None
-    loose = [
-        (directory, name, size)
-        for directory in loose_dirs
-        for name, size in _sizes(objects / directory)
-        if _LOOSE_FILE.fullmatch(name)
-    ]
+    loose = _loose_files(objects, loose_dirs, loose_budget)
     rolled = roll_up(sum(size for _, _, size in loose), packs)
     if not loose and len(rolled) < 2:
         return None  # the packs already grow geometrically
@@ -173,13 +170,29 @@ def roll_up(loose_bytes: int, packs: list[tuple[Path, int]]) -> list[Path]:
     return [index for index, _ in ordered[:split]]
 
 
+def _loose_files(
+    objects: Path, directories: list[str], budget: int | None
+) -> list[tuple[str, str, int]]:
+    """The loose objects a fold takes, (directory, file name, size): all of them, or
+    those of the first directories (``SAMPLE_DIR`` last) until ``budget`` objects."""
+    found: list[tuple[str, str, int]] = []
+    for directory in sorted(directories, key=lambda name: name == SAMPLE_DIR):
+        if budget is not None and len(found) >= budget:
+            break
+        found.extend(
+            (directory, name, size)
+            for name, size in _sizes(objects / directory)
+            if _LOOSE_FILE.fullmatch(name)
+        )
+    return found
+
+
 def _loose_dirs(objects: Path) -> list[str]:
     return [name for name in _names(objects) if LOOSE_DIR.fullmatch(name)]
 
 
-def _foldable_packs(packs: Path, made_by: float) -> list[tuple[Path, int]]:
-    """Each pack under ``FOLD_CAP`` and ``FOLD_OBJECTS`` made by ``made_by`` (a time):
-    its index and its size."""
+def _foldable_packs(packs: Path) -> list[tuple[Path, int]]:
+    """Each pack under ``FOLD_CAP`` and ``FOLD_OBJECTS``: its index and its size."""
     found = []
     for name in _names(packs):
         if not (name.startswith("pack-") and name.endswith(".idx")):
@@ -187,7 +200,7 @@ def _foldable_packs(packs: Path, made_by: float) -> list[tuple[Path, int]]:
         index = packs / name
         with contextlib.suppress(FileNotFoundError):
             stat = index.with_suffix(".pack").stat()
-            if stat.st_size >= FOLD_CAP or stat.st_mtime > made_by:
+            if stat.st_size >= FOLD_CAP:
                 continue
             count = pack_object_count(index)
             if count is not None and count < FOLD_OBJECTS:
