@@ -311,3 +311,18 @@ def test_a_backlog_of_loose_objects_is_folded_a_budget_at_a_time(
     fresh = pygit2.Repository(str(git_dir))
     assert all(fresh[oid].data == data for oid, data in blobs.items())
     assert_fsck_clean(git_dir)
+
+
+def test_a_fold_refuses_a_pack_shorter_than_its_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, _ = make_imp(tmp_path)
+    origin = home.origin("yuko")
+    _, names = delta_packs(origin)
+    cut = origin / "objects" / "pack" / f"{names[1]}.pack"
+    cut.chmod(0o644)
+    cut.write_bytes(cut.read_bytes()[:40])
+    monkeypatch.setattr(fold, "MAX_PACKS", 2)
+    with pytest.raises(PackCopyError, match="shorter"):
+        fold.fold_objects(pygit2.Repository(str(origin)))
+    assert (origin / "objects" / "pack" / f"{names[0]}.idx").exists()

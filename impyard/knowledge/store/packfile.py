@@ -104,17 +104,24 @@ class PackWriter:
         many entries the pack held; raises ``PackCopyError`` when the pack does not match
         its index (an entry's checksum, a delta whose base is not in it)."""
         entries = _index_entries(index)
+        if not entries:
+            return 0
         at: dict[int, bytes] = {offset: oid for oid, _, offset in entries}
         with index.with_suffix(".pack").open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size <= entries[-1][2] + 20:
+                raise PackCopyError(f"{index.name}: its pack is shorter than its index says")
             pack = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
             try:
-                ends = [offset for _, _, offset in entries[1:]] + [len(pack) - 20]
+                ends = [offset for _, _, offset in entries[1:]] + [size - 20]
                 for (oid, crc, offset), end in zip(entries, ends, strict=True):
                     entry = pack[offset:end]
                     if zlib.crc32(entry) != crc:
                         raise PackCopyError(f"{index.name}: the entry at {offset} is damaged")
                     if oid not in self._entries:
                         self._copy_entry(oid, entry, offset, at, index)
+            except IndexError as exc:  # an entry that checks out but does not parse
+                raise PackCopyError(f"{index.name}: an entry cannot be read: {exc}") from exc
             finally:
                 pack.close()
         return len(entries)
