@@ -155,26 +155,27 @@ def _show(conn: socket.socket, args: list[str], parsed: dict[str, Any]) -> int |
     """Show what serve sends until the run's end; Ctrl-C (or SIGTERM) interrupts the run."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        # Serve kills the box and its end still comes. Told from the handler, wherever the
+        # loop is: a KeyboardInterrupt raised while a line was written escaped as a traceback.
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_WR)
 
     # Serve escaped every line it sent (as ``echo`` does); escaping is idempotent, and a
     # line is shown only once it is this process's own view of it.
     from impyard.common.textsafe import visible
 
-    signal.signal(signal.SIGTERM, interrupt)
+    before = {stop: signal.signal(stop, interrupt) for stop in (signal.SIGINT, signal.SIGTERM)}
     stdout_broken = False
     lines = _Lines(conn)
     while True:
-        try:
-            message = lines.next()
-        except KeyboardInterrupt:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_WR)  # serve kills the box; its end still comes
-            continue
+        message = lines.next()
         if message is None:
             sys.stderr.write("impyard: error: serve went away before the run ended\n")
             return LOST_EXIT
         if "fallback" in message:
+            for stop, handler in before.items():
+                if handler is not None:  # the run in this process handles its own
+                    signal.signal(stop, handler)
             return _in_process(args, parsed)
         if "err" in message:
             sys.stderr.write(visible(message["err"]) + "\n")
