@@ -5,6 +5,7 @@ the origin stays whole while the lane folds."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pygit2
@@ -216,21 +217,38 @@ def test_a_fold_copies_packed_objects_as_stored_and_keeps_their_deltas(
     assert_fsck_clean(origin)
 
 
-def test_a_fold_refuses_a_damaged_pack_and_deletes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _flip_a_byte(raw: bytes) -> bytes:
+    flipped = bytearray(raw)
+    flipped[100] ^= 0xFF  # inside the first object's compressed data
+    return bytes(flipped)
+
+
+def _cut_short(raw: bytes) -> bytes:
+    return raw[:40]  # shorter than its index says
+
+
+@pytest.mark.parametrize(
+    ("which", "damage", "named"),
+    [(0, _flip_a_byte, "damaged"), (1, _cut_short, "shorter")],
+    ids=["byte-flipped", "cut-short"],
+)
+def test_a_fold_refuses_a_broken_pack_and_deletes_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    which: int,
+    damage: Callable[[bytes], bytes],
+    named: str,
 ) -> None:
     home, _ = make_imp(tmp_path)
     origin = home.origin("yuko")
     _, names = delta_packs(origin)
     pack_dir = origin / "objects" / "pack"
-    damaged = pack_dir / f"{names[0]}.pack"
-    raw = bytearray(damaged.read_bytes())
-    raw[100] ^= 0xFF  # inside the first object's compressed data
-    damaged.chmod(0o644)
-    damaged.write_bytes(bytes(raw))
+    broken = pack_dir / f"{names[which]}.pack"
+    broken.chmod(0o644)
+    broken.write_bytes(damage(broken.read_bytes()))
     listed = sorted(os.listdir(pack_dir))
     monkeypatch.setattr(fold, "MAX_PACKS", 2)
-    with pytest.raises(PackCopyError, match="damaged"):
+    with pytest.raises(PackCopyError, match=named):
         fold.fold_objects(pygit2.Repository(str(origin)))
     assert sorted(os.listdir(pack_dir)) == listed  # no pack lost, no partial one left
 
@@ -311,18 +329,3 @@ def test_a_backlog_of_loose_objects_is_folded_a_budget_at_a_time(
     fresh = pygit2.Repository(str(git_dir))
     assert all(fresh[oid].data == data for oid, data in blobs.items())
     assert_fsck_clean(git_dir)
-
-
-def test_a_fold_refuses_a_pack_shorter_than_its_index(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home, _ = make_imp(tmp_path)
-    origin = home.origin("yuko")
-    _, names = delta_packs(origin)
-    cut = origin / "objects" / "pack" / f"{names[1]}.pack"
-    cut.chmod(0o644)
-    cut.write_bytes(cut.read_bytes()[:40])
-    monkeypatch.setattr(fold, "MAX_PACKS", 2)
-    with pytest.raises(PackCopyError, match="shorter"):
-        fold.fold_objects(pygit2.Repository(str(origin)))
-    assert (origin / "objects" / "pack" / f"{names[0]}.idx").exists()
