@@ -143,6 +143,7 @@ def test_claude_code_lands_a_note_through_the_gateway_and_never_reads_a_claude_m
     assert "and 4 tool calls:\nWrote one note.\n" in out
 
 
+@pytest.mark.one_runtime
 def test_the_key_never_reaches_the_box_and_calls_beside_the_route_are_refused(
     cli: Cli,
 ) -> None:
@@ -196,6 +197,7 @@ def test_the_key_never_reaches_the_box_and_calls_beside_the_route_are_refused(
     assert beside and all(e["decision"] != "allowed" for e in beside), events
 
 
+@pytest.mark.one_runtime
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
     """Three imps under one serve: a provider answering 500 (Claude Code retries twice,
     then fails in seconds), one that never answers (the box times out), and a budget of
@@ -226,6 +228,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert "429" in cli("runs", "logs", runs["thrifty"]["run_id"]).stdout
 
 
+@pytest.mark.one_runtime
 def test_a_rejected_note_is_reworked_by_claude_code_and_lands_once(cli: Cli) -> None:
     script = agents.titled_then_rework_script("claude")
     with anthropic(script) as model:

@@ -63,6 +63,7 @@ def test_codex_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cli
     )
 
 
+@pytest.mark.one_runtime
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
     def script(conversation: Conversation) -> Reply:
         if conversation.turn == 0:
@@ -89,6 +90,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     )
 
 
+@pytest.mark.one_runtime
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
     """Three imps under one serve: a provider answering 500, one that never answers (the
     box times out), and a budget of two requests. Codex retries none of them: each is
@@ -120,6 +122,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert [e["status"] for e in events if e.get("path") == "/v1/responses"] == [500]
 
 
+@pytest.mark.one_runtime
 def test_a_rejected_codex_note_is_reworked_by_codex_and_lands_once(cli: Cli) -> None:
     with ModelServer(agents.titled_then_rework_script("codex"), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)

@@ -55,6 +55,7 @@ def test_gemini_writes_a_note_through_the_gateway_showing_its_steps_live(cli: Cl
     )
 
 
+@pytest.mark.one_runtime
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
     with ModelServer(agents.secret_probe_script(agents.SECRET), protocol=PROTOCOL) as model:
         set_up_owner(cli, model.url)
@@ -74,6 +75,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     )
 
 
+@pytest.mark.one_runtime
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
     """Three imps under one serve: a provider answering 500, one that never answers (the
     box times out), and a budget of two requests. The CLI tries a failing call twice, not
@@ -108,6 +110,7 @@ def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> 
     assert [e["status"] for e in events if e.get("path") == MODEL_PATH] == [500] * 2
 
 
+@pytest.mark.one_runtime
 def test_a_rejected_gemini_note_is_reworked_by_gemini_and_lands_once(cli: Cli) -> None:
     script = agents.titled_then_rework_script("gemini")
     with ModelServer(script, protocol=PROTOCOL) as model:

@@ -98,6 +98,7 @@ def outage_script(conversation: Conversation) -> Reply:
     return Reply.error(500, "scripted provider outage")
 
 
+@pytest.mark.one_runtime
 @pytest.mark.usefixtures("opencode_image")
 def test_failing_hanging_and_over_budget_models_quarantine_legibly(cli: Cli) -> None:
     """Three imps under one serve: a provider answering 500, one that never answers (the
@@ -144,6 +145,7 @@ TITLED_MARKER = "written-with-a-title-5c2e"
 FIXED_MARKER = "fixed-in-the-rework-8a17"
 
 
+@pytest.mark.one_runtime
 @pytest.mark.usefixtures("opencode_image")
 def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
     cli: Cli,
@@ -176,6 +178,7 @@ def test_a_rework_reaches_opencode_with_its_violation_and_the_fix_lands_once(
     assert "title:" not in note and FIXED_MARKER in note and TITLED_MARKER not in note
 
 
+@pytest.mark.one_runtime
 @pytest.mark.usefixtures("opencode_image")
 def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -> None:
     with ModelServer(agents.secret_probe_script(agents.SECRET, show="$OPENCODE_CONFIG")) as model:
@@ -193,6 +196,7 @@ def test_the_provider_key_reaches_the_model_server_and_never_the_box(cli: Cli) -
     )
 
 
+@pytest.mark.one_runtime
 @pytest.mark.usefixtures("opencode_image")
 def test_a_host_opencode_reaches_for_is_refused_and_journaled_and_the_run_lands(
     cli: Cli,

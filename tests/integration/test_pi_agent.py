@@ -116,6 +116,7 @@ def test_pi_writes_a_note_that_integrates_with_trusted_trailers(
     assert git("-C", repo, "fsck", "--strict").returncode == 0
 
 
+@pytest.mark.one_runtime
 @pytest.mark.usefixtures("pi_image")
 def test_a_pi_task_without_its_secret_fails_under_serve_and_runs_once_retried(
     cli: Cli, model: ModelServer
@@ -254,6 +255,7 @@ def edit_existing_script() -> Script:
     return script
 
 
+@pytest.mark.one_runtime
 @pytest.mark.usefixtures("pi_image")
 def test_a_pi_that_modifies_an_existing_record_is_rejected(cli: Cli) -> None:
     def script(conversation: Conversation) -> Reply:

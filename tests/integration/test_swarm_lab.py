@@ -130,6 +130,7 @@ def check_task_on_each_node(lab: SwarmLab) -> None:
 
 
 # One lab per machine: this test may wait out another test's lab (minutes) before its own.
+@pytest.mark.one_runtime
 @pytest.mark.timeout(900)
 def test_two_node_lab(lab_allowed: None, tmp_path: Path) -> None:
     host_before = host_engine()
