@@ -244,8 +244,8 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for size in (int(s) for s in args.records.split(",")):
-        # Small changes are quick and noisy: take more samples of them.
-        repeat = args.repeat if size >= 1000 else max(args.repeat, 15)
+        # Small changes are quick and noisy: take five times the samples of them.
+        repeat = args.repeat if size >= 1000 else 5 * args.repeat
         rows.append(bench_size(size, args.topics, args.base, repeat))
     print_table(
         f"checkpoint of one run adding N ~1 KB records over {args.topics} topics "
