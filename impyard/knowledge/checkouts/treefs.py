@@ -290,7 +290,10 @@ class TreePlan:
 
     def _safe(self, entry: pygit2.Object, mode: int, where: str, depth: int) -> bool:
         tree = mode == _TREE
-        found = list(entry_name_rules(entry.raw_name or b"", directory=tree).items())
+        named = entry_name_rules(entry.raw_name or b"", directory=tree)
+        if not named and (mode in (_BLOB, _BLOB_EXEC) or (tree and depth + 1 < MAX_DEPTH)):
+            return True  # the common case, decided without building the list below
+        found = list(named.items())
         if mode == _SYMLINK:
             found.append(("symlink", "a symbolic link (mode 120000)"))
         elif not (tree or mode in (_BLOB, _BLOB_EXEC)):
