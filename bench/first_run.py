@@ -2,10 +2,12 @@
 
 A fresh data root (``init``, ``deploy``, ``imp create``) whose imp gets ``records`` notes
 straight into its repository (``common.add_records``) and a published origin, so nothing
-has prepared a checkout of its main yet. Then ``impyard run`` of a one-note box, timed from
-just before the command starts to the ``box.started`` event the journal records for it,
-beside the run's own ``prepare`` phase (``timings_ms``); then a second run of the same imp
-(its base now prepared) the same way.
+has prepared a checkout of its main yet. ``packed``: the records' blobs in one pack, as
+the lane's folds and a restore leave a repository; else each a loose object, as in an
+imp from before folds (every object read costs more). Then ``impyard run`` of a one-note
+box, timed from just before the command starts to the ``box.started`` event the journal
+records for it, beside the run's own ``prepare`` phase (``timings_ms``); then a second
+run of the same imp (its base now prepared) the same way.
 """
 
 from __future__ import annotations
@@ -55,14 +57,14 @@ def _timed_run(home: Path) -> tuple[float, dict[str, float]]:
     return _box_started(home, shown["run_id"]) - start, shown["timings_ms"]
 
 
-def first_run(records: int) -> FirstRun:
+def first_run(records: int, *, packed: bool = False) -> FirstRun:
     home = scratch_dir("impyard-firstrun-")
     try:
         setup = time.perf_counter()
         impyard(home, "init")
         impyard(home, "deploy")
         impyard(home, "imp", "create", "bench")
-        add_records(Home(home).repo("bench"), records)
+        add_records(Home(home).repo("bench"), records, packed=packed)
         publish_origin(Home(home), "bench")
         setup_s = time.perf_counter() - setup
         first_s, timings = _timed_run(home)
