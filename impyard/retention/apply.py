@@ -35,6 +35,7 @@ from impyard.retention.model import (
     GcPlan,
     GcResult,
 )
+from impyard.retention.objects import fold_loose_objects
 from impyard.retention.plan import plan_gc
 from impyard.retention.release import release_run, remove_trash
 from impyard.retention.rotation import rotate
@@ -110,6 +111,7 @@ def apply_gc(home: Home, plan: GcPlan, volumes: VolumeStore, journal: Journal) -
     # After the run records: a bundle planned because its last runs' records go is
     # unlinked only once they are gone.
     done([_remove_bundle(item) for item in plan.of_kind("box_bundle")])
+    done([fold_loose_objects(home, item) for item in plan.of_kind("loose_objects")])
     notes = []
     for item in plan.of_kind("journal"):
         outcome = _rotate(home, plan, item)
@@ -126,6 +128,8 @@ def _journal(journal: Journal, outcome: GcOutcome) -> None:
     names = {"kind": item.kind, "id": item.id, "run": item.run, "imp": item.imp}
     if outcome.status == "removed":
         journal.record("gc.removed", **names)
+    elif outcome.status == "folded":
+        journal.record("gc.folded", **names, detail=outcome.detail)
     elif outcome.status == "failed":
         journal.record("gc.failed", **names, error=outcome.detail)
 

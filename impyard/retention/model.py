@@ -30,8 +30,9 @@ GcKind = Literal[
     "task",  # a done or cancelled queue task older than finished_run_days
     "box_bundle",  # a shared trust bundle no run links to, older than BUNDLE_DAYS
     "journal",  # journal.jsonl, rotated (no line is lost)
+    "loose_objects",  # an imp's canonical repository's backlog of loose objects, folded
 ]
-Status = Literal["removed", "rotated", "skipped", "failed"]
+Status = Literal["removed", "rotated", "folded", "skipped", "failed"]
 
 
 class GcBusyError(ImpyardError):

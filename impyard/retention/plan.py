@@ -4,7 +4,8 @@ Reads only. Each kind has its own planner; the plan lists runs first (refs, kept
 checkouts, records), then what they leave unneeded (checkout layers, with the chains
 of records the plan drops no longer counted), engine volumes, archived bodies, spare
 run spaces, finished queue tasks, trust bundles no run record links to (links from
-records the plan drops not counted), and the journal when it is due for rotation.
+records the plan drops not counted), canonical repositories holding a backlog of loose
+objects to fold, and the journal when it is due for rotation.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from impyard.retention.model import (
     Limits,
     age_days,
 )
+from impyard.retention.objects import plan_loose_objects
 from impyard.retention.rotation import rotation_item
 from impyard.retention.runs import plan_runs
 from impyard.retention.volumes import VolumeStore, plan_helpers, plan_volumes
@@ -57,6 +59,7 @@ def plan_gc(
     items.extend(plan_tasks(home, limits, now, notes))
     records = {item.id for item in items if item.kind == "run_dir"}
     items.extend(plan_bundles(home, records, now))
+    items.extend(plan_loose_objects(home))
     rotation = rotation_item(home.journal, limits.journal_max_bytes)
     if rotation is not None:
         items.append(rotation)

@@ -31,10 +31,12 @@ from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.runspace import RunSpace
 from impyard.knowledge.integration.lane import candidate_ref
 from impyard.knowledge.integration.quarantine import quarantine_ref
+from impyard.knowledge.store import fold
 from impyard.knowledge.store.repo import main_commit
 from impyard.policy.compile import deploy
 from impyard.queue import namespaces, tasks
 from impyard.queue.db import opened
+from impyard.retention import objects as retained_objects
 from impyard.retention.apply import gc_lock, run_gc
 from impyard.retention.model import GcBusyError, GcResult
 from impyard.retention.periodic import PeriodicGc
@@ -43,7 +45,7 @@ from impyard.runs.records import manifest as manifests
 from impyard.runs.records.model import Manifest
 from impyard.runs.records.owner import RunOwnership
 from tests.helpers.cli import Cli, json_lines
-from tests.helpers.repo import make_imp, namespace, run_id
+from tests.helpers.repo import assert_fsck_clean, make_imp, namespace, run_id
 
 NOW = utc_epoch("2026-08-01T00:00:00Z") or 0.0
 DAY = 86400.0
@@ -614,6 +616,78 @@ def test_a_bundle_changed_after_the_plan_is_kept(yard: Yard, tmp_path: Path) -> 
         (swapped.name, "skipped", "no longer a regular file"),
     }
     assert path.exists() and swapped.is_symlink()
+
+
+def loose_backlog(repo: pygit2.Repository, in_sample: int) -> dict[pygit2.Oid, bytes]:
+    """Loose blobs written until ``objects/17`` (the directory folds count) holds
+    ``in_sample`` of them, as an imp whose objects were written before folds has them."""
+    sample = Path(repo.path) / "objects" / fold.SAMPLE_DIR
+    blobs: dict[pygit2.Oid, bytes] = {}
+    while len(os.listdir(sample) if sample.is_dir() else []) < in_sample:
+        data = f"a record written before folds, {len(blobs)}\n".encode()
+        blobs[repo.create_blob(data)] = data
+    return blobs
+
+
+def loose_count(repo: pygit2.Repository) -> int:
+    objects = Path(repo.path) / "objects"
+    return sum(len(os.listdir(d)) for d in objects.iterdir() if fold.LOOSE_DIR.fullmatch(d.name))
+
+
+def test_a_backlog_of_loose_objects_is_folded_in_parts_and_every_object_stays(
+    yard: Yard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lane's trigger at 3 files in the sample directory (not 16): ~770 objects, not 4,100.
+    monkeypatch.setattr(fold, "SAMPLED_LOOSE", 3)
+    monkeypatch.setattr(retained_objects, "SAMPLED_LOOSE", 3)
+    monkeypatch.setattr(retained_objects, "GC_FOLD_OBJECTS", 200)
+    blobs = loose_backlog(yard.repo, 3)
+    before = loose_count(yard.repo)
+    assert before >= len(blobs)
+
+    plan = run_gc(yard.home, now=NOW, dry_run=True, volumes=FakeVolumes()).plan
+    [item] = plan.of_kind("loose_objects")
+    assert (item.id, item.imp, item.path) == (
+        "yuko",
+        "yuko",
+        str(yard.home.repo("yuko") / "objects"),
+    )
+    assert "about 768 loose objects (objects/17 holds 3)" in item.reason
+    assert loose_count(yard.repo) == before  # a dry run folds nothing
+
+    result = run_gc(yard.home, now=NOW, volumes=FakeVolumes())
+    [outcome] = [o for o in result.outcomes if o.item.kind == "loose_objects"]
+    assert outcome.status == "folded", outcome.detail
+    folded = int((outcome.detail or "").split()[0])
+    # In parts of 200 (the sample directory last), until it holds fewer than 3.
+    assert folded > 400 and loose_count(yard.repo) == before - folded
+    assert len(os.listdir(Path(yard.repo.path) / "objects" / fold.SAMPLE_DIR)) < 3
+    fresh = pygit2.Repository(yard.repo.path)
+    assert all(fresh[oid].data == data for oid, data in blobs.items())
+    assert_fsck_clean(yard.repo.path)
+    [event] = Journal(yard.home.journal).read(event="gc.folded")
+    assert (event["kind"], event["imp"], event["detail"]) == (
+        "loose_objects",
+        "yuko",
+        outcome.detail,
+    )
+    # Under the trigger now: nothing left to fold.
+    assert not run_gc(yard.home, now=NOW, dry_run=True, volumes=FakeVolumes()).plan.items
+
+
+def test_cli_says_it_would_fold_then_folds(
+    cli: Cli, yard: Yard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fold, "SAMPLED_LOOSE", 2)
+    monkeypatch.setattr(retained_objects, "SAMPLED_LOOSE", 2)
+    loose_backlog(yard.repo, 2)
+    dry = cli("gc", "--dry-run", env=NO_ENGINE)
+    assert dry.code == 0, dry.stderr
+    assert "would fold loose_objects yuko (about 512 loose objects" in dry.stdout
+    done = cli("gc", env=NO_ENGINE)
+    assert done.code == 0, done.stderr
+    assert re.search(r"folded loose_objects yuko \(\d+ loose objects into packs\)", done.stdout)
+    assert "gc: 1 folded" in done.stdout
 
 
 # -- the CLI ----------------------------------------------------------------------------

@@ -22,7 +22,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON document."),
     ) -> None:
         """Remove old quarantines, candidates, finished runs and tasks, unneeded checkout
-        layers, volumes and trust bundles, expired archived bodies; rotate a large journal."""
+        layers, volumes and trust bundles, expired archived bodies; fold a backlog of loose
+        git objects; rotate a large journal."""
         from impyard.retention.apply import run_gc
 
         result = run_gc(initialized_home(ctx), dry_run=dry_run)
@@ -30,11 +31,11 @@ def register(app: typer.Typer) -> None:
             print_json(result.to_dict())
         elif dry_run:
             for item in result.plan.items:
-                verb = "would rotate" if item.kind == "journal" else "would remove"
+                verb = _VERBS.get(item.kind, "would remove")
                 echo(f"{verb} {item.kind} {_label(item)} ({item.reason})")
         else:
             for outcome in result.outcomes:
-                why = outcome.detail if outcome.status != "removed" else outcome.item.reason
+                why = outcome.item.reason if outcome.status == "removed" else outcome.detail
                 echo(f"{outcome.status} {outcome.item.kind} {_label(outcome.item)} ({why})")
         if not as_json:
             for note in [*result.plan.notes, *result.notes]:
@@ -44,12 +45,15 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
+_VERBS = {"journal": "would rotate", "loose_objects": "would fold"}
+
+
 def _label(item: GcItem) -> str:
     if item.kind == "layer":
         return f"{item.imp}/{item.id}"
     if item.kind == "helper":
         return f"{item.path} {item.id[:12]}"
-    if item.kind in ("volume", "archive_object", "task"):
+    if item.kind in ("volume", "archive_object", "task", "loose_objects"):
         return item.id
     return item.path
 
@@ -60,7 +64,7 @@ def _summary(result: GcResult) -> str:
         return f"gc (dry run): {planned} item(s) would go" if planned else "gc: nothing to remove"
     counts = {
         status: len(result.with_status(status))
-        for status in ("removed", "rotated", "skipped", "failed")
+        for status in ("removed", "rotated", "folded", "skipped", "failed")
     }
     if not any(counts.values()):
         return "gc: nothing to remove"

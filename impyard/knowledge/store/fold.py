@@ -90,7 +90,7 @@ def fold_objects(
     packs = _foldable_packs(objects / "pack")
     loose_dirs = _loose_dirs(objects)
     if keep_dirs:
-        many_loose = len(_names(objects / SAMPLE_DIR)) >= SAMPLED_LOOSE
+        many_loose = sampled_loose(objects) >= SAMPLED_LOOSE
     else:
         many_loose = len(loose_dirs) >= LOOSE_DIRS
     if not many_loose and len(packs) < MAX_PACKS:
@@ -129,6 +129,11 @@ def fold_objects(
     fsync_dir(objects / "pack")
     fsync_dir(objects)
     return Folded(name, len(ids), len(loose), len(rolled))
+
+
+def sampled_loose(objects: Path) -> int:
+    """The files in ``objects/SAMPLE_DIR``: about 1/256 of the repository's loose objects."""
+    return len(_names(objects / SAMPLE_DIR))
 
 
 def _write_pack(repo: pygit2.Repository, rolled: list[Path], loose: list[bytes]) -> str:
