@@ -59,7 +59,7 @@ def plan_gc(
     items.extend(plan_tasks(home, limits, now, notes))
     records = {item.id for item in items if item.kind == "run_dir"}
     items.extend(plan_bundles(home, records, now))
-    items.extend(plan_loose_objects(home))
+    items.extend(plan_loose_objects(home, notes))
     rotation = rotation_item(home.journal, limits.journal_max_bytes)
     if rotation is not None:
         items.append(rotation)

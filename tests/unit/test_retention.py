@@ -652,7 +652,7 @@ def test_a_backlog_of_loose_objects_is_folded_in_parts_and_every_object_stays(
         "yuko",
         str(yard.home.repo("yuko") / "objects"),
     )
-    assert "about 768 loose objects (objects/17 holds 3)" in item.reason
+    assert "about 768 loose objects (objects/17 holds 3, the lane's trigger is 3;" in item.reason
     assert loose_count(yard.repo) == before  # a dry run folds nothing
 
     result = run_gc(yard.home, now=NOW, volumes=FakeVolumes())
