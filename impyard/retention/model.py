@@ -128,6 +128,14 @@ class GcResult:
     def failed(self) -> list[GcOutcome]:
         return self.with_status("failed")
 
+    def line(self) -> str:
+        """What serve says of a gc that did something: ``gc: 2 removed, 1 folded, 0 failed``
+        (the journal rotated counts as removed; ``folded`` only when a repository was)."""
+        removed = len(self.with_status("removed", "rotated"))
+        folded = len(self.with_status("folded"))
+        also = f", {folded} folded" if folded else ""
+        return f"gc: {removed} removed{also}, {len(self.failed)} failed"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,

@@ -258,12 +258,8 @@ class Server:
 
     def _gc_done(self, result: GcResult) -> None:
         heap.trim()  # what the runs since the last pass freed, back to the system
-        removed = len(result.with_status("removed", "rotated"))
-        folded = len(result.with_status("folded"))
-        failed = len(result.failed)
-        if removed or folded or failed:
-            also = f", {folded} repositories folded" if folded else ""
-            self.report("gc", f"gc: {removed} removed{also}, {failed} failed")
+        if result.with_status("removed", "rotated", "folded", "failed"):
+            self.report("gc", result.line())
 
     def _recovered(self, resolution: Resolution) -> None:
         self._forget(resolution.run_id)
