@@ -19,6 +19,7 @@ SLOW_NOTE = (
 )
 
 
+@pytest.mark.one_runtime
 def test_a_follower_reads_a_runs_events_as_they_happen(cli: Cli) -> None:
     assert cli("init").code == 0
     created = cli("imp", "create", "yuko")

@@ -44,6 +44,7 @@ def yard(yuko: Cli, tmp_path: Path) -> tuple[Cli, Path]:
     return cli, remote
 
 
+@pytest.mark.one_runtime
 def test_a_purged_string_is_nowhere_after_real_runs(yard: tuple[Cli, Path]) -> None:
     cli, remote = yard
     for n in (1, 2, 3):
@@ -80,6 +81,7 @@ def test_a_purged_string_is_nowhere_after_real_runs(yard: tuple[Cli, Path]) -> N
     assert code == 0 and after["checkpoint"] == "integrated", after
 
 
+@pytest.mark.one_runtime
 def test_a_source_purge_names_and_keeps_a_note_resting_on_other_sources(
     yard: tuple[Cli, Path],
 ) -> None:

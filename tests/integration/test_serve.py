@@ -91,6 +91,7 @@ def wait_for(predicate: Any, seconds: float = 60) -> None:
     raise AssertionError("condition not reached in time")
 
 
+@pytest.mark.one_runtime
 def test_twenty_tasks_for_two_imps_all_land(cli: Cli) -> None:
     make_yard(cli, "ada", "bob")
     for i in range(10):

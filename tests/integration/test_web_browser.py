@@ -138,6 +138,7 @@ def test_a_rejected_run_is_in_review_and_a_retry_lands_it_after_a_policy_change(
         assert "Nothing waits for review" in chromium.text(driver, By.TAG_NAME, "main")
 
 
+@pytest.mark.one_runtime
 @pytest.mark.docker
 def test_the_overview_shows_a_run_landing_under_serve_without_a_reload(
     cli: Cli, driver: WebDriver
@@ -210,6 +211,7 @@ def foreground(cli: Cli, script: str, code: int) -> str:
     return run_id
 
 
+@pytest.mark.one_runtime
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_every_page_fits_a_phone_screen(cli: Cli, driver: WebDriver) -> None:
