@@ -237,6 +237,7 @@ def main() -> None:
     print("every task of every side landed exactly once")
     for home in homes:
         shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(home.parent / f"{home.name}-node", ignore_errors=True)  # agent_process's
 
 
 if __name__ == "__main__":

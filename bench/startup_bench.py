@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from bench.common import byte_compiled, impyard, median, print_table, scratch_dir
 
@@ -52,7 +53,15 @@ def main() -> None:
     console = shutil.which("impyard") or ""
     if not console:
         raise SystemExit("startup bench: the impyard console command is not on PATH")
-    home = scratch_dir("impyard-startup-") / "home"
+    scratch = scratch_dir("impyard-startup-")
+    try:
+        report(args.reps, console, scratch / "home")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def report(reps: int, console: str, home: Path) -> None:
+    """Time the commands on a fresh data root at ``home`` and print the tables."""
     impyard(home, "init")
     env = {**os.environ, "IMPYARD_HOME": str(home)}
     commands = {
@@ -61,7 +70,7 @@ def main() -> None:
         "impyard runs list": [console, "runs", "list"],
     }
     samples: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(args.reps):  # interleaved: drift falls on every command alike
+    for _ in range(reps):  # interleaved: drift falls on every command alike
         for name, argv in commands.items():
             samples[name].append(wall_ms(argv, env))
     baseline = median(samples["python -c pass"])
@@ -74,7 +83,7 @@ def main() -> None:
             (name, f"{ms:.1f}", f"{ms - baseline:+.1f}", "-" if budget is None else budget, verdict)
         )
     print_table(
-        f"start-up, median of {args.reps} (ms)",
+        f"start-up, median of {reps} (ms)",
         ["command", "wall ms", "vs python -c pass", "budget", "result"],
         rows,
     )
