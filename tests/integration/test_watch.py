@@ -35,11 +35,15 @@ FLOOD = (
 def impyard(cli: Cli, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
     env = {**os.environ, **GIT_ENV}
     env.pop("IMPYARD_HOME", None)
+    # Unbuffered: a ``readline`` on a buffered pipe may read the next lines too, and
+    # ``communicate`` (``finish``) reads the pipe's descriptor, never that buffer: a line
+    # printed together with the first was lost to the test, not by Impyard.
     return subprocess.Popen(
         [sys.executable, "-m", "impyard", "--home", str(cli.home), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        bufsize=0,
         **kwargs,
     )
 
