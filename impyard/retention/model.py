@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from impyard.common.errors import ImpyardError
 from impyard.policy.models import Policy
@@ -128,13 +128,16 @@ class GcResult:
     def failed(self) -> list[GcOutcome]:
         return self.with_status("failed")
 
-    def line(self) -> str:
-        """What serve says of a gc that did something: ``gc: 2 removed, 1 folded, 0 failed``
-        (the journal rotated counts as removed; ``folded`` only when a repository was)."""
-        removed = len(self.with_status("removed", "rotated"))
-        folded = len(self.with_status("folded"))
-        also = f", {folded} folded" if folded else ""
-        return f"gc: {removed} removed{also}, {len(self.failed)} failed"
+    def summary(self) -> str:
+        """One line for people, the command's last and serve's: ``gc: 2 removed, 1 folded``
+        (each status that some item ended with, in ``Status`` order), ``gc: nothing to
+        remove``, or for a dry run how many items would go."""
+        planned = len(self.plan.items)
+        if self.dry_run and planned:
+            return f"gc (dry run): {planned} item(s) would go"
+        counts = [(status, len(self.with_status(status))) for status in get_args(Status)]
+        done = [f"{n} {status}" for status, n in counts if n]
+        return "gc: " + ", ".join(done) if done else "gc: nothing to remove"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -259,7 +259,7 @@ class Server:
     def _gc_done(self, result: GcResult) -> None:
         heap.trim()  # what the runs since the last pass freed, back to the system
         if result.with_status("removed", "rotated", "folded", "failed"):
-            self.report("gc", result.line())
+            self.report("gc", result.summary())
 
     def _recovered(self, resolution: Resolution) -> None:
         self._forget(resolution.run_id)

@@ -9,7 +9,7 @@ import typer
 from impyard.cli.shared._common import echo, initialized_home, print_json
 
 if TYPE_CHECKING:
-    from impyard.retention.model import GcItem, GcResult
+    from impyard.retention.model import GcItem
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         if not as_json:
             for note in [*result.plan.notes, *result.notes]:
                 echo(f"note: {note}")
-            echo(_summary(result))
+            echo(result.summary())
         if result.failed:
             raise typer.Exit(1)
 
@@ -56,16 +56,3 @@ def _label(item: GcItem) -> str:
     if item.kind in ("volume", "archive_object", "task", "loose_objects"):
         return item.id
     return item.path
-
-
-def _summary(result: GcResult) -> str:
-    planned = len(result.plan.items)
-    if result.dry_run:
-        return f"gc (dry run): {planned} item(s) would go" if planned else "gc: nothing to remove"
-    counts = {
-        status: len(result.with_status(status))
-        for status in ("removed", "rotated", "folded", "skipped", "failed")
-    }
-    if not any(counts.values()):
-        return "gc: nothing to remove"
-    return "gc: " + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
