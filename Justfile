@@ -44,17 +44,19 @@ lint:
     {{venv}}/mypy
     {{venv}}/lint-imports --no-cache
 
-# Lint, then the whole test suite: unit tests in parallel, then the docker tests, three at a
-# time on the one engine (each counts only the boxes of its own data root), once with boxes
-# under runc and once under gVisor (runsc), the second only the docker tests not marked
-# `one_runtime` (host logic the box's runtime does not change); then every bench at its smoke size (each must
-# still run and pass its own checks; figures are not judged). Work stealing keeps the long
-# Pi and serve tests from ending the pass on one worker. Each part prints what it took
+# Lint, then the whole test suite: unit tests in parallel, then the docker tests, four at a
+# time on the one engine (each counts only the boxes of its own data root; much of a docker
+# test is waiting on a box, an agent or a timeout, and four keep two cores busy where three
+# left a tenth of them idle), once with boxes under runc and once under gVisor (runsc), the
+# second only the docker tests not marked `one_runtime` (host logic the box's runtime does
+# not change); then every bench at its smoke size, two at a time (each must still run and
+# pass its own checks; figures are not judged). Work stealing keeps the long Pi and serve
+# tests from ending the pass on one worker. Each part prints what it took
 # (`==> part: N s`), and each docker pass its ten slowest tests.
 test: lint
     @scripts/timed.sh unit {{venv}}/pytest -q -n auto tests/unit
-    @scripts/timed.sh "docker under runc" {{venv}}/pytest -q -n 3 --dist worksteal --durations=10 tests/integration
-    @IMPYARD_INIT_RUNTIME=runsc scripts/timed.sh "docker under runsc" {{venv}}/pytest -q -n 3 --dist worksteal --durations=10 -m "docker and not one_runtime" tests/integration
+    @scripts/timed.sh "docker under runc" {{venv}}/pytest -q -n 4 --dist worksteal --durations=10 tests/integration
+    @IMPYARD_INIT_RUNTIME=runsc scripts/timed.sh "docker under runsc" {{venv}}/pytest -q -n 4 --dist worksteal --durations=10 -m "docker and not one_runtime" tests/integration
     @scripts/timed.sh "bench smoke" {{venv}}/python -m bench --smoke
 
 # Full demo: verify the tmpfs primitive

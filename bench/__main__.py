@@ -1,8 +1,8 @@
 """`just bench`: every benchmark at full size, one after another (`python -m bench [name ...]`).
 
 `python -m bench --smoke [name ...]` runs each at a size of seconds, in a process of its own,
-as the tests do: figures are not judged, only that every bench still runs and its own
-checks hold (a refactor cannot break one unseen). Exit 1 names the benches that failed.
+two at a time, as the tests do: figures are not judged, only that every bench still runs and
+its own checks hold (a refactor cannot break one unseen). Exit 1 names the benches that failed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import importlib
 import os
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 BENCHES = (
     "checkout_bench",
@@ -74,6 +76,11 @@ SMOKE: dict[str, tuple[list[str], dict[str, str]]] = {
     "startup_bench": (["--reps", "2"], {}),
     "web_bench": (["--runs", "200", "--candidates", "3", "--samples", "2"], {}),
 }
+#: Smokes run two at a time: each is a few seconds of one process and the engine's boxes,
+#: and the benches share the engine with others (each counts only its own data root's).
+SMOKE_WORKERS = 2
+LONGEST = "agent_bench"
+_PRINTING = threading.Lock()
 #: A further smoke run of a bench with a second path worth keeping alive.
 SMOKE_ALSO: dict[str, tuple[list[str], dict[str, str]]] = {
     "serve_bench": (
@@ -107,26 +114,41 @@ def main() -> None:
 
 
 def run_smoke(chosen: list[str]) -> None:
-    failed = []
-    for name in chosen:
-        for argv, env in (SMOKE[name], *([SMOKE_ALSO[name]] if name in SMOKE_ALSO else [])):
-            if not smoke_one(name, argv, env):
-                failed.append(name)
+    jobs = [
+        (name, argv, env)
+        for name in chosen
+        for argv, env in (SMOKE[name], *([SMOKE_ALSO[name]] if name in SMOKE_ALSO else []))
+    ]
+    # The longest smoke starts first, so that it does not end the pass alone.
+    jobs.sort(key=lambda job: job[0] != LONGEST)
+    with ThreadPoolExecutor(max_workers=SMOKE_WORKERS) as pool:
+        passed = list(pool.map(lambda job: smoke_one(*job), jobs))
+    failed = sorted({name for (name, _, _), ok in zip(jobs, passed, strict=True) if not ok})
     if failed:
         raise SystemExit(f"bench smoke failed: {', '.join(failed)}")
 
 
 def smoke_one(name: str, argv: list[str], env: dict[str, str]) -> bool:
-    print(f"\n# {name} (smoke: {' '.join(argv) or env})", flush=True)
+    """Run one bench at its smoke size; its output is printed whole once it ends (another
+    smoke runs beside it)."""
     started = time.monotonic()
     # The console command the benches time is the one beside this interpreter.
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
-    code = subprocess.call(
+    done = subprocess.run(
         [sys.executable, "-m", f"bench.{name}", *argv],
         env={**os.environ, **env, "PATH": path},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        check=False,
     )
-    print(f"# {name}: exit {code} in {time.monotonic() - started:.1f} s", flush=True)
-    return code == 0
+    took = time.monotonic() - started
+    with _PRINTING:
+        print(f"\n# {name} (smoke: {' '.join(argv) or env})", flush=True)
+        print(done.stdout, end="", flush=True)
+        print(f"# {name}: exit {done.returncode} in {took:.1f} s", flush=True)
+    return done.returncode == 0
 
 
 if __name__ == "__main__":
