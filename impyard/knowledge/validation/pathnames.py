@@ -180,6 +180,11 @@ def entry_name_rules(raw: bytes, *, directory: bool) -> dict[str, str]:
         norm = raw.lower()
         if norm not in special and norm.split(b".", 1)[0] not in _WINDOWS_DEVICES_BYTES:
             return {}
+    return entry_text_rules(raw, directory=directory)
+
+
+def entry_text_rules(raw: bytes, *, directory: bool) -> dict[str, str]:
+    """``entry_name_rules`` decided on the name's text alone, every name the long way."""
     if not raw:
         return {"path-escape": "an empty name"}
     found = name_rules(raw.decode("utf-8", "surrogateescape"), directory=directory)
