@@ -9,8 +9,8 @@ in at most 50 ms and a one-note checkpoint in at most 150 ms (medians), on a
 knowledge repository of ``--records`` (default 100,000) ~1 KB records.
 
 Method: an imp created with ``--agent pi`` (image impyard-pi:latest, which has
-curl) over a repository built with ``add_records`` (main's size cache warmed,
-as the lane leaves it). A warm-up ``impyard run`` that writes nothing
+curl) over a repository built with ``add_records`` (its records packed and main's
+size cache warmed, as the lane leaves them). A warm-up ``impyard run`` that writes nothing
 materializes the base's lower layer (~400 MB at 100,000 records), then
 everything is synced, so neither the layer nor its writeback falls into the
 measurement. Then one measured ``impyard run`` with an owner ``--command``
@@ -47,14 +47,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
-from bench.common import add_records, impyard, median, print_table, scratch_dir
+from bench.common import add_records, impyard, median, print_table, remove_data_root, scratch_dir
 from impyard.home import Home
 from tests.helpers.policy import edit_org
 
@@ -125,7 +124,7 @@ def setup(records: int) -> Path:
     impyard(home, "deploy")
     impyard(home, "imp", "create", IMP, "--agent", "pi")
     if records:
-        commit = add_records(Home(home).repo(IMP), records)
+        commit = add_records(Home(home).repo(IMP), records, packed=True)
         publish_origin(Home(home), IMP)
         tree_bytes(open_repo(Home(home), IMP), commit)
     return home
@@ -210,7 +209,7 @@ def main() -> None:
         box = box_times(log)
         host = host_times(home, str(record["run_id"]))
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        remove_data_root(home)
     # Every request of a kind is there once, warm-up first: drop it from the statistics.
     expected = {"check": args.samples + 1, "checkpoint": args.samples + 1}
     expected["nope"] = 2 * (args.samples + 1)

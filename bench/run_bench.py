@@ -83,7 +83,8 @@ def impyard_run(home: Path) -> None:
 
 def setup(records: int, command: str | None = None, runtime: str = "runc") -> Path:
     """A data root with imp `bench` holding ``records`` notes (and its own command), whose
-    boxes run under ``runtime``."""
+    boxes run under ``runtime``. The records are packed, as the lane's folds leave an imp
+    (loose, each run's lane pass would fold some of them: an imp from before folds)."""
     from impyard.knowledge.integration.origin import publish_origin
 
     home = scratch_dir("impyard-runbench-")
@@ -91,7 +92,7 @@ def setup(records: int, command: str | None = None, runtime: str = "runc") -> Pa
     impyard(home, "deploy")
     impyard(home, "imp", "create", "bench", *(["--command", command] if command else []))
     if records:
-        add_records(Home(home).repo("bench"), records)
+        add_records(Home(home).repo("bench"), records, packed=True)
         publish_origin(Home(home), "bench")
     return home
 
