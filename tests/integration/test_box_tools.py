@@ -85,6 +85,28 @@ def test_note_files_are_named_numbered_and_have_frontmatter(tmp_path: Path) -> N
     assert "source_urls: []\n" in third
 
 
+def test_a_note_body_is_kept_whole_its_trailing_newlines_dropped(tmp_path: Path) -> None:
+    """Short bodies are read by the shell, long ones partly by `cat`: both end up as the
+    body was given, its trailing newlines dropped (as `$(cat)` drops them) and one added."""
+    kdir = _knowledge(tmp_path)
+    long_lines = "".join(f"line {i} of a long note \\ kept\n" for i in range(120))
+    bodies = {
+        "bare": ("printf 'no newline'", "no newline\n"),
+        "trailing": ("printf 'a\\n\\n\\n\\n'", "a\n"),
+        "spaces": ("printf '  lead \\\\n and trail  \\n'", "  lead \\n and trail  \n"),
+        "long": ("cat /tmp/long", long_lines),
+        "one-line": ("cat /tmp/wide", "w" * 5000 + "\n"),
+        "empty": ("printf ''", ""),
+    }
+    script = "".join(f"{feed} | impyard-note bodies {slug}\n" for slug, (feed, _) in bodies.items())
+    prepare = f"printf '%s' '{long_lines}' > /tmp/long; printf '%5000s' '' | tr ' ' w > /tmp/wide\n"
+    exit_, log = _run(_spec(kdir, prepare + script), tmp_path)
+    assert exit_.clean, log
+    for number, (slug, (_, expected)) in enumerate(bodies.items(), start=1):
+        text = (kdir / f"records/bodies/{slug}--{NS}_{number}.md").read_text()
+        assert text.split("---\n", 2)[2] == expected, slug
+
+
 def test_a_number_whose_path_is_taken_is_skipped(tmp_path: Path) -> None:
     kdir = _knowledge(tmp_path)
     (kdir / "records/new").mkdir()
