@@ -86,21 +86,33 @@ def test_note_files_are_named_numbered_and_have_frontmatter(tmp_path: Path) -> N
 
 
 def test_a_note_body_is_kept_whole_its_trailing_newlines_dropped(tmp_path: Path) -> None:
-    """Short bodies are read by the shell, long ones partly by `cat`: both end up as the
-    body was given, its trailing newlines dropped (as `$(cat)` drops them) and one added."""
+    """Short bodies are read by the shell in pieces, long ones partly by `cat`: each ends up
+    as it was given, its trailing newlines dropped (as `$(cat)` drops them) and one added,
+    in a UTF-8 locale too (where the shell counts characters, not the bytes read)."""
     kdir = _knowledge(tmp_path)
     long_lines = "".join(f"line {i} of a long note \\ kept\n" for i in range(120))
     bodies = {
         "bare": ("printf 'no newline'", "no newline\n"),
         "trailing": ("printf 'a\\n\\n\\n\\n'", "a\n"),
         "spaces": ("printf '  lead \\\\n and trail  \\n'", "  lead \\n and trail  \n"),
-        "long": ("cat /tmp/long", long_lines),
-        "one-line": ("cat /tmp/wide", "w" * 5000 + "\n"),
+        "long": ("cat /feed/long", long_lines),
+        "one-line": ("cat /feed/wide", "w" * 5000 + "\n"),
+        "a-piece": ("cat /feed/piece", "p" * 256 + "\nafter\n"),
+        "accents": ("cat /feed/accents", "\u00e9t\u00e9 " * 200 + "\n\u00e0 la ligne\n"),
         "empty": ("printf ''", ""),
     }
+    files = {
+        "long": long_lines,
+        "wide": "w" * 5000,
+        "piece": "p" * 256 + "\nafter\n\n",
+        "accents": "\u00e9t\u00e9 " * 200 + "\n\u00e0 la ligne",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    mounts = [BoxMount(str(tmp_path / name), f"/feed/{name}", read_only=True) for name in files]
     script = "".join(f"{feed} | impyard-note bodies {slug}\n" for slug, (feed, _) in bodies.items())
-    prepare = f"printf '%s' '{long_lines}' > /tmp/long; printf '%5000s' '' | tr ' ' w > /tmp/wide\n"
-    exit_, log = _run(_spec(kdir, prepare + script), tmp_path)
+    spec = _spec(kdir, script, env={"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}, mounts=mounts)
+    exit_, log = _run(spec, tmp_path)
     assert exit_.clean, log
     for number, (slug, (_, expected)) in enumerate(bodies.items(), start=1):
         text = (kdir / f"records/bodies/{slug}--{NS}_{number}.md").read_text()
