@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -363,3 +364,44 @@ def test_a_ready_box_holds_the_checkout_of_its_imp_for_that_imps_next_run_only(c
     assert firsts["yuko"] in shown and firsts["kenji"] not in shown, shown
     # Its checkout was taken as the run's: the new note landed beside the first.
     assert mine["namespace"] in shown
+
+
+def test_a_prefilled_ready_box_lands_its_runs_edits_and_deletions_and_keeps_no_mount(
+    yard: Cli,
+) -> None:
+    """A box serve fills ahead of a run holds its imp's main under an overlay the host
+    mounted: a reorganizing run on it edits one file and deletes another, and its commit
+    holds those two changes and nothing of the copy beneath; once it ended, no mount of the
+    box is left."""
+
+    def reorganize(command: str) -> dict[str, Any]:
+        result = yard(
+            "run",
+            "yuko",
+            "--reorganize",
+            "--prompt",
+            "tidy",
+            "--json",
+            "--command",
+            f'cd "$IMPYARD_KNOWLEDGE_DIR/organization" && {command}',
+        )
+        record: dict[str, Any] = json.loads(result.stdout)
+        assert record["checkpoint"] == "integrated", (record["reason"], record["validation_errors"])
+        return record
+
+    reorganize('printf "a\\n" > index.md && printf "b\\n" > old.md')
+    with serving(yard.home):
+        full_pool(yard)
+        (box,) = pool_boxes(yard.home)
+        record = reorganize('rm old.md && printf "more\\n" >> index.md')
+    assert record["warm"] is True and record["container_id"] == box, record
+    assert record["checkout"]["kind"] == "overlay", record["checkout"]
+    repo = yard.home / "knowledge" / "yuko" / "repo.git"
+    shown = subprocess.run(
+        ["git", "-C", str(repo), "show", "--name-status", "--format=", record["produced_commit"]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.split("\n") == ["M\torganization/index.md", "D\torganization/old.md", ""], shown
+    assert str(yard.home / "warm") not in Path("/proc/self/mountinfo").read_text()

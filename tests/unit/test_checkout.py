@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 from impyard.home import Home
+from impyard.knowledge.checkouts import checkout as checkout_module
+from impyard.knowledge.checkouts import runspace
 from impyard.knowledge.checkouts.checkout import (
     Checkout,
     CheckoutError,
     mount_options,
+    prefill_overlay,
     prepare_checkout,
     read_identities,
     release_checkout,
@@ -134,3 +137,45 @@ def test_unknown_base_is_refused(home: Home) -> None:
     for kind in ("overlay", "copy"):
         with pytest.raises(CheckoutError):
             prepare_checkout(home, IMP, "r1", "1" * 40, kind, OWNER)  # type: ignore[arg-type]
+
+
+def test_a_prefilled_knowledge_dir_is_an_overlay_whose_upper_dir_holds_only_the_change(
+    home: Home,
+) -> None:
+    """A ready box's knowledge dir, filled ahead of its run: the base through an overlay
+    the host mounted; the run that claims it gets an overlay checkout whose root (what its
+    snapshot reads) holds only what was written through the mount."""
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
+    knowledge = home.root / "warm" / "pool" / "box" / "space" / "knowledge"
+    knowledge.mkdir(parents=True)
+    prefill_overlay(home, IMP, base, knowledge, OWNER)
+    try:
+        assert os.path.ismount(knowledge) and checkouts.read_dir(knowledge) == BASE_FILES
+        checkout = prepare_checkout(home, IMP, "r1", base, "copy", OWNER, knowledge, True)
+        assert checkout.kind == "overlay" and checkout.mounted_at == knowledge
+        checkouts.as_box("echo more >> README.md && rm organization/index.md", knowledge)
+        assert sorted(os.listdir(checkout.root)) == ["README.md", "organization"]
+        assert (checkout.root / "README.md").read_bytes() == BASE_FILES["README.md"] + b"more\n"
+    finally:
+        runspace.unmount_within(knowledge.parent)
+    assert not os.path.ismount(knowledge)
+
+
+def test_a_prefill_the_kernel_refuses_to_overlay_is_a_copy_in_place(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(checkout: Checkout, target: Path) -> None:
+        raise CheckoutError("no overlay here")
+
+    monkeypatch.setattr(checkout_module, "mount_overlay", refused)
+    repo = checkouts.make_repo(home)
+    base = checkouts.commit(repo, BASE_FILES)
+    knowledge = home.root / "warm" / "pool" / "box" / "space" / "knowledge"
+    knowledge.mkdir(parents=True)
+    prefill_overlay(home, IMP, base, knowledge, OWNER)
+    assert sorted(os.listdir(knowledge.parent)) == ["checkout.idx", "knowledge"]
+    assert checkouts.read_dir(knowledge) == BASE_FILES
+    checkout = prepare_checkout(home, IMP, "r1", base, "copy", OWNER, knowledge, True)
+    assert checkout == Checkout(kind="copy", base=base, root=knowledge)
+    assert set(read_identities(checkout.index_path)) == set(BASE_FILES)

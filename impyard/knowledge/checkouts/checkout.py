@@ -8,15 +8,22 @@ exists, and the run's change *is* its upper dir.
 Copy (fallback, for engines without overlay volumes): the whole tree is written
 into the run dir, and each file's lstat identity is recorded outside the checkout
 so the snapshot only hashes files the box touched.
+
+A ready box (``runs.ready``) mounts its knowledge directory before any run claims it,
+so its checkout is made there: an overlay the host mounts over a copy in the box's
+space when serve fills the box ahead of a run (``prefill_overlay``), or a copy written
+at the claim.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
 from impyard.common.checkoutkind import CheckoutKind
 from impyard.common.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
+from impyard.common.libc import syscall
 from impyard.home import Home
 from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.layers import (
@@ -40,10 +47,15 @@ __all__ = [
     "CheckoutError",
     "CheckoutKind",
     "mount_options",
+    "prefill_overlay",
     "prepare_checkout",
     "read_identities",
     "release_checkout",
 ]
+
+# mount(2): source, target, filesystem type, flags, data; MS_NOSUID | MS_NODEV.
+_MOUNT_ARGS = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+_MOUNT_FLAGS = 0x2 | 0x4
 
 # Characters overlay's option parser would split on (',' between options, ':'
 # between lowers) or unescape ('\\'); refused rather than escaped.
@@ -93,8 +105,8 @@ def prepare_checkout(
     """Create the run's checkout of ``base`` (owned by the box user) and record it.
 
     ``into``: an empty directory of the box user's that a running box already mounts (a
-    ready box's), filled where it is; a copy is made there, never an overlay. With
-    ``prefilled``, ``into`` already holds ``base``'s tree (``prefill_copy``).
+    ready box's), filled where it is with a copy. With ``prefilled``, ``into`` already
+    holds ``base``'s tree, as the overlay ``prefill_overlay`` mounted there.
 
     The record (``runs/<id>/checkout.json``) is written before returning, under the
     layer lock, so layer collection never removes a chain this run mounts.
@@ -122,12 +134,15 @@ def prepare_checkout(
         return checkout
     if kind != "copy":
         raise CheckoutError(f"unknown checkout kind {kind!r}")
+    if into is not None and prefilled:
+        checkout = prefilled_checkout(base, into)
+        if not os.path.ismount(into):  # the overlay could not be mounted: a copy in place
+            checkout = Checkout(kind="copy", base=base, root=into)
+        _write_record(home, imp, run_id, checkout)
+        return checkout
     checkout = Checkout(kind="copy", base=base, root=into or root)
     if into is None:
         _fresh_dir(root, own)
-    elif prefilled:
-        _write_record(home, imp, run_id, checkout)
-        return checkout
     elif _has_entries(into):
         raise CheckoutError(f"{into}: a ready box's knowledge directory is not empty")
     _write_copy(home, imp, checkout, own)
@@ -135,11 +150,55 @@ def prepare_checkout(
     return checkout
 
 
-def prefill_copy(home: Home, imp: str, base: str, into: Path, owner: str | Owner) -> None:
-    """Fill a ready box's empty knowledge directory with ``base``'s tree before a run
-    claims the box, its identities where the claiming run's checkout keeps them; that run
-    (of ``imp``, on ``base``) then takes it with ``prefilled`` instead of copying."""
-    _write_copy(home, imp, Checkout(kind="copy", base=base, root=into), parse_owner(owner))
+def prefill_overlay(home: Home, imp: str, base: str, into: Path, owner: str | Owner) -> None:
+    """Make a ready box's empty knowledge directory ``into`` a checkout of ``base`` before a
+    run claims the box (and before the box starts): ``base``'s tree copied beside it as the
+    lower dir of an overlay mounted on it, with an empty upper dir (``prefilled_checkout``).
+    The run that claims the box (of ``imp``, on ``base``) takes it with ``prefilled``: an
+    overlay checkout whose change is its upper dir, as a cold run's is. A copy in place
+    made each snapshot of the run lstat every file (0.7 s a run at 100,000 records,
+    against 25 ms). Where the kernel refuses the overlay, the copy becomes ``into`` itself,
+    its identities recorded as a copy checkout's."""
+    own = parse_owner(owner)
+    checkout = prefilled_checkout(base, into)
+    assert checkout.workdir is not None, "an overlay has a workdir"
+    lower = checkout.lowerdirs[0]
+    for path in (lower, checkout.root, checkout.workdir):
+        _fresh_dir(path, own)
+    # The copy's identities land beside ``into`` too (``index_path``), for the fallback.
+    _write_copy(home, imp, Checkout(kind="copy", base=base, root=lower), own)
+    try:
+        mount_overlay(checkout, into)
+    except CheckoutError:
+        os.rename(lower, into)  # an empty directory, not yet mounted by any box
+        remove_tree(checkout.root)
+        remove_tree(checkout.workdir)
+
+
+def prefilled_checkout(base: str, into: Path) -> Checkout:
+    """The overlay checkout ``prefill_overlay`` mounts on a ready box's knowledge
+    directory ``into``: its lower, upper and work dirs beside ``into`` in the box's space."""
+    space = into.parent
+    if into != space / "knowledge":  # where ``Checkout.mounted_at`` finds it
+        raise CheckoutError(f"{into}: a ready box's checkout is mounted on its knowledge dir")
+    return Checkout(
+        kind="overlay",
+        base=base,
+        root=space / "upper",
+        lowerdirs=(space / "lower",),
+        workdir=space / "work",
+    )
+
+
+def mount_overlay(checkout: Checkout, target: Path) -> None:
+    """Mount ``checkout``'s overlay on ``target`` (nosuid, nodev), with the options a cold
+    run's volume gets (``mount_options``)."""
+    data = mount_options(checkout).encode()
+    error = syscall(
+        "mount", _MOUNT_ARGS, b"overlay", os.fsencode(target), b"overlay", _MOUNT_FLAGS, data
+    )
+    if error:
+        raise CheckoutError(f"cannot mount the checkout overlay on {target}: {os.strerror(error)}")
 
 
 def _write_copy(home: Home, imp: str, checkout: Checkout, own: Owner) -> None:

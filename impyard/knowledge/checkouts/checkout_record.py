@@ -23,6 +23,13 @@ class Checkout:
     workdir: Path | None = None  # overlay only
 
     @property
+    def mounted_at(self) -> Path:
+        """The host directory a box mounts when no volume carries the checkout: a copy's
+        root, or the knowledge directory a ready box's overlay is mounted on, beside its
+        upper dir in the box's space (``checkout.prefilled_checkout``)."""
+        return self.root.parent / "knowledge" if self.kind == "overlay" else self.root
+
+    @property
     def index_path(self) -> Path:
         """Copy kind: the recorded lstat identities (beside the checkout, never inside)."""
         return self.root.parent / "checkout.idx"

@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -280,11 +281,13 @@ def is_full(space: RunSpace) -> bool:
 
 
 def unmount(space: RunSpace) -> None:
-    """Unmount a loop space (the image stays); retried while the engine lets go of it.
+    """Unmount a loop space (the image stays), and first whatever is mounted inside it (a
+    ready box's checkout overlay); retried while the engine lets go of it.
 
     umount(2) directly, not the ``umount`` tool (a fork and exec, ~5-8 ms of every run's
     ending): the loop device ``mount -o loop`` set up is marked autoclear, so the
     kernel detaches it when the filesystem goes."""
+    unmount_within(space.mount)
     if space.kind != "loop" or not _is_mounted(space.mount):
         return
     for attempt in range(20):
@@ -301,6 +304,36 @@ def unmount(space: RunSpace) -> None:
 
 
 _MNT_DETACH = 2
+
+
+def unmount_within(path: Path) -> None:
+    """Unmount every mount strictly inside ``path``, the deepest first (a space holding a
+    ready box's checkout overlay: the space itself stays busy until it goes). A mount still
+    busy is detached: the kernel finishes when its last user lets go."""
+    for point in sorted(_mounts_within(path), key=lambda p: len(p.parts), reverse=True):
+        error = _umount(point, 0)
+        if error == errno.EBUSY:
+            error = _umount(point, _MNT_DETACH)
+        if error not in (0, errno.EINVAL, errno.ENOENT):
+            raise ImpyardError(f"cannot unmount {point}: {os.strerror(error)}")
+
+
+def _mounts_within(path: Path) -> list[Path]:
+    inside = str(path.resolve()) + "/"
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split(" ")
+            if len(fields) > 4:
+                point = _unescape(fields[4])
+                if point.startswith(inside):
+                    found.append(Path(point))
+    return found
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _umount(path: Path, flags: int) -> int:

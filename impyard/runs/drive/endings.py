@@ -183,8 +183,9 @@ def prepare_next_base(run: ActiveRun) -> None:
 
     The current main, not this run's commit: under concurrency main may already be
     ahead, and that is the base the next run gets."""
-    if run.manifest.checkout is None or run.manifest.checkout.kind != "overlay":
-        return
+    checkout = run.manifest.checkout
+    if checkout is None or checkout.kind != "overlay" or run.manifest.warm:
+        return  # a copy, or a ready box's checkout: no layer is read
     imp = run.manifest.imp
     try:
         head = main_commit(open_repo(run.home, imp))

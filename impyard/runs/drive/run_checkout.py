@@ -9,6 +9,7 @@ copy and its box is started again.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,13 +53,13 @@ class RunCheckout:
 
     def prepare(self, warm: WarmClaim | None = None) -> None:
         """``warm``: the ready box the run claimed, whose knowledge directory is filled in
-        place with a copy (or already holds it: ``prefilled``)."""
+        place with a copy, or already holds the checkout (``prefilled``)."""
         m = self.run.manifest
         into = warm.knowledge if warm is not None else None
         kind = "copy" if into is not None else select_checkout_kind(self.settings, self.run.home)
         checkout = self.new_checkout(kind, into, prefilled=warm is not None and warm.prefilled)
         m.checkout = checkout
-        if checkout.kind == "overlay":
+        if checkout.kind == "overlay" and into is None:  # a ready box's is mounted already
             m.volume = f"impyard-{m.run_id}"
             self.run.save()
             labels = box_labels(m.run_id, m.imp, root=self.run.home.root)
@@ -73,7 +74,9 @@ class RunCheckout:
         checkout = prepare_checkout(
             run.home, m.imp, m.run_id, m.base_commit, kind, user, into, prefilled
         )
-        rework.seed(run.home, m.imp, checkout, self.seed, user)
+        # A ready box's overlay is mounted already: its files go in through the mount.
+        seeded = replace(checkout, root=into) if into is not None else checkout
+        rework.seed(run.home, m.imp, seeded, self.seed, user)
         return checkout
 
     def overlay_mount_failed(self, exc: EngineCallError) -> bool:

@@ -50,6 +50,10 @@ def release_run_space(home: Home, manifest: Manifest) -> None:
     its loop device."""
     space = manifest.space
     if manifest.checkpoint == "quarantined":
+        if manifest.warm and manifest.checkout is not None:
+            # A ready box's checkout overlay, mounted on the host: what it kept is its upper
+            # dir, read as a cold overlay run's is.
+            runspace.unmount_within(manifest.checkout.root.parent)
         if space is not None:
             runspace.unmount(space)
         return
@@ -65,9 +69,10 @@ def drop_run_space(home: Home, manifest: Manifest) -> None:
     if space is not None:
         runspace.release(space)  # the space goes whole, checkout and index included
     if manifest.warm and manifest.checkout is not None:
-        # A ready box's checkout is in that box's directory (in its space, when it has one).
-        release_checkout(manifest.checkout, record)
+        # A ready box's checkout is in that box's directory (in its space, when it has one),
+        # which goes with its mounts unmounted first.
         forget_box_dir(home, manifest.checkout.root)
+        release_checkout(manifest.checkout, record)
     elif space is None and manifest.checkout is not None:
         # Runs from before run spaces kept their checkout in the run dir itself.
         release_checkout(manifest.checkout, record)

@@ -7,8 +7,6 @@ owner's CA, the gateway's signal dir), the environment, the limits and the timeo
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from impyard.box.images.trust import BOX_CA_BUNDLE, bundle_env
 from impyard.box.spec import BoxMount, BoxSpec, box_labels
 from impyard.common.fsutil import atomic_write_text
@@ -129,7 +127,6 @@ def box_spec(
 
 
 def _knowledge_mount(checkout: Checkout, volume: str | None, read_only: bool) -> BoxMount:
-    if checkout.kind == "overlay":
-        assert volume is not None, "an overlay checkout has its volume"
+    if volume is not None:
         return BoxMount(source=volume, target=BOX_KNOWLEDGE, read_only=read_only, kind="volume")
-    return BoxMount(source=str(Path(checkout.root)), target=BOX_KNOWLEDGE, read_only=read_only)
+    return BoxMount(source=str(checkout.mounted_at), target=BOX_KNOWLEDGE, read_only=read_only)

@@ -356,11 +356,12 @@ def keeps_checkout(box: PoolBox) -> bool:
     return (box.dir / "space.img").exists() or box.source(BOX_KNOWLEDGE).exists()
 
 
-def forget_box_dir(home: Home, knowledge: Path) -> None:
-    """Remove the directory of the claimed box whose knowledge mount source is ``knowledge``
-    (its run over, its box gone): moved out of the pools, deleted on a non-daemon thread (a
-    run's end need not wait for its unlinks, its process does; a crash leaves it to reap)."""
-    box_dir = knowledge.parent.parent
+def forget_box_dir(home: Home, checkout_root: Path) -> None:
+    """Remove the directory of the claimed box whose run's checkout is at ``checkout_root``
+    (in its space: the knowledge dir, or the upper dir of the overlay mounted there), its
+    run over, its box gone: moved out of the pools, deleted on a non-daemon thread (a run's
+    end need not wait for its unlinks, its process does; a crash leaves it to reap)."""
+    box_dir = checkout_root.parent.parent
     if box_dir.parent.parent != warm_dir(home) or not (box_dir / "claimed").exists():
         return
     runspace.unmount(box_space(box_dir))

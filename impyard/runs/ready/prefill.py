@@ -1,11 +1,12 @@
-"""Ready boxes that already hold a checkout: an imp's main, copied before any run claims.
+"""Ready boxes that already hold a checkout: an imp's main, made before any run claims.
 
-A ready box's checkout is always a full copy (its knowledge directory is a mount source
-fixed when the box started), so a claim that copies at the run's start made a warm run
-of a 10,000-record imp take 750 ms against a cold run's 160 (whose overlay reuses a
-cached layer). So serve fills a new box with the checkout of the imp that last asked
-for its shape, at the imp's current main, while it is idle, and records which
-(``prefill.json``); the box is ready only once that is done.
+A ready box's knowledge directory is a mount source fixed when the box started, so a
+claim that copies at the run's start made a warm run of a 10,000-record imp take 750 ms
+against a cold run's 160 (whose overlay reuses a cached layer). So serve fills a new box,
+before it starts, with the checkout of the imp that last asked for its shape, at the
+imp's current main, while it is idle (``checkout.prefill_overlay``: a copy in the box's
+space under an overlay, so the run's snapshot reads only what it changed), and records
+which (``prefill.json``); the box is ready only once that is done.
 
 Such a box holds that imp's knowledge: only a run of that imp whose base is that commit
 may claim it (any other run passes it by, and a box whose imp's main moved on is
@@ -23,7 +24,7 @@ from pathlib import Path
 from impyard.common.fsutil import atomic_write_text
 from impyard.common.libc import syscall
 from impyard.home import Home
-from impyard.knowledge.checkouts.checkout import prefill_copy
+from impyard.knowledge.checkouts.checkout import prefill_overlay
 from impyard.knowledge.store.mainref import read_main
 from impyard.runs.provision.boxspec import BOX_KNOWLEDGE
 from impyard.runs.ready.pool import PoolBox
@@ -32,10 +33,11 @@ PREFILL_FILE = "prefill.json"
 
 
 def prefill(home: Home, box_dir: Path, knowledge: Path, imp: str, user: str) -> str:
-    """Copy ``imp``'s main into the box's empty ``knowledge`` dir and record it; the base."""
+    """Make the box's empty ``knowledge`` dir a checkout of ``imp``'s main and record it;
+    the base."""
     base = read_main(home.repo(imp))
-    prefill_copy(home, imp, base, knowledge, user)
-    _flush(knowledge)
+    prefill_overlay(home, imp, base, knowledge, user)
+    _flush(knowledge.parent)
     atomic_write_text(box_dir / PREFILL_FILE, json.dumps({"imp": imp, "base": base}))
     return base
 
