@@ -84,12 +84,13 @@ class Home:
         return self.legacy_notes_dir / f"{imp}.jsonl"
 
     def checkout_records(self) -> Iterator[Path]:
-        """Every run's checkout record, prepared runs included (layer GC keeps their chains)."""
-        if not self.runs_dir.is_dir():
-            return
-        with os.scandir(self.runs_dir) as entries:
-            for entry in entries:
-                yield self.run_checkout_record(entry.name)
+        """Every run's checkout record, prepared runs included, and every ready box's
+        (``warm/<pool>/<box>/checkout.json``): layer GC keeps their chains."""
+        if self.runs_dir.is_dir():
+            with os.scandir(self.runs_dir) as entries:
+                for entry in entries:
+                    yield self.run_checkout_record(entry.name)
+        yield from (self.root / "warm").glob("*/*/checkout.json")
 
     @property
     def runs_dir(self) -> Path:

@@ -19,6 +19,7 @@ from impyard.knowledge.checkouts.checkout import (
     read_identities,
     release_checkout,
 )
+from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer
 from tests.helpers import checkout as checkouts
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER
 
@@ -142,9 +143,10 @@ def test_unknown_base_is_refused(home: Home) -> None:
 def test_a_prefilled_knowledge_dir_is_an_overlay_whose_upper_dir_holds_only_the_change(
     home: Home,
 ) -> None:
-    """A ready box's knowledge dir, filled ahead of its run: the base through an overlay
-    the host mounted; the run that claims it gets an overlay checkout whose root (what its
-    snapshot reads) holds only what was written through the mount."""
+    """A ready box's knowledge dir, filled ahead of its run: the base's layer chain under an
+    overlay the host mounted, kept from layer collection while the box waits; the run that
+    claims it gets that overlay as its checkout, whose root (what its snapshot reads)
+    holds only what was written through the mount."""
     repo = checkouts.make_repo(home)
     base = checkouts.commit(repo, BASE_FILES)
     knowledge = home.root / "warm" / "pool" / "box" / "space" / "knowledge"
@@ -152,8 +154,13 @@ def test_a_prefilled_knowledge_dir_is_an_overlay_whose_upper_dir_holds_only_the_
     prefill_overlay(home, IMP, base, knowledge, OWNER)
     try:
         assert os.path.ismount(knowledge) and checkouts.read_dir(knowledge) == BASE_FILES
+        # Main moves to an unrelated tree with a layer of its own: only the box's record
+        # still names the base's layer, and it is kept.
+        ensure_layer(home, IMP, checkouts.commit(repo, {"other.md": b"x"}), OWNER)
+        assert collect_layers(home, IMP, []) == []
         checkout = prepare_checkout(home, IMP, "r1", base, "copy", OWNER, knowledge, True)
         assert checkout.kind == "overlay" and checkout.mounted_at == knowledge
+        assert checkouts.read_dir(checkout.lowerdirs[-1]) == BASE_FILES
         checkouts.as_box("echo more >> README.md && rm organization/index.md", knowledge)
         assert sorted(os.listdir(checkout.root)) == ["README.md", "organization"]
         assert (checkout.root / "README.md").read_bytes() == BASE_FILES["README.md"] + b"more\n"
@@ -175,6 +182,7 @@ def test_a_prefill_the_kernel_refuses_to_overlay_is_a_copy_in_place(
     knowledge.mkdir(parents=True)
     prefill_overlay(home, IMP, base, knowledge, OWNER)
     assert sorted(os.listdir(knowledge.parent)) == ["checkout.idx", "knowledge"]
+    assert not (knowledge.parent.parent / "checkout.json").exists()
     assert checkouts.read_dir(knowledge) == BASE_FILES
     checkout = prepare_checkout(home, IMP, "r1", base, "copy", OWNER, knowledge, True)
     assert checkout == Checkout(kind="copy", base=base, root=knowledge)

@@ -10,14 +10,14 @@ into the run dir, and each file's lstat identity is recorded outside the checkou
 so the snapshot only hashes files the box touched.
 
 A ready box (``runs.ready``) mounts its knowledge directory before any run claims it,
-so its checkout is made there: an overlay the host mounts over a copy in the box's
-space when serve fills the box ahead of a run (``prefill_overlay``), or a copy written
-at the claim.
+so its checkout is made there: the overlay of a cold run, mounted there by the host when
+serve fills the box ahead of a run (``prefill_overlay``), or a copy written at the claim.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 from pathlib import Path
 
@@ -135,10 +135,9 @@ def prepare_checkout(
     if kind != "copy":
         raise CheckoutError(f"unknown checkout kind {kind!r}")
     if into is not None and prefilled:
-        checkout = prefilled_checkout(base, into)
-        if not os.path.ismount(into):  # the overlay could not be mounted: a copy in place
-            checkout = Checkout(kind="copy", base=base, root=into)
-        _write_record(home, imp, run_id, checkout)
+        checkout = _prefilled(into, base)
+        with layers_lock(home, imp):
+            _write_record(home, imp, run_id, checkout)
         return checkout
     checkout = Checkout(kind="copy", base=base, root=into or root)
     if into is None:
@@ -152,42 +151,58 @@ def prepare_checkout(
 
 def prefill_overlay(home: Home, imp: str, base: str, into: Path, owner: str | Owner) -> None:
     """Make a ready box's empty knowledge directory ``into`` a checkout of ``base`` before a
-    run claims the box (and before the box starts): ``base``'s tree copied beside it as the
-    lower dir of an overlay mounted on it, with an empty upper dir (``prefilled_checkout``).
-    The run that claims the box (of ``imp``, on ``base``) takes it with ``prefilled``: an
-    overlay checkout whose change is its upper dir, as a cold run's is. A copy in place
-    made each snapshot of the run lstat every file (0.7 s a run at 100,000 records,
-    against 25 ms). Where the kernel refuses the overlay, the copy becomes ``into`` itself,
-    its identities recorded as a copy checkout's."""
+    run claims the box (and before the box starts): the overlay a cold run of ``base`` gets
+    (its layer chain below an empty upper dir, both dirs beside ``into`` in the box's
+    space), mounted on ``into`` by the host. Its record (``prefill_record``) keeps the
+    chain from layer collection while the box waits. The run that claims the box (of
+    ``imp``, on ``base``) takes it with ``prefilled``: its change is its upper dir, as a
+    cold run's is. A copy in place made each snapshot of the run lstat every file (0.7 s
+    a run at 100,000 records, against 25 ms), and filling the box wrote every file (8.6
+    s). Where the kernel refuses the overlay, a copy is written into ``into`` instead."""
     own = parse_owner(owner)
-    checkout = prefilled_checkout(base, into)
-    assert checkout.workdir is not None, "an overlay has a workdir"
-    lower = checkout.lowerdirs[0]
-    for path in (lower, checkout.root, checkout.workdir):
-        _fresh_dir(path, own)
-    # The copy's identities land beside ``into`` too (``index_path``), for the fallback.
-    _write_copy(home, imp, Checkout(kind="copy", base=base, root=lower), own)
-    try:
-        mount_overlay(checkout, into)
-    except CheckoutError:
-        os.rename(lower, into)  # an empty directory, not yet mounted by any box
-        remove_tree(checkout.root)
-        remove_tree(checkout.workdir)
-
-
-def prefilled_checkout(base: str, into: Path) -> Checkout:
-    """The overlay checkout ``prefill_overlay`` mounts on a ready box's knowledge
-    directory ``into``: its lower, upper and work dirs beside ``into`` in the box's space."""
     space = into.parent
     if into != space / "knowledge":  # where ``Checkout.mounted_at`` finds it
         raise CheckoutError(f"{into}: a ready box's checkout is mounted on its knowledge dir")
-    return Checkout(
-        kind="overlay",
-        base=base,
-        root=space / "upper",
-        lowerdirs=(space / "lower",),
-        workdir=space / "work",
-    )
+    record = prefill_record(into)
+    with layers_lock(home, imp):
+        chain = mounted_chain(home, imp, ensure_layer_locked(home, imp, base, own))
+        checkout = Checkout(
+            kind="overlay",
+            base=base,
+            root=space / "upper",
+            lowerdirs=tuple(layer.tree_dir for layer in chain),
+            workdir=space / "work",
+        )
+        _fresh_dir(checkout.root, own)
+        _fresh_dir(space / "work", own)
+        atomic_write_json(record, {"imp": imp, **checkout.to_dict()})
+    try:
+        mount_overlay(checkout, into)
+    except CheckoutError:
+        record.unlink(missing_ok=True)
+        remove_tree(checkout.root)
+        remove_tree(space / "work")
+        _write_copy(home, imp, Checkout(kind="copy", base=base, root=into), own)
+
+
+def prefill_record(into: Path) -> Path:
+    """Where ``prefill_overlay`` records the checkout it mounted on ``into``: in the ready
+    box's directory, which layer collection reads as it reads runs' (``Home.checkout_records``)."""
+    return into.parent.parent / "checkout.json"
+
+
+def _prefilled(into: Path, base: str) -> Checkout:
+    """The checkout a ready box's knowledge directory holds: the overlay ``prefill_overlay``
+    mounted, or a copy of ``base`` where it wrote one."""
+    if os.path.ismount(into):
+        try:
+            found = Checkout.from_dict(json.loads(prefill_record(into).read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckoutError(f"{into}: the ready box's checkout record is unreadable") from exc
+        if found.kind == "overlay" and found.base == base and found.mounted_at == into:
+            return found
+        raise CheckoutError(f"{into}: the ready box holds another checkout than of {base}")
+    return Checkout(kind="copy", base=base, root=into)
 
 
 def mount_overlay(checkout: Checkout, target: Path) -> None:

@@ -26,7 +26,7 @@ class Checkout:
     def mounted_at(self) -> Path:
         """The host directory a box mounts when no volume carries the checkout: a copy's
         root, or the knowledge directory a ready box's overlay is mounted on, beside its
-        upper dir in the box's space (``checkout.prefilled_checkout``)."""
+        upper dir in the box's space (``checkout.prefill_overlay``)."""
         return self.root.parent / "knowledge" if self.kind == "overlay" else self.root
 
     @property

@@ -4,9 +4,9 @@ A ready box's knowledge directory is a mount source fixed when the box started, 
 claim that copies at the run's start made a warm run of a 10,000-record imp take 750 ms
 against a cold run's 160 (whose overlay reuses a cached layer). So serve fills a new box,
 before it starts, with the checkout of the imp that last asked for its shape, at the
-imp's current main, while it is idle (``checkout.prefill_overlay``: a copy in the box's
-space under an overlay, so the run's snapshot reads only what it changed), and records
-which (``prefill.json``); the box is ready only once that is done.
+imp's current main, while it is idle (``checkout.prefill_overlay``: the overlay a cold
+run gets, mounted by the host, so the run's snapshot reads only what it changed), and
+records which (``prefill.json``); the box is ready only once that is done.
 
 Such a box holds that imp's knowledge: only a run of that imp whose base is that commit
 may claim it (any other run passes it by, and a box whose imp's main moved on is
@@ -16,13 +16,10 @@ replaced). A box with no prefill is claimed by any run of its shape, which copie
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
-import os
 from pathlib import Path
 
 from impyard.common.fsutil import atomic_write_text
-from impyard.common.libc import syscall
 from impyard.home import Home
 from impyard.knowledge.checkouts.checkout import prefill_overlay
 from impyard.knowledge.store.mainref import read_main
@@ -37,20 +34,8 @@ def prefill(home: Home, box_dir: Path, knowledge: Path, imp: str, user: str) -> 
     the base."""
     base = read_main(home.repo(imp))
     prefill_overlay(home, imp, base, knowledge, user)
-    _flush(knowledge.parent)
     atomic_write_text(box_dir / PREFILL_FILE, json.dumps({"imp": imp, "base": base}))
     return base
-
-
-def _flush(path: Path) -> None:
-    """Write the copy's pages to the space's image now (syncfs), while serve is idle: left
-    dirty, they were written by the unmount at the end of the run that took the box (160
-    ms of a 10,000-record run)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        syscall("syncfs", (ctypes.c_int,), fd)
-    finally:
-        os.close(fd)
 
 
 def prefilled(box: PoolBox) -> tuple[str, str] | None:
