@@ -90,7 +90,12 @@ class Home:
             with os.scandir(self.runs_dir) as entries:
                 for entry in entries:
                     yield self.run_checkout_record(entry.name)
-        yield from (self.root / "warm").glob("*/*/checkout.json")
+        yield from self.warm_dir.glob("*/*/checkout.json")
+
+    @property
+    def warm_dir(self) -> Path:
+        """Ready boxes: ``<pool>/<box>/`` each, and the imps' wants."""
+        return self.root / "warm"
 
     @property
     def runs_dir(self) -> Path:

@@ -16,15 +16,14 @@ serve fills the box ahead of a run (``prefill_overlay``), or a copy written at t
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 from pathlib import Path
 
 from impyard.common.checkoutkind import CheckoutKind
 from impyard.common.fsutil import atomic_write_bytes, atomic_write_json, remove_tree
-from impyard.common.libc import syscall
 from impyard.home import Home
+from impyard.knowledge.checkouts import loopmount
 from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.layers import (
     MOUNT_DATA_LIMIT,
@@ -52,10 +51,6 @@ __all__ = [
     "read_identities",
     "release_checkout",
 ]
-
-# mount(2): source, target, filesystem type, flags, data; MS_NOSUID | MS_NODEV.
-_MOUNT_ARGS = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-_MOUNT_FLAGS = 0x2 | 0x4
 
 # Characters overlay's option parser would split on (',' between options, ':'
 # between lowers) or unescape ('\\'); refused rather than escaped.
@@ -163,7 +158,7 @@ def prefill_overlay(home: Home, imp: str, base: str, into: Path, owner: str | Ow
     space = into.parent
     if into != space / "knowledge":  # where ``Checkout.mounted_at`` finds it
         raise CheckoutError(f"{into}: a ready box's checkout is mounted on its knowledge dir")
-    record = prefill_record(into)
+    record, work = prefill_record(into), space / "work"
     with layers_lock(home, imp):
         chain = mounted_chain(home, imp, ensure_layer_locked(home, imp, base, own))
         checkout = Checkout(
@@ -171,17 +166,17 @@ def prefill_overlay(home: Home, imp: str, base: str, into: Path, owner: str | Ow
             base=base,
             root=space / "upper",
             lowerdirs=tuple(layer.tree_dir for layer in chain),
-            workdir=space / "work",
+            workdir=work,
         )
         _fresh_dir(checkout.root, own)
-        _fresh_dir(space / "work", own)
+        _fresh_dir(work, own)
         atomic_write_json(record, {"imp": imp, **checkout.to_dict()})
     try:
         mount_overlay(checkout, into)
     except CheckoutError:
         record.unlink(missing_ok=True)
         remove_tree(checkout.root)
-        remove_tree(space / "work")
+        remove_tree(work)
         _write_copy(home, imp, Checkout(kind="copy", base=base, root=into), own)
 
 
@@ -209,11 +204,12 @@ def mount_overlay(checkout: Checkout, target: Path) -> None:
     """Mount ``checkout``'s overlay on ``target`` (nosuid, nodev), with the options a cold
     run's volume gets (``mount_options``)."""
     data = mount_options(checkout).encode()
-    error = syscall(
-        "mount", _MOUNT_ARGS, b"overlay", os.fsencode(target), b"overlay", _MOUNT_FLAGS, data
-    )
-    if error:
-        raise CheckoutError(f"cannot mount the checkout overlay on {target}: {os.strerror(error)}")
+    flags = loopmount.MS_NOSUID | loopmount.MS_NODEV
+    try:
+        loopmount.mount("overlay", target, "overlay", flags, data)
+    except OSError as exc:
+        why = exc.strerror
+        raise CheckoutError(f"cannot mount the checkout overlay on {target}: {why}") from exc
 
 
 def _write_copy(home: Home, imp: str, checkout: Checkout, own: Owner) -> None:

@@ -60,7 +60,7 @@ def mount_image(image: Path, target: Path, fstype: str, flags: int) -> None:
     finally:
         os.close(image_fd)
     try:
-        _mount(device, target, fstype, flags)
+        mount(device, target, fstype, flags)
     finally:
         os.close(device_fd)  # the mount holds the device now; unmounting detaches it
 
@@ -103,10 +103,12 @@ def _open(path: Path, flags: int) -> int:
         raise LoopUnavailable(exc.errno, f"cannot open {path}: {exc.strerror}") from exc
 
 
-def _mount(device: str, target: Path, fstype: str, flags: int) -> None:
+def mount(device: str, target: Path, fstype: str, flags: int, data: bytes | None = None) -> None:
+    """mount(2) ``device`` on ``target``; ``data``: the filesystem's options (an overlay's
+    dirs). Raises OSError."""
     error = syscall(
         "mount", _MOUNT_ARGS,
-        os.fsencode(device), os.fsencode(target), fstype.encode(), flags, None,
+        os.fsencode(device), os.fsencode(target), fstype.encode(), flags, data,
     )  # fmt: skip
     if error:
         raise OSError(error, f"cannot mount {device} on {target}: {os.strerror(error)}")

@@ -99,16 +99,27 @@ def space_size(keep_bytes: int) -> int:
 def mounted_spaces(home: Home) -> list[Path]:
     """Mount points of run spaces under this data root (from /proc/self/mountinfo): the
     runs' own and the ready boxes' (``warm/<pool>/<box>/space``)."""
-    parents = (str(home.runs_dir.resolve()) + "/", str((home.root / "warm").resolve()) + "/")
-    found = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            fields = line.split(" ")
-            if len(fields) > 4:
-                point = fields[4].replace("\\040", " ")
-                if point.startswith(parents) and point.endswith("/space"):
-                    found.append(Path(point))
-    return found
+    parents = (str(home.runs_dir.resolve()) + "/", str(home.warm_dir.resolve()) + "/")
+    return [
+        Path(point)
+        for point in _mount_points()
+        if point.startswith(parents) and point.endswith("/space")
+    ]
+
+
+def _mount_points() -> list[str]:
+    """Every mount point of this process's namespace (/proc/self/mountinfo's fifth field,
+    its octal escapes decoded: a space, tab, newline or backslash in a path)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    fields = (line.split(" ") for line in lines)
+    return [re.sub(r"\\([0-7]{3})", _octal, parts[4]) for parts in fields if len(parts) > 4]
+
+
+def _octal(escape: re.Match[str]) -> str:
+    return chr(int(escape.group(1), 8))
 
 
 def _is_mounted(path: Path) -> bool:
@@ -320,20 +331,7 @@ def unmount_within(path: Path) -> None:
 
 def _mounts_within(path: Path) -> list[Path]:
     inside = str(path.resolve()) + "/"
-    found = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            fields = line.split(" ")
-            if len(fields) > 4:
-                point = _unescape(fields[4])
-                if point.startswith(inside):
-                    found.append(Path(point))
-    return found
-
-
-def _unescape(field: str) -> str:
-    """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    return [Path(point) for point in _mount_points() if point.startswith(inside)]
 
 
 def _umount(path: Path, flags: int) -> int:

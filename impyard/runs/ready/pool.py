@@ -141,7 +141,7 @@ def remove_box_dir(box_dir: Path) -> None:
 
 
 def warm_dir(home: Home) -> Path:
-    return home.root / "warm"
+    return home.warm_dir
 
 
 def pool_spec(home: Home, shape: PoolShape, name: str, box_dir: Path) -> BoxSpec:
