@@ -14,10 +14,10 @@ import pygit2
 import pytest
 
 from impyard.home import Home
-from impyard.knowledge.checkouts import layer_build, layer_image
+from impyard.knowledge.checkouts import image_archive, layer_build, layer_image
 from impyard.knowledge.checkouts.checkout import prepare_checkout, release_checkout
 from impyard.knowledge.checkouts.layer_store import chain_limit, list_layers
-from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer
+from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer, layer_built_beside
 from impyard.knowledge.checkouts.treefs import CheckoutError, UnsafeTreeError
 from tests.helpers import checkout as checkouts
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER
@@ -167,3 +167,73 @@ def test_a_failing_image_tool_fails_the_build_and_leaves_no_layer(
         ensure_layer(home, IMP, c1, OWNER)
     assert list_layers(home, IMP) == []
     assert [n for n in os.listdir(home.layers(IMP)) if n != ".lock"] == []
+
+
+def test_an_executable_file_or_an_owner_of_two_ids_gets_the_same_image_from_the_tree(
+    home: Home,
+) -> None:
+    """git's archive (the fast route) would write an executable file 0755 and every owner
+    root: such a tree, or an owner whose uid and gid differ, is written from the tree."""
+    repo = checkouts.make_repo(home)
+    tree = repo.TreeBuilder(repo[checkouts.build_tree(repo, FILES)])
+    tool = repo.create_blob(b"#!/bin/sh\necho hi\n")
+    tree.insert("tool.sh", tool, pygit2.enums.FileMode.BLOB_EXECUTABLE)
+    c1 = str(
+        repo.create_commit("refs/heads/main", checkouts.SIG, checkouts.SIG, "t", tree.write(), [])
+    )
+    for owner in (OWNER, (1000, 1001)):
+        layer = ensure_layer(home, IMP, c1, owner)
+        assert layer.image
+        assert checkouts.read_dir(layer.tree_dir) == {**FILES, "tool.sh": b"#!/bin/sh\necho hi\n"}
+        for dirpath, dirs, names in os.walk(layer.tree_dir):
+            for name in [*dirs, *names]:
+                st = os.lstat(Path(dirpath) / name)
+                assert (st.st_uid, st.st_gid) == owner
+                assert stat.S_IMODE(st.st_mode) == (0o755 if stat.S_ISDIR(st.st_mode) else 0o644)
+
+
+def test_an_object_git_cannot_read_fails_the_build_and_leaves_no_layer(home: Home) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    blob = repo.revparse_single(f"{c1}:README.md").id
+    loose = home.repo(IMP) / "objects" / str(blob)[:2] / str(blob)[2:]
+    loose.unlink()
+    with pytest.raises(CheckoutError, match=f"git could not archive the tree .*{blob}"):
+        ensure_layer(home, IMP, c1, OWNER)
+    assert list_layers(home, IMP) == []
+    assert [n for n in os.listdir(home.layers(IMP)) if n != ".lock"] == []
+
+
+def test_the_image_owner_is_rewritten_only_in_an_id_table_made_by_the_tool(
+    home: Home, tmp_path: Path
+) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    layer = ensure_layer(home, IMP, c1, OWNER)
+    image = tmp_path / "copy.sqfs"
+    shutil.copyfile(layer.path / layer_image.IMAGE_NAME, image)
+    # Its one id is the owner's now, not root's: a second rewrite is refused.
+    with pytest.raises(CheckoutError, match="an owner id table not made here"):
+        image_archive.own_image(image, 1000)
+    image.write_bytes(bytes(4096))
+    with pytest.raises(CheckoutError, match=r"not a squashfs 4\.0 image"):
+        image_archive.own_image(image, 1000)
+
+
+def test_a_layer_built_beside_other_work_is_there_after_it_and_a_refused_one_is_not(
+    home: Home,
+) -> None:
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    with layer_built_beside(home, IMP, c1, "65532:65532"):
+        pass
+    (layer,) = list_layers(home, IMP)
+    assert layer.commit == c1 and layer.image and layer_image.is_mounted(layer.tree_dir)
+    tree = repo.TreeBuilder(repo[checkouts.build_tree(repo, BASE_FILES)])
+    tree.insert("escape", repo.create_blob(b"/etc"), pygit2.enums.FileMode.LINK)
+    c2 = str(repo.create_commit(None, checkouts.SIG, checkouts.SIG, "t", tree.write(), []))
+    with layer_built_beside(home, IMP, c2, "65532:65532"):
+        pass  # the unsafe tree is refused in the thread; whoever needs it is told why
+    assert [layer.commit for layer in list_layers(home, IMP)] == [c1]
+    with pytest.raises(UnsafeTreeError, match="escape: symlink"):
+        ensure_layer(home, IMP, c2, OWNER)

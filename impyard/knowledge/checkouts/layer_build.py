@@ -23,7 +23,7 @@ from impyard.common.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_image import (
     IMAGE_NAME,
-    image_paths,
+    image_source,
     mount_image,
     write_image,
 )
@@ -130,9 +130,9 @@ def _write_full(
     when that layer is files too (an image's files are on another filesystem)."""
     from impyard.knowledge.store.gitobj import commit_at
 
-    paths = image_paths(tree)
-    if paths is not None:
-        write_image(repo, paths, owner, tmp / IMAGE_NAME)
+    source = image_source(tree)
+    if source is not None:
+        write_image(repo, source, owner, tmp / IMAGE_NAME)
         fd = os.open(tmp / IMAGE_NAME, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fsync(fd)

@@ -10,7 +10,10 @@ their life: ``ensure_layer`` builds a missing layer under the imp's lock, and
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from impyard.common.errors import KnowledgeError
@@ -35,6 +38,8 @@ from impyard.knowledge.checkouts.layer_store import (
 from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, parse_owner
 from impyard.knowledge.imps import open_repo
 
+log = logging.getLogger(__name__)
+
 # Checkout mounts a chain under this lock: the names it needs come with the entry points.
 __all__ = [
     "MOUNT_DATA_LIMIT",
@@ -42,6 +47,7 @@ __all__ = [
     "collect_layers",
     "ensure_layer",
     "ensure_layer_locked",
+    "layer_built_beside",
     "layer_chain",
     "layers_lock",
     "mounted_chain",
@@ -62,6 +68,29 @@ def ensure_layer(home: Home, imp: str, commit: str, owner: str | Owner) -> Layer
         return existing
     with layers_lock(home, imp):
         return ensure_layer_locked(home, imp, commit, own)
+
+
+@contextmanager
+def layer_built_beside(home: Home, imp: str, commit: str, owner: str) -> Iterator[None]:
+    """``ensure_layer`` in a thread while the body runs, joined on leaving it. A big
+    layer's image is written by tools in their own processes, so the body's Python work
+    (a walk of the same tree) goes on beside it on another core. A failure is left to
+    whoever needs the layer next: it builds it again and says why."""
+    thread = threading.Thread(
+        target=_ensure_quietly, args=(home, imp, commit, owner), name=f"layer-{imp}"
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def _ensure_quietly(home: Home, imp: str, commit: str, owner: str) -> None:
+    try:
+        ensure_layer(home, imp, commit, owner)
+    except Exception as exc:
+        log.debug("the layer of %s for imp %s is left to its run: %s", commit, imp, exc)
 
 
 def ensure_layer_locked(home: Home, imp: str, commit: str, owner: Owner) -> Layer:

@@ -227,6 +227,8 @@ class TreePlan:
         self.steps: list[tuple[Any, ...]] = []
         self.problems: list[tuple[str, str, str]] = []
         self.files = 0
+        #: Executable files (written 0644, as every file is).
+        self.executables = 0
 
     def tree(self, tree: pygit2.Tree, prefix: str, depth: int, src: pygit2.Tree | None) -> None:
         self._walk(_Frame(entries(tree), prefix, depth, src=src))
@@ -282,6 +284,8 @@ class TreePlan:
             self.files += 1
             if self.files > MAX_FILES:
                 raise CheckoutError(f"refusing to write more than {MAX_FILES} files")
+            if mode == _BLOB_EXEC:
+                self.executables += 1
             link = False
             if frame.src is not None:
                 src = lookup_entry(frame.src, name)

@@ -64,6 +64,12 @@ def check_base(home: Home, imp: str, base: str, limits: KnowledgeLimits) -> None
     _check(home, imp, base, limits, path, checked)
 
 
+def walks_main(home: Home, imp: str, base: str) -> bool:
+    """Whether ``check_base`` of ``base`` reads main's trees (its last clean base is another)."""
+    checked = _read_header(home.checked_trees(imp))
+    return checked is None or checked.commit != base
+
+
 def _within(imp: str, base: str, files: int, size: int, limits: KnowledgeLimits) -> None:
     if files > MAX_FILES:
         _refuse(imp, base, f"main: repo-too-large: {files} files, over {MAX_FILES}", 0)
