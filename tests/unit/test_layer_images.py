@@ -24,7 +24,13 @@ from tests.helpers.checkout import BASE_FILES, IMP, OWNER
 from tests.unit.test_layers import git_archive, merged_view
 
 LONG = "records/" + "d" * 70 + "/" + "e" * 70 + "/" + "f" * 90 + "--n_000000000000_9.md"
-FILES = {**BASE_FILES, LONG: b"a path over ustar's 100 bytes\n"}
+FILES = {
+    **BASE_FILES,
+    LONG: b"a path over ustar's 100 bytes\n",
+    "records/caf\u00e9/\u00fcber--n_000000000000_8.md": b"a name beyond ASCII\n",
+    "records/vendors/empty--n_000000000000_7.md": b"",
+    "records/vendors/big--n_000000000000_6.md": bytes(range(256)) * 1024,
+}
 
 
 @pytest.fixture
@@ -155,6 +161,23 @@ def test_an_unsafe_tree_is_refused_before_an_image_is_written(home: Home) -> Non
         ensure_layer(home, IMP, str(c1), OWNER)
     assert list_layers(home, IMP) == []
     assert [n for n in os.listdir(home.layers(IMP)) if n != ".lock"] == []
+    assert children() == []  # the image's tools were stopped and reaped
+
+
+def children() -> list[str]:
+    """The names of this process's child processes (exited but unreaped ones too)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat_line = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name, _, rest = stat_line.rpartition(")")
+        if int(rest.split()[1]) == os.getpid():
+            found.append(name.partition("(")[2])
+    return found
 
 
 def test_a_failing_image_tool_fails_the_build_and_leaves_no_layer(

@@ -90,14 +90,13 @@ def write(
         try:
             for _ in walk:
                 pass
-        except BaseException:
-            _stop(tools)
-            raise
+            if not plan.executables:
+                git_status, tool_status = (tool.wait() for tool in tools)
+        finally:
+            _stop(tools)  # only those still running: refused, interrupted, or not wanted
         if plan.executables:
-            _stop(tools)
             image.unlink(missing_ok=True)
             return False
-        git_status, tool_status = (tool.wait() for tool in tools)
         if tool_status != 0:
             raise CheckoutError(
                 f"{tool_argv[0]} could not write the layer image {image}: "
@@ -183,6 +182,7 @@ def last_line(messages: IO[bytes]) -> str:
 
 def _stop(tools: tuple[subprocess.Popen[bytes], ...]) -> None:
     for tool in tools:
-        tool.kill()
+        if tool.poll() is None:
+            tool.kill()
     for tool in tools:
         tool.wait()
