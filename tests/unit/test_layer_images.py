@@ -4,9 +4,11 @@ mounted again after a reboot, unmounted before it is deleted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +56,15 @@ def mounts_under(root: Path) -> list[str]:
         return [line.split()[1] for line in table if line.split()[1].startswith(str(root))]
 
 
+def assert_owned(tree_dir: Path, owner: tuple[int, int]) -> None:
+    """Everything under ``tree_dir`` is ``owner``'s, files 0644 and directories 0755."""
+    for dirpath, dirs, names in os.walk(tree_dir):
+        for name in [*dirs, *names]:
+            st = os.lstat(Path(dirpath) / name)
+            assert (st.st_uid, st.st_gid) == owner
+            assert stat.S_IMODE(st.st_mode) == (0o755 if stat.S_ISDIR(st.st_mode) else 0o644)
+
+
 def test_a_big_full_layer_is_an_image_of_the_same_tree_owners_and_modes(
     home: Home, tmp_path: Path
 ) -> None:
@@ -64,11 +75,7 @@ def test_a_big_full_layer_is_an_image_of_the_same_tree_owners_and_modes(
     assert (layer.path / layer_image.IMAGE_NAME).is_file()
     assert layer_image.is_mounted(layer.tree_dir)
     assert checkouts.read_dir(layer.tree_dir) == git_archive(home, c1)
-    for dirpath, dirs, names in os.walk(layer.tree_dir):
-        for name in [*dirs, *names]:
-            st = os.lstat(Path(dirpath) / name)
-            assert (st.st_uid, st.st_gid) == OWNER
-            assert stat.S_IMODE(st.st_mode) == (0o755 if stat.S_ISDIR(st.st_mode) else 0o644)
+    assert_owned(layer.tree_dir, OWNER)
     with pytest.raises(OSError):
         (layer.tree_dir / "README.md").write_bytes(b"the lower layer never changes\n")
     # What the box does through the overlay: edit, add, delete, as the box user.
@@ -117,10 +124,29 @@ def test_an_image_is_mounted_again_after_a_reboot_and_a_bad_one_is_refused(
     assert layer_image.is_mounted(layer.tree_dir)
     # An image that cannot be mounted stops the run; it never gets an empty checkout.
     layer_image.unmount_image(layer.tree_dir)
+    # The kernel frees the unmounted image's loop device a little later; till then
+    # `mount -o loop` would reuse it, and the old superblock it has read.
+    released(layer.path / layer_image.IMAGE_NAME)
     with open(layer.path / layer_image.IMAGE_NAME, "r+b") as image:
         image.write(bytes(4096))
     with pytest.raises(CheckoutError, match="cannot mount the layer image"):
         prepare_checkout(home, IMP, "r-bad", c1, "overlay", OWNER)
+
+
+def released(image: Path) -> None:
+    """Wait until no loop device is bound to ``image``."""
+    deadline = time.monotonic() + 30
+    while str(image) in backing_files():
+        assert time.monotonic() < deadline, f"a loop device still holds {image}"
+        time.sleep(0.02)
+
+
+def backing_files() -> set[str]:
+    found = set()
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):  # a device freed while it is read
+            found.add(backing.read_text().strip())
+    return found
 
 
 def test_collection_unmounts_an_image_before_deleting_it(home: Home, tmp_path: Path) -> None:
@@ -208,11 +234,7 @@ def test_an_executable_file_or_an_owner_of_two_ids_gets_the_same_image_from_the_
         layer = ensure_layer(home, IMP, c1, owner)
         assert layer.image
         assert checkouts.read_dir(layer.tree_dir) == {**FILES, "tool.sh": b"#!/bin/sh\necho hi\n"}
-        for dirpath, dirs, names in os.walk(layer.tree_dir):
-            for name in [*dirs, *names]:
-                st = os.lstat(Path(dirpath) / name)
-                assert (st.st_uid, st.st_gid) == owner
-                assert stat.S_IMODE(st.st_mode) == (0o755 if stat.S_ISDIR(st.st_mode) else 0o644)
+        assert_owned(layer.tree_dir, owner)
 
 
 def test_an_object_git_cannot_read_fails_the_build_and_leaves_no_layer(home: Home) -> None:
@@ -236,6 +258,10 @@ def test_the_image_owner_is_rewritten_only_in_an_id_table_made_by_the_tool(
     image = tmp_path / "copy.sqfs"
     shutil.copyfile(layer.path / layer_image.IMAGE_NAME, image)
     # Its one id is the owner's now, not root's: a second rewrite is refused.
+    with pytest.raises(CheckoutError, match="an owner id table not made here"):
+        image_archive.own_image(image, 1000)
+    with open(image, "r+b") as handle:  # its superblock alone: the id table is past the end
+        handle.truncate(96)
     with pytest.raises(CheckoutError, match="an owner id table not made here"):
         image_archive.own_image(image, 1000)
     image.write_bytes(bytes(4096))
