@@ -30,10 +30,10 @@ and the origin, and how many MB the repository's objects grew by (all of it writ
 and synced).
 
 The first run (``--first-run 0`` skips it; needs Docker and root) is ``first_run``'s:
-a fresh data root whose imp holds ``--first-run`` records and has never run, timed from
-``impyard run`` starting to its box running, then the imp's next run the same way; once
-with the records loose (an imp from before folds) and once packed (as the lane's folds
-leave it).
+a data root whose other imp has run once and whose imp holds ``--first-run`` records and
+has never run, timed from ``impyard run`` starting to its box running, then the imp's
+next run the same way; once with the records loose (an imp from before folds) and once
+packed (as the lane's folds leave it).
 """
 
 from __future__ import annotations
