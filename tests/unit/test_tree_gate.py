@@ -352,3 +352,24 @@ def test_a_base_check_leaves_the_size_the_lane_checks_against(
     check_base(home, "yuko", base, KnowledgeLimits())
     monkeypatch.setattr(sizes, "tree_bytes_full", no_walk)
     assert sizes.tree_bytes(open_repo(home, "yuko"), base) == walked
+
+
+def test_a_run_that_lands_leaves_the_new_main_checked_for_the_next_run(tmp_path: Path) -> None:
+    """The landing's ending checks the new main, so the next run's admission reads the
+    answer (no tree walked, no git library loaded) and its box starts sooner."""
+    from impyard.knowledge.gates.maincheck import walks_main
+    from impyard.runs.drive import endings
+    from tests.helpers.repo import make_imp, note
+    from tests.helpers.runs import running
+
+    home, repo = make_imp(tmp_path)
+    run, root = running(home)
+    assert walks_main(home, "yuko", main_commit(repo))  # never checked yet
+    path, data = note()
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_bytes(data)
+    endings.checkpoint(run)  # type: ignore[arg-type]
+    assert run.finished["checkpoint"] == "integrated", run.finished
+    landed = main_commit(repo)
+    assert landed == run.finished["produced_commit"]
+    assert not walks_main(home, "yuko", landed)

@@ -27,14 +27,19 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
-
-import pygit2
+from typing import TYPE_CHECKING
 
 from impyard.knowledge.checkouts.checkout_record import Checkout
 from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, is_blob
-from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
 from impyard.knowledge.validation.pathnames import path_violations
 from impyard.knowledge.validation.records import RECORDS
+
+if TYPE_CHECKING:
+    import pygit2
+
+# Git's library (pygit2, through gitobj) is loaded only where a rework run's files are
+# planned or written: every run's box spec names the plan, and a run of its own process
+# loads the library beside its box's start instead, not before it (40 ms).
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -92,6 +97,10 @@ def rewrite_id(data: bytes, old: str, new: str) -> bytes:
 
 def plan_seed(repo: pygit2.Repository, commit: str, old: str, new: str) -> SeedPlan:
     """The files of preserved ``commit`` a rework run in namespace ``new`` starts with."""
+    import pygit2
+
+    from impyard.knowledge.store.gitobj import changed_paths, commit_at, lookup_entry
+
     preserved = commit_at(repo, commit, CheckoutError)
     parent = preserved.parents[0].tree if preserved.parents else None
     plan = SeedPlan(old, new)
@@ -120,6 +129,8 @@ def seed_checkout(
 ) -> None:
     """Write the plan's files into the checkout (see the module doc); a file the checkout
     cannot take (a base file is in the way of its directory) moves to ``plan.skipped``."""
+    import pygit2
+
     root = os.open(checkout.root, _DIR_FLAGS)
     try:
         kept: list[SeedFile] = []

@@ -19,6 +19,7 @@ from impyard.common.errors import ImpyardError
 from impyard.knowledge.change import Violation
 from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer
 from impyard.knowledge.checkouts.snapshot import snapshot
+from impyard.knowledge.gates.maincheck import check_base
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.integration import bulkdelete
 from impyard.knowledge.integration.lane import keep_candidate
@@ -104,7 +105,7 @@ def checkpoint(run: ActiveRun) -> None:
         produced = earlier[-1].commit
         if outcome == "empty":
             outcome = "integrated"
-    # The next base's layer (disk work) is built beside finishing this run (unmounts).
+    # The next base is checked and its layer built beside finishing this run (unmounts).
     next_base = (
         Beside("next-base", lambda: prepare_next_base(run)) if outcome == "integrated" else None
     )
@@ -179,19 +180,23 @@ def digest_fields(found: ViolationDigest) -> dict[str, Any]:
 
 
 def prepare_next_base(run: ActiveRun) -> None:
-    """Build the checkout layer of the current main now, so the next run starts fast.
+    """Check the current main and build its checkout layer now, so the next run starts
+    fast: its admission reads the check's 96-byte answer instead of walking what this
+    landing changed (and loading git's library first, in a run of its own process).
 
     The current main, not this run's commit: under concurrency main may already be
     ahead, and that is the base the next run gets."""
-    checkout = run.manifest.checkout
-    if checkout is None or checkout.kind != "overlay" or run.manifest.warm:
-        return  # a copy, or a ready box's checkout: no layer is read
     imp = run.manifest.imp
+    checkout = run.manifest.checkout
+    layered = checkout is not None and checkout.kind == "overlay" and not run.manifest.warm
     try:
         head = main_commit(open_repo(run.home, imp))
+        check_base(run.home, imp, head, run.limits)  # a run that landed had knowledge
+        if not layered:
+            return  # a copy, or a ready box's checkout: no layer is read
         ensure_layer(run.home, imp, head, parse_user(run.policy.box.user))
         # Layers no chain needs any more go now; a prepared run's chain is kept by its
         # checkout record.
         collect_layers(run.home, imp, [head])
-    except ImpyardError as exc:  # an optimisation only: the next run builds it itself
-        log.warning("could not pre-build the checkout layer of main: %s", exc)
+    except ImpyardError as exc:  # an optimisation only: the next run does it itself
+        log.warning("could not prepare main for the next run: %s", exc)
