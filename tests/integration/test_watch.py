@@ -129,7 +129,10 @@ def test_logs_follow_a_serve_run_while_it_runs_and_ends_with_it(cli: Cli) -> Non
     assert cli("task", "add", "pia", "--prompt", "tick").code == 0
     server = impyard(cli, "serve", "--once")
     try:
-        run_id = wait_for(lambda: next(iter(os.listdir(cli.home / "runs")), None))
+        # The run's own directory: the runs directory also holds the spaces' lock,
+        # reservations and spares, made as the run is admitted.
+        runs = cli.home / "runs"
+        run_id = wait_for(lambda: next((n for n in os.listdir(runs) if n.startswith("run-")), None))
         wait_for(lambda: manifest(cli, run_id).get("state") == "running")
         follower = impyard(cli, "runs", "logs", "-f", run_id, "--exit-code")
         assert follower.stdout is not None
