@@ -73,7 +73,7 @@ def test_another_image_makes_another_pool() -> None:
 
 
 def ready_box(home: Home, key: str, name: str, created: float) -> None:
-    box_dir = warmpool.warm_dir(home) / key / name
+    box_dir = home.warm_dir / key / name
     box_dir.mkdir(parents=True)
     record = {"container_id": f"c-{name}", "created": created}
     (box_dir / "box.json").write_text(json.dumps(record))

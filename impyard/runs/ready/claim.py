@@ -48,7 +48,7 @@ POOL_CLAIMED = threading.Event()
 
 def wants_dir(home: Home) -> Path:
     """One record per imp using ready boxes: the shape of its last run (serve fills these)."""
-    return warmpool.warm_dir(home) / "wants"
+    return home.warm_dir / "wants"
 
 
 def run_shape(run: ActiveRun, request: RunRequest, image_id: str) -> PoolShape:

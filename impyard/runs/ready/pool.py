@@ -140,10 +140,6 @@ def remove_box_dir(box_dir: Path) -> None:
     remove_tree(box_dir)
 
 
-def warm_dir(home: Home) -> Path:
-    return home.warm_dir
-
-
 def pool_spec(home: Home, shape: PoolShape, name: str, box_dir: Path) -> BoxSpec:
     """The pool box: its cold box's values for everything fixed, its own mount sources."""
     probe = PoolBox(shape.key, name, box_dir, "", 0.0)
@@ -173,7 +169,7 @@ def start_pool_box(
     admitted only while the data root keeps ``reserve_bytes`` free besides. ``fill``
     (box dir, knowledge dir) fills the knowledge dir before the box starts."""
     name = f"impyard-warm-{shape.key[:8]}-{os.urandom(4).hex()}"
-    box_dir = warm_dir(home) / shape.key / name
+    box_dir = home.warm_dir / shape.key / name
     (box_dir / "mnt").mkdir(parents=True)
     spec = pool_spec(home, shape, name, box_dir)
     try:
@@ -240,7 +236,7 @@ def _load(box_dir: Path) -> PoolBox | None:
 
 def ready_boxes(home: Home, key: str | None = None) -> list[PoolBox]:
     """Ready (unclaimed) boxes, oldest first."""
-    root = warm_dir(home)
+    root = home.warm_dir
     keys = [key] if key is not None else _names(root)
     found = []
     for k in keys:
@@ -329,12 +325,12 @@ def reap(home: Home) -> int:
         key = info.labels.get(LABEL_WARM)
         if key is None or info.run_id is None:
             continue
-        box_dir = warm_dir(home) / key / info.run_id
+        box_dir = home.warm_dir / key / info.run_id
         if not (box_dir / "claimed").exists():
             remove_box(info.container_id)
             gone += 1
     live = {b.container_id for b in find_boxes({LABEL_ROOT: mine})}
-    root = warm_dir(home)
+    root = home.warm_dir
     remove_tree(root / TRASH)  # directories a run's ending moved out, not yet deleted
     for key in _names(root):
         for name in _names(root / key):
@@ -362,10 +358,10 @@ def forget_box_dir(home: Home, checkout_root: Path) -> None:
     run over, its box gone: moved out of the pools, deleted on a non-daemon thread (a run's
     end need not wait for its unlinks, its process does; a crash leaves it to reap)."""
     box_dir = checkout_root.parent.parent
-    if box_dir.parent.parent != warm_dir(home) or not (box_dir / "claimed").exists():
+    if box_dir.parent.parent != home.warm_dir or not (box_dir / "claimed").exists():
         return
     runspace.unmount(box_space(box_dir))
-    trash = warm_dir(home) / TRASH
+    trash = home.warm_dir / TRASH
     trash.mkdir(exist_ok=True)
     gone = trash / f"{box_dir.parent.name}-{box_dir.name}"
     os.rename(box_dir, gone)
@@ -376,7 +372,7 @@ def sweep_abandoned(home: Home) -> int:
     """Remove the boxes whose run claimed them and ended before it handed them its command
     (its checkout failed, say): no one else ever removes such a box. A run's kept checkout
     stays in the box's directory until gc releases it."""
-    gone, root = 0, warm_dir(home)
+    gone, root = 0, home.warm_dir
     for key in _names(root):
         for name in _names(root / key):
             box = _load(root / key / name)
