@@ -364,8 +364,8 @@ def test_reintegrating_landed_runs_returns_their_commits(tmp_path: Path) -> None
 def _die_in_staged_write(monkeypatch: pytest.MonkeyPatch) -> None:
     real = MemoryObjects.write
 
-    def write_then_die(self: MemoryObjects, repo: pygit2.Repository, *, pack: bool) -> None:
-        real(self, repo, pack=pack)  # objects durable, main not moved yet
+    def write_then_die(self: MemoryObjects, repo: pygit2.Repository) -> None:
+        real(self, repo)  # objects durable, main not moved yet
         raise HostDied
 
     monkeypatch.setattr(MemoryObjects, "write", write_then_die)

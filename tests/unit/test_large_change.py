@@ -26,7 +26,7 @@ from impyard.knowledge.integration import lane as lane_module
 from impyard.knowledge.integration import origin as origin_module
 from impyard.knowledge.integration.lane import LaneResult
 from impyard.knowledge.integration.origin import publish_origin
-from impyard.knowledge.store.packs import PACK_THRESHOLD
+from impyard.knowledge.store.packs import PACK_THRESHOLD, pack_object_count
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.git import git
 from tests.helpers.repo import (
@@ -197,6 +197,8 @@ def test_a_refused_large_change_never_reaches_the_origin(tmp_path: Path) -> None
     assert result.checkpoint == "rejected"
     assert {v.rule for v in result.violations} == {"credential"}
     refused = [pygit2.Oid(hex=state.blob) for state in change.written.values()]
+    refused_packs = set(packs_in(home.repo("yuko")))  # the refused run's snapshot pack
+    assert refused_packs
     # A later good run lands; the refused run's pack stays in the canonical repo only.
     good = write_records(tmp_path / "good", 1, 1, ns=namespace(9))
     assert checkpoint(home, tmp_path / "good", ns=namespace(9), run=2)[1].checkpoint == (
@@ -204,20 +206,24 @@ def test_a_refused_large_change_never_reaches_the_origin(tmp_path: Path) -> None
     )
     origin = pygit2.Repository(str(home.origin("yuko")))
     assert not any(origin.odb.exists(oid) for oid in refused)
-    assert not packs_in(home.origin("yuko"))
+    assert not refused_packs & set(packs_in(home.origin("yuko")))
     assert_published(home, good)
 
 
-def test_a_small_change_writes_loose_objects_only(tmp_path: Path) -> None:
+def test_a_small_change_lands_one_pack_the_origin_links(tmp_path: Path) -> None:
     home, _ = make_imp(tmp_path)
     files = write_records(tmp_path / "upper", 3, 1)
     before = loose_objects(home.origin("yuko"))
     _, result = checkpoint(home, tmp_path / "upper")
     assert result.checkpoint == "integrated"
     assert_published(home, files)
-    assert not packs_in(home.repo("yuko")) and not packs_in(home.origin("yuko"))
-    # 3 blobs, 3 trees (root, records/, the topic) and the commit.
-    assert loose_objects(home.origin("yuko")) == before + 7
+    # The lane's 3 trees (root, records/, the topic) and commit: one pack, the same file
+    # in the origin (a hard link, not a copy); the 3 blobs the snapshot wrote go loose.
+    canonical, origin = packs_in(home.repo("yuko")), packs_in(home.origin("yuko"))
+    assert len(canonical) == 2 and canonical == origin
+    (index,) = (home.origin("yuko") / "objects" / "pack").glob("*.idx")
+    assert pack_object_count(index) == 4
+    assert loose_objects(home.origin("yuko")) == before + 3
 
 
 def test_an_origin_many_commits_behind_catches_up(

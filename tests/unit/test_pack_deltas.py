@@ -145,7 +145,7 @@ def test_staged_objects_are_written_as_one_pack_with_deltas_only_on_earlier_ones
     memory.based_on(ids[2], ids[1])
     memory.based_on(ids[0], ids[2])  # a base held but written later: stored whole
 
-    memory.write(repo, pack=True)
+    memory.write(repo)
 
     [idx] = (Path(repo.path) / "objects" / "pack").glob("*.idx")
     verified = git("verify-pack", "-v", idx).stdout

@@ -352,8 +352,7 @@ class _Chain:
         """Write the chain's objects durably, move main once, refresh the size cache and
         the origin once; then settle each change. Returns the next chain, from the new main."""
         if self.landed:
-            several = len(self.landed) > 1
-            self.memory.write(self.repo, pack=several)  # durable before main names it
+            self.memory.write(self.repo)  # durable before main names it
             _compare_and_swap_main(self.repo, self.start, pygit2.Oid(hex=self.head))
             record_tree_bytes(self.repo, self.head, self.total())
             sync_origin(self.repo, origin, self.added)

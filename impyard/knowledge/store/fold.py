@@ -1,16 +1,16 @@
 """Keeping a repository small in files: loose objects and small packs folded into one
 pack now and then, in the published origin and in the canonical repository alike.
 
-A one-note run lands a handful of loose objects (its commit, a few trees, a blob), each
-in a directory per id prefix, in both. Nothing else would ever fold them away (the host
+A one-note run leaves a small pack (its lane pass's commit and trees) and a loose blob
+(its note, from its snapshot) in both. Nothing else would ever fold them away (the host
 runs no ``git gc``). A ready box's claim hard-links the whole origin into the box's run
 space file by file, then deletes that copy after the run: measured under runsc with
-serve running, 31 runs on one imp had left 160 files in 115 directories and the claim
-took 29 ms instead of 12, with the deletion of the last box's copy taking 50 ms of CPU
-beside the next run. The canonical repository gained the same four or five files a run
-for ever (half a million at 100,000 runs), and a lane pass of several runs leaves a
-small pack there. So once a repository holds ``LOOSE_DIRS`` loose directories (the
-canonical one: about 4,000 loose objects) or ``MAX_PACKS`` packs under ``FOLD_CAP``,
+serve running, 31 runs on one imp had left 160 files in 115 directories (when a pass's
+objects were loose too) and the claim took 29 ms instead of 12, with the deletion of
+the last box's copy taking 50 ms of CPU beside the next run. The canonical repository
+gained the same files a run for ever (half a million at 100,000 runs). So once a
+repository holds ``LOOSE_DIRS`` loose directories (the canonical one: about 4,000
+loose objects) or ``MAX_PACKS`` packs under ``FOLD_CAP``,
 the lane writes the loose objects and the smaller packs into one new durable pack and
 only then deletes what it replaced.
 

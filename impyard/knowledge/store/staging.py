@@ -7,11 +7,18 @@ works on its own ``Repository`` of the canonical repo whose object database has
 one more backend, first in line: an in-memory store that takes every object
 written through that repository (trees from ``build_tree``, commits from
 ``create_commit``) and answers reads of them, while everything already on disk
-is read as usual. ``write`` then stores what is held as one durable batch (one
-pack when the pass made several commits), before anything names those objects.
-In that pack a tree the pass rewrote again is a delta against its previous
-version (``based_on``): a commit that adds one record to a topic of 1,000 turns
-into ~100 bytes instead of another 72 KB tree.
+is read as usual. ``write`` then stores what is held as one durable pack, before
+anything names those objects. In that pack a tree the pass rewrote again is a delta
+against its previous version (``based_on``): a commit that adds one record to a topic
+of 1,000 turns into ~100 bytes instead of another 72 KB tree.
+
+A pass of one commit writes a pack too, not loose objects: its commit and three or four
+trees loose took two fsyncs each, in libgit2, which holds the interpreter lock through
+them (every other thread of serve waited), and the origin then copied each of them
+again, two fsyncs more apiece; the pack is three fsyncs in Python, and the origin links
+it whole. One-note tasks through ``serve --concurrency 1`` ran 4-12% faster (4.56
+against 5.09 tasks/s, then 4.54 against 4.73: medians of 4, side by side). Folds keep
+the small packs few (``fold``).
 
 Never ``walk`` a staged repository: pygit2's revision walker releases the GIL
 while libgit2 reads commits, and this backend's callbacks need it.
@@ -27,7 +34,7 @@ import pygit2
 from impyard.knowledge.store.gitcalls import Repository
 from impyard.knowledge.store.gitdelta import delta
 from impyard.knowledge.store.packfile import PackWriter
-from impyard.knowledge.store.packs import PACK_THRESHOLD, ObjectBatch, pack_dir
+from impyard.knowledge.store.packs import pack_dir
 
 # Ahead of libgit2's own backends (loose 1, packed 2), so writes land here.
 _PRIORITY = 1000
@@ -103,20 +110,11 @@ class MemoryObjects(pygit2.OdbBackend):
             self._bases.pop(raw, None)
         del self._order[mark:]
 
-    def write(self, repo: pygit2.Repository, *, pack: bool) -> None:
-        """Store every held object in ``repo`` durably, then forget them.
-
-        ``pack`` writes them as one pack whatever their number (three fsyncs), new
-        versions of trees as deltas; otherwise a few go loose, as any small write does
-        (repo.py: libgit2 syncs each)."""
-        if pack and self._order:
+    def write(self, repo: pygit2.Repository) -> None:
+        """Store every held object in ``repo`` as one durable pack (three fsyncs), new
+        versions of trees as deltas, then forget them."""
+        if self._order:
             self._write_pack(repo)
-        else:
-            with ObjectBatch(repo, threshold=PACK_THRESHOLD) as batch:
-                for raw in self._order:
-                    kind, data = self._objects[raw]
-                    batch.add(kind, data, raw)
-                batch.write()
         self.rollback(0)
 
     def _write_pack(self, repo: pygit2.Repository) -> None:
