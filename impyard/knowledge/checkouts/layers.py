@@ -170,15 +170,24 @@ def _unneeded_locked(
     layers = {layer.id: layer for layer in list_layers(home, imp)}
     layered = {layer.commit for layer in layers.values()}
     wanted.update(_nearest_layered_commit(home, imp, layered))
-    keep: set[str] = set(_layers_used_by_runs(home, imp, ignore_runs))
-    keep.update(layer.id for layer in layers.values() if layer.commit in wanted)
+    keep = _with_parents(layers, {ident for ident, lay in layers.items() if lay.commit in wanted})
+    if len(keep) < len(layers):
+        # Only now the runs' records: reading every run directory's took 10 ms at 600
+        # runs and 161 ms at 10,000 (a month of them kept), after every landing, while
+        # the chain of main's layer mostly holds every layer there is.
+        keep = _with_parents(layers, keep | set(_layers_used_by_runs(home, imp, ignore_runs)))
+    return [layers[ident] for ident in sorted(layers) if ident not in keep]
+
+
+def _with_parents(layers: dict[str, Layer], keep: set[str]) -> set[str]:
+    """``keep`` and every layer the chains of its layers stack on."""
     stack = list(keep)
     while stack:
         layer = layers.get(stack.pop())
         if layer is not None and layer.parent is not None and layer.parent not in keep:
             keep.add(layer.parent)
             stack.append(layer.parent)
-    return [layers[ident] for ident in sorted(layers) if ident not in keep]
+    return keep
 
 
 def _nearest_layered_commit(home: Home, imp: str, layered: set[str]) -> list[str]:
