@@ -5,8 +5,9 @@ fsyncs it and fsyncs its directory: about a millisecond per object on a normal
 disk, so a run adding 30,000 records spent most of its checkpoint in fsync,
 twice (canonical repo and origin). A pack holds any number of objects in two
 files (``.pack`` and ``.idx``, written by ``packfile``), so the same change
-costs three fsyncs. Small batches stay loose: a pack per one-record run would
-cost more fsyncs than it saves and leave many small packs behind.
+costs three fsyncs. Small batches (a run's few new blobs) stay loose: a pack for one
+or two objects costs more fsyncs than it saves. A lane pass's commits and trees are not
+written here: they go as one pack whatever their number (``staging``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from impyard.knowledge.store.packfile import IDX_HEADER, IDX_MAGIC, PackWriter
 # loose object costs ~0.5-1 ms, a pack ~1-2 ms whatever its size, so a pack wins
 # from a handful of objects on; but every pack also slows each later lookup a
 # little (libgit2 searches packs one by one) until packs are consolidated, so the
-# common small run (a few records: a few blobs, three trees, a commit) stays loose.
+# common small run's blobs (a few records) stay loose.
 PACK_THRESHOLD = 32
 # A batch buffers at most this many bytes before it starts streaming into a pack,
 # so a run that leaves a few huge files never holds them all in memory.
