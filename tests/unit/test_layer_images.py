@@ -286,3 +286,43 @@ def test_a_layer_built_beside_other_work_is_there_after_it_and_a_refused_one_is_
     assert [layer.commit for layer in list_layers(home, IMP)] == [c1]
     with pytest.raises(UnsafeTreeError, match="escape: symlink"):
         ensure_layer(home, IMP, c2, OWNER)
+
+
+def test_a_layer_built_beside_a_check_takes_its_word_instead_of_walking_the_tree(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check that read every tree of the same commit says it is clean and how many of
+    its files are executable: the image waits for that word instead of walking the tree
+    again, and still writes an executable file 0644; without the word it walks."""
+    from impyard.knowledge.checkouts.treefs import TreePlan
+
+    walks: list[int] = []
+    check = TreePlan.check
+    monkeypatch.setattr(TreePlan, "check", lambda plan: (walks.append(plan.files), check(plan)))
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    with layer_built_beside(home, IMP, c1, "65532:65532") as beside:
+        beside.clean(0)
+    (layer,) = list_layers(home, IMP)
+    assert layer.image and checkouts.read_dir(layer.tree_dir) == FILES
+    assert_owned(layer.tree_dir, OWNER)
+    assert walks == []  # the tree was read only as far as telling it is big enough
+
+    tree = repo.TreeBuilder(repo[checkouts.build_tree(repo, FILES)])
+    tree.insert("tool.sh", repo.create_blob(b"#!/bin/sh\n"), pygit2.enums.FileMode.BLOB_EXECUTABLE)
+    c2 = str(repo.create_commit(None, checkouts.SIG, checkouts.SIG, "t", tree.write(), []))
+    with layer_built_beside(home, IMP, c2, "65532:65532") as beside:
+        beside.clean(1)  # written from the tree, as every file 0644
+    layer = next(layer for layer in list_layers(home, IMP) if layer.commit == c2)
+    assert checkouts.read_dir(layer.tree_dir) == {**FILES, "tool.sh": b"#!/bin/sh\n"}
+    assert_owned(layer.tree_dir, OWNER)
+
+    walks.clear()
+    more = {**FILES, "records/more--n_000000000000_5.md": b"more\n"}
+    tree_id = checkouts.build_tree(repo, more)
+    c3 = str(repo.create_commit(None, checkouts.SIG, checkouts.SIG, "t", tree_id, []))
+    with layer_built_beside(home, IMP, c3, "65532:65532") as beside:
+        beside.clean(None)  # the check read fewer trees than all: no word on the rest
+    layer = next(layer for layer in list_layers(home, IMP) if layer.commit == c3)
+    assert layer.image and checkouts.read_dir(layer.tree_dir) == more
+    assert walks == [len(more)]  # walked here, to its end

@@ -373,3 +373,30 @@ def test_a_run_that_lands_leaves_the_new_main_checked_for_the_next_run(tmp_path:
     landed = main_commit(repo)
     assert landed == run.finished["produced_commit"]
     assert not walks_main(home, "yuko", landed)
+
+
+def test_a_base_check_that_read_every_tree_counts_the_executable_files(cli: Cli) -> None:
+    """What a layer's image built beside the check is told: how many files are executable
+    when the check read every tree of the base, nothing when it relied on trees it found
+    clean before or read only its record of the last base."""
+    from impyard.knowledge.change import KnowledgeLimits
+    from impyard.knowledge.gates.maincheck import check_base
+    from tests.helpers.backup import land_note
+
+    assert cli("init").code == 0
+    assert cli("imp", "create", "yuko").code == 0
+    home = Home(cli.home)
+    land_note(home, 1)
+    limits = KnowledgeLimits()
+    repo = open_repo(home, "yuko")
+    landed = main_commit(repo)
+    home.checked_trees("yuko").unlink(missing_ok=True)
+    assert check_base(home, "yuko", landed, limits) == 0
+    assert check_base(home, "yuko", landed, limits) is None  # its record read, no tree
+    tree = repo.TreeBuilder(repo[landed].peel(pygit2.Tree))
+    tree.insert("tool.sh", repo.create_blob(b"#!/bin/sh\n"), pygit2.enums.FileMode.BLOB_EXECUTABLE)
+    sig = pygit2.Signature("owner", "owner@example.com")
+    with_tool = str(repo.create_commit(None, sig, sig, "a tool", tree.write(), [repo[landed].id]))
+    assert check_base(home, "yuko", with_tool, limits) is None  # records/ was found clean before
+    home.checked_trees("yuko").unlink()
+    assert check_base(home, "yuko", with_tool, limits) == 1

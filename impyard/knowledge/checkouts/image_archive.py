@@ -11,8 +11,7 @@ What git writes could differ from a checkout's files in three ways, each handled
   owner and group point into, is rewritten afterwards to the box user's id, so this route
   is taken only when the owner's uid and gid are one number (the default box user's are).
 - modes: git writes an executable file 0755 where a checkout writes 0644, so a tree with
-  one (``TreePlan.executables``, counted while the walk checks the tree) is written the
-  Python way.
+  one (counted while the tree is checked) is written the Python way.
 - attributes: ``git archive`` follows ``.gitattributes`` (``export-ignore`` drops files,
   ``export-subst`` rewrites them). A tree holding one is refused by the walk (Git
   metadata), and git is given no configuration or attributes from outside the repository.
@@ -27,11 +26,11 @@ import shutil
 import struct
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, TreePlan
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner
 
 _F_SETPIPE_SZ = 1031
 _PIPE_SIZE = 1 << 20
@@ -73,29 +72,27 @@ def usable(repo_path: Path, owner: Owner) -> bool:
 def write(
     repo_path: Path,
     tree_id: str,
-    walk: Iterator[object],
-    plan: TreePlan,
+    checked: Callable[[], int],
     tool_argv: list[str],
     owner: Owner,
     image: Path,
 ) -> bool:
     """Write the image of ``tree_id`` at ``image`` with ``tool_argv`` (the tool, its
-    options and ``image``; every owner it writes root) fed by git, while ``walk`` (``plan``
-    streaming the same tree) checks it here. True when written; False, with nothing left
-    at ``image``, when ``plan`` found an executable file (git would write it 0755). A tree
-    the walk refuses (``UnsafeTreeError``) stops both tools and leaves a partial image for
-    the caller to discard."""
+    options and ``image``; every owner it writes root) fed by git, while ``checked``
+    makes sure here that the tree is safe and counts its executable files. True when
+    written; False, with nothing left at ``image``, when the tree holds an executable
+    file (git would write it 0755). A tree ``checked`` refuses (``UnsafeTreeError``)
+    stops both tools and leaves a partial image for the caller to discard."""
     argv = ["git", f"--git-dir={repo_path}", *_GIT_OPTIONS, "archive", "--format=tar", tree_id]
     with tempfile.TemporaryFile() as git_messages, tempfile.TemporaryFile() as tool_messages:
         tools = _start(argv, tool_argv, git_messages, tool_messages)
         try:
-            for _ in walk:
-                pass
-            if not plan.executables:
+            executables = checked()
+            if not executables:
                 git_status, tool_status = (tool.wait() for tool in tools)
         finally:
             _stop(tools)  # only those still running: refused, interrupted, or not wanted
-        if plan.executables:
+        if executables:
             image.unlink(missing_ok=True)
             return False
         if tool_status != 0:

@@ -23,6 +23,7 @@ from impyard.common.fsutil import atomic_write_json, fsync_dir
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_image import (
     IMAGE_NAME,
+    BesideWalk,
     image_source,
     mount_image,
     write_image,
@@ -59,9 +60,12 @@ if TYPE_CHECKING:
 SQUASH_LIMIT = 2000
 
 
-def build_layer(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
+def build_layer(
+    home: Home, imp: str, commit: str, owner: Owner, beside: BesideWalk | None = None
+) -> Layer:
     """Write the layer of ``commit`` for ``owner`` under a temporary name, then rename it
-    into place. The caller holds ``layers_lock`` and knows the layer is missing."""
+    into place. The caller holds ``layers_lock`` and knows the layer is missing.
+    ``beside``: a walk of the same tree going on beside this build (``layer_image``)."""
     from impyard.knowledge.store.gitobj import commit_at
 
     repo = open_repo(home, imp)
@@ -85,7 +89,7 @@ def build_layer(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
                 depth = below.depth + 1
                 image = False
             else:
-                image = _write_full(home, imp, repo, target.tree, parent_layer, tmp, owner)
+                image = _write_full(home, imp, repo, target.tree, parent_layer, tmp, owner, beside)
                 kind, parent_id, depth = "full", None, 0
             os.fsync(tree_fd)
         finally:
@@ -124,13 +128,14 @@ def _write_full(
     parent_layer: Layer | None,
     tmp: Path,
     owner: Owner,
+    beside: BesideWalk | None,
 ) -> bool:
     """Write a FULL layer's tree into ``tmp``: as an image when it is big (True), else as
     files, hard-linking what is unchanged since the chain's FULL layer (a compaction)
     when that layer is files too (an image's files are on another filesystem)."""
     from impyard.knowledge.store.gitobj import commit_at
 
-    source = image_source(tree)
+    source = image_source(tree, beside)
     if source is not None:
         write_image(repo, source, owner, tmp / IMAGE_NAME)
         fd = os.open(tmp / IMAGE_NAME, os.O_RDONLY | os.O_CLOEXEC)

@@ -19,7 +19,7 @@ from pathlib import Path
 from impyard.common.errors import KnowledgeError
 from impyard.home import Home
 from impyard.knowledge.checkouts.layer_build import build_layer
-from impyard.knowledge.checkouts.layer_image import mount_image
+from impyard.knowledge.checkouts.layer_image import BesideWalk, mount_image
 from impyard.knowledge.checkouts.layer_store import (
     MOUNT_DATA_LIMIT,
     Layer,
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # Checkout mounts a chain under this lock: the names it needs come with the entry points.
 __all__ = [
     "MOUNT_DATA_LIMIT",
+    "BesideWalk",
     "Layer",
     "collect_layers",
     "ensure_layer",
@@ -55,11 +56,14 @@ __all__ = [
 ]
 
 
-def ensure_layer(home: Home, imp: str, commit: str, owner: str | Owner) -> Layer:
+def ensure_layer(
+    home: Home, imp: str, commit: str, owner: str | Owner, beside: BesideWalk | None = None
+) -> Layer:
     """The layer of ``commit`` for ``owner``, built if missing. Idempotent.
 
     Cheap when the layer exists (one small read) or when the first parent's layer
-    exists (a delta of what the commit changed).
+    exists (a delta of what the commit changed). ``beside``: a walk of the same tree
+    going on beside the build, which a big image may wait for instead of walking it.
     """
     own = parse_owner(owner)
     check_commit(commit)
@@ -67,33 +71,39 @@ def ensure_layer(home: Home, imp: str, commit: str, owner: str | Owner) -> Layer
     if existing is not None and existing.commit == commit:
         return existing
     with layers_lock(home, imp):
-        return ensure_layer_locked(home, imp, commit, own)
+        return ensure_layer_locked(home, imp, commit, own, beside)
 
 
 @contextmanager
-def layer_built_beside(home: Home, imp: str, commit: str, owner: str) -> Iterator[None]:
+def layer_built_beside(home: Home, imp: str, commit: str, owner: str) -> Iterator[BesideWalk]:
     """``ensure_layer`` in a thread while the body runs, joined on leaving it. A big
     layer's image is written by tools in their own processes, so the body's Python work
-    (a walk of the same tree) goes on beside it on another core. A failure is left to
-    whoever needs the layer next: it builds it again and says why."""
+    (a walk of the same tree) goes on beside it on another core; what that walk found,
+    the body says through the ``BesideWalk`` it is given (unsaid when it leaves without
+    a word). A failure is left to whoever needs the layer next: it builds it again and
+    says why."""
+    beside = BesideWalk()
     thread = threading.Thread(
-        target=_ensure_quietly, args=(home, imp, commit, owner), name=f"layer-{imp}"
+        target=_ensure_quietly, args=(home, imp, commit, owner, beside), name=f"layer-{imp}"
     )
     thread.start()
     try:
-        yield
+        yield beside
     finally:
+        beside.unsaid()  # nothing if the body said its word: the first word counts
         thread.join()
 
 
-def _ensure_quietly(home: Home, imp: str, commit: str, owner: str) -> None:
+def _ensure_quietly(home: Home, imp: str, commit: str, owner: str, beside: BesideWalk) -> None:
     try:
-        ensure_layer(home, imp, commit, owner)
+        ensure_layer(home, imp, commit, owner, beside)
     except Exception as exc:
         log.debug("the layer of %s for imp %s is left to its run: %s", commit, imp, exc)
 
 
-def ensure_layer_locked(home: Home, imp: str, commit: str, owner: Owner) -> Layer:
+def ensure_layer_locked(
+    home: Home, imp: str, commit: str, owner: Owner, beside: BesideWalk | None = None
+) -> Layer:
     """``ensure_layer`` for a caller already holding ``layers_lock``."""
     check_commit(commit)
     existing = read_layer(home, imp, layer_id(commit, owner))
@@ -104,7 +114,7 @@ def ensure_layer_locked(home: Home, imp: str, commit: str, owner: Owner) -> Laye
             )
         return existing
     remove_temps(home.layers(imp))
-    return build_layer(home, imp, commit, owner)
+    return build_layer(home, imp, commit, owner, beside)
 
 
 def mounted_chain(home: Home, imp: str, layer: Layer) -> tuple[Layer, ...]:

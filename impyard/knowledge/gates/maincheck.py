@@ -53,15 +53,18 @@ class _Checked(NamedTuple):
     body_digest: bytes
 
 
-def check_base(home: Home, imp: str, base: str, limits: KnowledgeLimits) -> None:
+def check_base(home: Home, imp: str, base: str, limits: KnowledgeLimits) -> int | None:
     """Refuse (``UnsafeMainError``) when ``base``, the imp's main, is not a tree a
-    checkout may write within ``limits``."""
+    checkout may write within ``limits``. Else how many of its entries are executable
+    files when this check read every tree of it (a layer's image of the same tree needs
+    no walk of its own then), None when it read fewer (the last base, or trees found
+    clean before)."""
     path = home.checked_trees(imp)
     checked = _read_header(path)
     if checked is not None and checked.commit == base:
         _within(imp, base, checked.files, checked.size, limits)
-        return
-    _check(home, imp, base, limits, path, checked)
+        return None
+    return _check(home, imp, base, limits, path, checked)
 
 
 def walks_main(home: Home, imp: str, base: str) -> bool:
@@ -89,7 +92,7 @@ def _check(
     limits: KnowledgeLimits,
     path: Path,
     checked: _Checked | None,
-) -> None:
+) -> int | None:
     from impyard.knowledge.gates.treegate import CHECKOUT_RULES, GateLimits, Problems, TreeWalk
     from impyard.knowledge.imps import open_repo
     from impyard.knowledge.store.gitobj import commit_at
@@ -113,6 +116,7 @@ def _check(
     # (its blobs, no symlink or submodule): kept, so the run's checkpoint does not walk
     # every record again (seconds at 100,000 records on a base nothing had sized).
     record_tree_bytes(repo, base, totals.bytes)
+    return None if walk.reused else walk.executables
 
 
 def _refuse(imp: str, base: str, first: str, more: int) -> NoReturn:

@@ -180,6 +180,8 @@ class TreeWalk:
         self._dirty: set[bytes] = set()
         #: Trees of ``known`` this walk relied on.
         self.reused: set[bytes] = set()
+        #: Executable entries in the trees this walk read (each tree object once).
+        self.executables = 0
         self._blobs: dict[bytes, int] = {}
         self._file_bounds = {"main": limits.max_file_bytes, "kept": limits.max_kept_file_bytes}
         self._names: dict[tuple[bytes, bool], dict[str, str]] = {}
@@ -274,6 +276,7 @@ class TreeWalk:
                     size += below.bytes
             elif kind in ("file", "executable"):
                 files += 1
+                self.executables += kind == "executable"
                 size += self._blobs.get(entry.oid, 0)
         totals = Totals(height, files, size)
         self.totals[oid] = totals
