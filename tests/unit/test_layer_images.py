@@ -20,7 +20,7 @@ from impyard.knowledge.checkouts import image_archive, layer_build, layer_image
 from impyard.knowledge.checkouts.checkout import prepare_checkout, release_checkout
 from impyard.knowledge.checkouts.layer_store import chain_limit, list_layers
 from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer, layer_built_beside
-from impyard.knowledge.checkouts.treefs import CheckoutError, UnsafeTreeError
+from impyard.knowledge.checkouts.treefs import CheckoutError, TreeShape, UnsafeTreeError
 from tests.helpers import checkout as checkouts
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER
 from tests.unit.test_layers import git_archive, merged_view
@@ -291,9 +291,10 @@ def test_a_layer_built_beside_other_work_is_there_after_it_and_a_refused_one_is_
 def test_a_layer_built_beside_a_check_takes_its_word_instead_of_walking_the_tree(
     home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A check that read every tree of the same commit says it is clean and how many of
-    its files are executable: the image waits for that word instead of walking the tree
-    again, and still writes an executable file 0644; without the word it walks."""
+    """A check that read every tree of the same commit says it is clean, how many of its
+    files are executable and how wide its widest directory is: the image waits for that
+    word instead of walking the tree again, and still writes an executable file 0644;
+    without the word it walks."""
     from impyard.knowledge.checkouts.treefs import TreePlan
 
     walks: list[int] = []
@@ -302,7 +303,7 @@ def test_a_layer_built_beside_a_check_takes_its_word_instead_of_walking_the_tree
     repo = checkouts.make_repo(home)
     c1 = checkouts.commit(repo, FILES)
     with layer_built_beside(home, IMP, c1, "65532:65532") as beside:
-        beside.clean(0)
+        beside.clean(TreeShape(executables=0, widest=4))
     (layer,) = list_layers(home, IMP)
     assert layer.image and checkouts.read_dir(layer.tree_dir) == FILES
     assert_owned(layer.tree_dir, OWNER)
@@ -312,7 +313,7 @@ def test_a_layer_built_beside_a_check_takes_its_word_instead_of_walking_the_tree
     tree.insert("tool.sh", repo.create_blob(b"#!/bin/sh\n"), pygit2.enums.FileMode.BLOB_EXECUTABLE)
     c2 = str(repo.create_commit(None, checkouts.SIG, checkouts.SIG, "t", tree.write(), []))
     with layer_built_beside(home, IMP, c2, "65532:65532") as beside:
-        beside.clean(1)  # written from the tree, as every file 0644
+        beside.clean(TreeShape(1, 4))  # written from the tree, as every file 0644
     layer = next(layer for layer in list_layers(home, IMP) if layer.commit == c2)
     assert checkouts.read_dir(layer.tree_dir) == {**FILES, "tool.sh": b"#!/bin/sh\n"}
     assert_owned(layer.tree_dir, OWNER)
@@ -326,3 +327,40 @@ def test_a_layer_built_beside_a_check_takes_its_word_instead_of_walking_the_tree
     layer = next(layer for layer in list_layers(home, IMP) if layer.commit == c3)
     assert layer.image and checkouts.read_dir(layer.tree_dir) == more
     assert walks == [len(more)]  # walked here, to its end
+
+
+@pytest.mark.parametrize("owner", [OWNER, (1000, 1001)], ids=["by-git", "from-here"])
+def test_a_tree_with_a_directory_too_wide_for_an_image_is_written_as_files(
+    home: Home, monkeypatch: pytest.MonkeyPatch, owner: tuple[int, int]
+) -> None:
+    """The image tool's time grows with the square of a directory's entries (a minute for
+    100,000 in one): a tree with a directory wider than ``WIDEST_IMAGE_DIR`` is files,
+    whichever route its image took, with nothing of the image or its tools left."""
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)  # records/vendors/ holds 4 files, the widest
+    monkeypatch.setattr(layer_image, "WIDEST_IMAGE_DIR", 3)
+    layer = ensure_layer(home, IMP, c1, owner)
+    assert not layer.image and not (layer.path / layer_image.IMAGE_NAME).exists()
+    assert not layer_image.is_mounted(layer.tree_dir)
+    assert checkouts.read_dir(layer.tree_dir) == FILES
+    assert_owned(layer.tree_dir, owner)
+    assert children() == []
+
+    monkeypatch.setattr(layer_image, "WIDEST_IMAGE_DIR", 4)  # as wide as allowed
+    tree_id = checkouts.build_tree(repo, FILES)
+    c2 = str(repo.create_commit(None, checkouts.SIG, checkouts.SIG, "again", tree_id, []))
+    layer = ensure_layer(home, IMP, c2, owner)
+    assert layer.image and checkouts.read_dir(layer.tree_dir) == FILES
+
+
+def test_a_check_beside_that_found_a_wide_directory_makes_the_layer_files(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(layer_image, "WIDEST_IMAGE_DIR", 3)
+    repo = checkouts.make_repo(home)
+    c1 = checkouts.commit(repo, FILES)
+    with layer_built_beside(home, IMP, c1, "65532:65532") as beside:
+        beside.clean(TreeShape(executables=0, widest=4))
+    (layer,) = list_layers(home, IMP)
+    assert not layer.image and checkouts.read_dir(layer.tree_dir) == FILES
+    assert children() == []

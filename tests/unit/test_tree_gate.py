@@ -16,7 +16,7 @@ import pytest
 from impyard.home import Home
 from impyard.knowledge.checkouts.checkout import prepare_checkout
 from impyard.knowledge.checkouts.layers import ensure_layer
-from impyard.knowledge.checkouts.treefs import UnsafeTreeError
+from impyard.knowledge.checkouts.treefs import TreeShape, UnsafeTreeError
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.checkout import OWNER
@@ -375,10 +375,11 @@ def test_a_run_that_lands_leaves_the_new_main_checked_for_the_next_run(tmp_path:
     assert not walks_main(home, "yuko", landed)
 
 
-def test_a_base_check_that_read_every_tree_counts_the_executable_files(cli: Cli) -> None:
+def test_a_base_check_that_read_every_tree_gives_the_trees_shape(cli: Cli) -> None:
     """What a layer's image built beside the check is told: how many files are executable
-    when the check read every tree of the base, nothing when it relied on trees it found
-    clean before or read only its record of the last base."""
+    and how wide the widest directory is, when the check read every tree of the base;
+    nothing when it relied on trees it found clean before or read only its record of the
+    last base."""
     from impyard.knowledge.change import KnowledgeLimits
     from impyard.knowledge.gates.maincheck import check_base
     from tests.helpers.backup import land_note
@@ -391,7 +392,8 @@ def test_a_base_check_that_read_every_tree_counts_the_executable_files(cli: Cli)
     repo = open_repo(home, "yuko")
     landed = main_commit(repo)
     home.checked_trees("yuko").unlink(missing_ok=True)
-    assert check_base(home, "yuko", landed, limits) == 0
+    widest = _widest(repo[landed].peel(pygit2.Tree))
+    assert check_base(home, "yuko", landed, limits) == TreeShape(0, widest)
     assert check_base(home, "yuko", landed, limits) is None  # its record read, no tree
     tree = repo.TreeBuilder(repo[landed].peel(pygit2.Tree))
     tree.insert("tool.sh", repo.create_blob(b"#!/bin/sh\n"), pygit2.enums.FileMode.BLOB_EXECUTABLE)
@@ -399,4 +401,11 @@ def test_a_base_check_that_read_every_tree_counts_the_executable_files(cli: Cli)
     with_tool = str(repo.create_commit(None, sig, sig, "a tool", tree.write(), [repo[landed].id]))
     assert check_base(home, "yuko", with_tool, limits) is None  # records/ was found clean before
     home.checked_trees("yuko").unlink()
-    assert check_base(home, "yuko", with_tool, limits) == 1
+    shape = TreeShape(1, _widest(repo[with_tool].peel(pygit2.Tree)))
+    assert check_base(home, "yuko", with_tool, limits) == shape
+
+
+def _widest(tree: pygit2.Tree) -> int:
+    """The entries of the largest directory of ``tree``."""
+    below = [_widest(entry) for entry in tree if isinstance(entry, pygit2.Tree)]
+    return max([len(tree), *below])

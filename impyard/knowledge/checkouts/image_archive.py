@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from impyard.knowledge.checkouts.treefs import CheckoutError, Owner
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, TreeShape
 
 _F_SETPIPE_SZ = 1031
 _PIPE_SIZE = 1 << 20
@@ -72,29 +72,32 @@ def usable(repo_path: Path, owner: Owner) -> bool:
 def write(
     repo_path: Path,
     tree_id: str,
-    checked: Callable[[], int],
+    checked: Callable[[], TreeShape],
     tool_argv: list[str],
     owner: Owner,
     image: Path,
-) -> bool:
+    widest: int,
+) -> TreeShape | None:
     """Write the image of ``tree_id`` at ``image`` with ``tool_argv`` (the tool, its
     options and ``image``; every owner it writes root) fed by git, while ``checked``
-    makes sure here that the tree is safe and counts its executable files. True when
-    written; False, with nothing left at ``image``, when the tree holds an executable
-    file (git would write it 0755). A tree ``checked`` refuses (``UnsafeTreeError``)
-    stops both tools and leaves a partial image for the caller to discard."""
+    makes sure here that the tree is safe and finds its shape. None when written; the
+    shape, with nothing left at ``image``, when git's image will not do: the tree holds
+    an executable file (git would write it 0755) or a directory of more than ``widest``
+    entries. A tree ``checked`` refuses (``UnsafeTreeError``) stops both tools and
+    leaves a partial image for the caller to discard."""
     argv = ["git", f"--git-dir={repo_path}", *_GIT_OPTIONS, "archive", "--format=tar", tree_id]
     with tempfile.TemporaryFile() as git_messages, tempfile.TemporaryFile() as tool_messages:
         tools = _start(argv, tool_argv, git_messages, tool_messages)
         try:
-            executables = checked()
-            if not executables:
+            shape = checked()
+            fits = not shape.executables and shape.widest <= widest
+            if fits:
                 git_status, tool_status = (tool.wait() for tool in tools)
         finally:
             _stop(tools)  # only those still running: refused, interrupted, or not wanted
-        if executables:
+        if not fits:
             image.unlink(missing_ok=True)
-            return False
+            return shape
         if tool_status != 0:
             raise CheckoutError(
                 f"{tool_argv[0]} could not write the layer image {image}: "
@@ -104,7 +107,7 @@ def write(
             last = last_line(git_messages)
             raise CheckoutError(f"git could not archive the tree {tree_id}: {last}")
     own_image(image, owner[0])
-    return True
+    return None
 
 
 def own_image(image: Path, owner_id: int) -> None:

@@ -130,14 +130,14 @@ def _write_full(
     owner: Owner,
     beside: BesideWalk | None,
 ) -> bool:
-    """Write a FULL layer's tree into ``tmp``: as an image when it is big (True), else as
-    files, hard-linking what is unchanged since the chain's FULL layer (a compaction)
-    when that layer is files too (an image's files are on another filesystem)."""
+    """Write a FULL layer's tree into ``tmp``: as an image when it is big and no
+    directory of it too wide (True), else as files, hard-linking what is unchanged since
+    the chain's FULL layer (a compaction) when that layer is files too (an image's files
+    are on another filesystem)."""
     from impyard.knowledge.store.gitobj import commit_at
 
     source = image_source(tree, beside)
-    if source is not None:
-        write_image(repo, source, owner, tmp / IMAGE_NAME)
+    if source is not None and write_image(repo, source, owner, tmp / IMAGE_NAME):
         fd = os.open(tmp / IMAGE_NAME, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fsync(fd)

@@ -63,6 +63,13 @@ class UnsafeTreeError(CheckoutError):
         self.problems = problems
 
 
+class TreeShape(NamedTuple):
+    """What writing a tree as an image depends on, known once all of it was walked."""
+
+    executables: int  # executable files (git's archive would write them 0755)
+    widest: int  # the entries of its largest directory
+
+
 class Identity(NamedTuple):
     """What lstat says about a file the host wrote; a box can forge mtime but not ctime.
 
@@ -229,6 +236,8 @@ class TreePlan:
         self.files = 0
         #: Executable files (written 0644, as every file is).
         self.executables = 0
+        #: The entries of the largest directory walked so far.
+        self.widest = 0
 
     def tree(self, tree: pygit2.Tree, prefix: str, depth: int, src: pygit2.Tree | None) -> None:
         self._walk(_Frame(entries(tree), prefix, depth, src=src))
@@ -270,6 +279,7 @@ class TreePlan:
                 continue
             if mode == _TREE:
                 child = as_tree(entry)
+                self.widest = max(self.widest, len(child))
                 if frame.old is not None and isinstance(before, pygit2.Tree):
                     yield (_ENTER, name, False, False)
                     below = dict(entries(before))
@@ -318,6 +328,7 @@ class TreePlan:
         Checked as it goes, refused (``UnsafeTreeError``, every reason) after the last, so
         whoever writes it must discard what it wrote."""
         parents: list[str] = [""]
+        self.widest = max(self.widest, len(tree))
         for step in self._planned(_Frame(entries(tree), "", 0)):
             kind = step[0]
             if kind == _FILE:

@@ -25,7 +25,7 @@ from impyard.common.errors import KnowledgeError
 from impyard.common.fsutil import atomic_write_bytes
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.checkouts.treefs import MAX_FILES
+from impyard.knowledge.checkouts.treefs import MAX_FILES, TreeShape
 
 if TYPE_CHECKING:
     from impyard.knowledge.gates.treegate import Totals
@@ -53,12 +53,11 @@ class _Checked(NamedTuple):
     body_digest: bytes
 
 
-def check_base(home: Home, imp: str, base: str, limits: KnowledgeLimits) -> int | None:
+def check_base(home: Home, imp: str, base: str, limits: KnowledgeLimits) -> TreeShape | None:
     """Refuse (``UnsafeMainError``) when ``base``, the imp's main, is not a tree a
-    checkout may write within ``limits``. Else how many of its entries are executable
-    files when this check read every tree of it (a layer's image of the same tree needs
-    no walk of its own then), None when it read fewer (the last base, or trees found
-    clean before)."""
+    checkout may write within ``limits``. Else its shape when this check read every tree
+    of it (a layer's image of the same tree needs no walk of its own then), None when it
+    read fewer (the last base, or trees found clean before)."""
     path = home.checked_trees(imp)
     checked = _read_header(path)
     if checked is not None and checked.commit == base:
@@ -92,7 +91,7 @@ def _check(
     limits: KnowledgeLimits,
     path: Path,
     checked: _Checked | None,
-) -> int | None:
+) -> TreeShape | None:
     from impyard.knowledge.gates.treegate import CHECKOUT_RULES, GateLimits, Problems, TreeWalk
     from impyard.knowledge.imps import open_repo
     from impyard.knowledge.store.gitobj import commit_at
@@ -116,7 +115,7 @@ def _check(
     # (its blobs, no symlink or submodule): kept, so the run's checkpoint does not walk
     # every record again (seconds at 100,000 records on a base nothing had sized).
     record_tree_bytes(repo, base, totals.bytes)
-    return None if walk.reused else walk.executables
+    return None if walk.reused else TreeShape(walk.executables, walk.widest)
 
 
 def _refuse(imp: str, base: str, first: str, more: int) -> NoReturn:

@@ -180,8 +180,10 @@ class TreeWalk:
         self._dirty: set[bytes] = set()
         #: Trees of ``known`` this walk relied on.
         self.reused: set[bytes] = set()
-        #: Executable entries in the trees this walk read (each tree object once).
+        #: Executable entries in the trees this walk read (each tree object once), and
+        #: the entries of the largest of them.
         self.executables = 0
+        self.widest = 0
         self._blobs: dict[bytes, int] = {}
         self._file_bounds = {"main": limits.max_file_bytes, "kept": limits.max_kept_file_bytes}
         self._names: dict[tuple[bytes, bool], dict[str, str]] = {}
@@ -264,6 +266,7 @@ class TreeWalk:
     def _finish(self, oid: bytes, entries: list[TreeEntry]) -> None:
         height = files = size = 0
         bad = oid in self._dirty
+        self.widest = max(self.widest, len(entries))
         for entry in entries:
             kind = entry.kind
             if kind == "tree":

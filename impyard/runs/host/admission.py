@@ -65,9 +65,9 @@ def execute(ctx: RunContext, request: RunRequest) -> RunOutcome:
         raise UsageError(f"imp {request.imp!r}: knowledge is disabled by policy")
     if policy.knowledge.enabled:  # a base no checkout may write is refused before a run exists
         with base_layer_beside_check(ctx, request.imp, base, policy) as beside:
-            executables = check_base(home, request.imp, base, KnowledgeLimits.of(policy.knowledge))
+            shape = check_base(home, request.imp, base, KnowledgeLimits.of(policy.knowledge))
             if beside is not None:
-                beside.clean(executables)
+                beside.clean(shape)
     manifest = new_manifest(ctx, request, policy, base)
     manifest.warnings = list(warnings)
     if manifest.mode == "reorganize":
@@ -112,7 +112,7 @@ def base_layer_beside_check(
     """Where the check walks main and the run's checkout will be an overlay, main's layer
     is built beside the check (a cold 100,000-record imp's image and check take 1.7 s
     together, 2.5 s one after the other), and a check that read all of main tells the
-    build so; a base found unsafe gets no layer (its tree is refused as it is written).
+    build its shape; a base found unsafe gets no layer (its tree is refused as it is written).
     Else nothing happens beside it (None)."""
     home = ctx.home
     if walks_main(home, imp, base) and select_checkout_kind(ctx.settings, home) == "overlay":
