@@ -18,9 +18,10 @@ import pytest
 from impyard.home import Home
 from impyard.knowledge.checkouts import image_archive, layer_build, layer_image
 from impyard.knowledge.checkouts.checkout import prepare_checkout, release_checkout
+from impyard.knowledge.checkouts.image_archive import TreeShape
 from impyard.knowledge.checkouts.layer_store import chain_limit, list_layers
 from impyard.knowledge.checkouts.layers import collect_layers, ensure_layer, layer_built_beside
-from impyard.knowledge.checkouts.treefs import CheckoutError, TreeShape, UnsafeTreeError
+from impyard.knowledge.checkouts.treefs import CheckoutError, UnsafeTreeError
 from tests.helpers import checkout as checkouts
 from tests.helpers.checkout import BASE_FILES, IMP, OWNER
 from tests.unit.test_layers import git_archive, merged_view

@@ -15,8 +15,9 @@ import pytest
 
 from impyard.home import Home
 from impyard.knowledge.checkouts.checkout import prepare_checkout
+from impyard.knowledge.checkouts.image_archive import TreeShape
 from impyard.knowledge.checkouts.layers import ensure_layer
-from impyard.knowledge.checkouts.treefs import TreeShape, UnsafeTreeError
+from impyard.knowledge.checkouts.treefs import UnsafeTreeError
 from impyard.knowledge.imps import open_repo
 from impyard.knowledge.store.repo import main_commit
 from tests.helpers.checkout import OWNER

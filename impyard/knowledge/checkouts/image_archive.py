@@ -28,9 +28,9 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
-from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, TreeShape
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner
 
 _F_SETPIPE_SZ = 1031
 _PIPE_SIZE = 1 << 20
@@ -56,6 +56,13 @@ _ROOT = bytes(4)
 _AS_IS = struct.pack("<H", 0x8000 | 4)
 # 4 bytes as an LZ4 block: the header's size 5, a token of 4 literals and no match.
 _LZ4_LITERALS = struct.pack("<HB", 5, 0x40)
+
+
+class TreeShape(NamedTuple):
+    """What writing a tree as an image depends on, known once all of it was walked."""
+
+    executables: int  # executable files (git's archive would write them 0755)
+    widest: int  # the entries of its largest directory
 
 
 def usable(repo_path: Path, owner: Owner) -> bool:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 from impyard.common.libc import syscall
 from impyard.knowledge.checkouts import image_archive, loopmount
-from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, TreePlan, TreeShape
+from impyard.knowledge.checkouts.image_archive import TreeShape
+from impyard.knowledge.checkouts.treefs import CheckoutError, Owner, TreePlan
 
 if TYPE_CHECKING:
     import pygit2

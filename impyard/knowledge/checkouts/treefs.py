@@ -63,13 +63,6 @@ class UnsafeTreeError(CheckoutError):
         self.problems = problems
 
 
-class TreeShape(NamedTuple):
-    """What writing a tree as an image depends on, known once all of it was walked."""
-
-    executables: int  # executable files (git's archive would write them 0755)
-    widest: int  # the entries of its largest directory
-
-
 class Identity(NamedTuple):
     """What lstat says about a file the host wrote; a box can forge mtime but not ctime.
 

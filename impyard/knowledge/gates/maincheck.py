@@ -25,9 +25,10 @@ from impyard.common.errors import KnowledgeError
 from impyard.common.fsutil import atomic_write_bytes
 from impyard.home import Home
 from impyard.knowledge.change import KnowledgeLimits
-from impyard.knowledge.checkouts.treefs import MAX_FILES, TreeShape
+from impyard.knowledge.checkouts.treefs import MAX_FILES
 
 if TYPE_CHECKING:
+    from impyard.knowledge.checkouts.image_archive import TreeShape
     from impyard.knowledge.gates.treegate import Totals
 
 # pygit2 and the gate load only when main moved since the last check: a run from the
@@ -92,6 +93,7 @@ def _check(
     path: Path,
     checked: _Checked | None,
 ) -> TreeShape | None:
+    from impyard.knowledge.checkouts.image_archive import TreeShape
     from impyard.knowledge.gates.treegate import CHECKOUT_RULES, GateLimits, Problems, TreeWalk
     from impyard.knowledge.imps import open_repo
     from impyard.knowledge.store.gitobj import commit_at
