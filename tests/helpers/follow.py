@@ -32,7 +32,9 @@ class Follower:
 
     def __init__(self, home: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
-            impyard_command(home, *args),
+            # Ctrl-C as a terminal's foreground job takes it: a runner started in the
+            # background (SIGINT ignored, as a shell leaves it) would pass the ignore on.
+            ["env", "--default-signal=INT", *impyard_command(home, *args)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
