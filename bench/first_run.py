@@ -6,7 +6,8 @@ has prepared a checkout of its main yet. Another imp of the data root has run on
 first: a data root's first run also asks the engine whether overlay volumes work (a box
 of its own), which has nothing to do with the imp being cold. ``packed``: the records'
 blobs in one pack, as the lane's folds and a restore leave a repository; else each a
-loose object, as in an imp from before folds (every object read costs more). Then
+loose object, as in an imp from before folds (every object read costs more). ``topics``:
+the directories the records are spread over. Then
 ``impyard run`` of a one-note box, timed from just before the command starts to the
 ``box.started`` event the journal records for it, beside the run's own ``prepare``
 phase (``timings_ms``); then a second run of the same imp (its base now prepared) the
@@ -60,7 +61,7 @@ def _timed_run(home: Path, imp: str = "bench") -> tuple[float, dict[str, float]]
     return _box_started(home, shown["run_id"]) - start, shown["timings_ms"]
 
 
-def first_run(records: int, *, packed: bool = False) -> FirstRun:
+def first_run(records: int, *, packed: bool = False, topics: int = 100) -> FirstRun:
     home = scratch_dir("impyard-firstrun-")
     try:
         setup = time.perf_counter()
@@ -69,7 +70,7 @@ def first_run(records: int, *, packed: bool = False) -> FirstRun:
         impyard(home, "imp", "create", "bench")
         impyard(home, "imp", "create", "other")
         _timed_run(home, "other")
-        add_records(Home(home).repo("bench"), records, packed=packed)
+        add_records(Home(home).repo("bench"), records, topics, packed=packed)
         publish_origin(Home(home), "bench")
         setup_s = time.perf_counter() - setup
         first_s, timings = _timed_run(home)
