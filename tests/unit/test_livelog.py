@@ -6,6 +6,7 @@ import json
 import os
 import random
 import threading
+import time
 from pathlib import Path
 
 from impyard.box.watch.livelog import (
@@ -133,7 +134,12 @@ def test_followers_in_threads_see_the_same_stream_as_a_writer_in_another(tmp_pat
         reader = LogReader(log)
         out = b""
         while not reader.ended:
-            out += b"".join(reader.read())
+            chunks = reader.read()
+            out += b"".join(chunks)
+            if not chunks:
+                # Idle as the product's followers are: three readers spinning on the
+                # interpreter lock starved the writer (over 10 s under a loaded suite).
+                time.sleep(0.001)
         results.append(out)
 
     threads = [threading.Thread(target=follow) for _ in range(3)]
