@@ -9,7 +9,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pygit2
@@ -179,7 +179,9 @@ def test_a_small_tree_or_a_missing_tool_keeps_files(
     assert not other.image and checkouts.read_dir(other.tree_dir) == git_archive(home, c1)
 
 
-def test_an_unsafe_tree_is_refused_before_an_image_is_written(home: Home) -> None:
+def test_an_unsafe_tree_is_refused_before_an_image_is_written(
+    home: Home, new_children: Callable[[], list[str]]
+) -> None:
     repo = checkouts.make_repo(home)
     tree = repo.TreeBuilder(repo[checkouts.build_tree(repo, BASE_FILES)])
     tree.insert("escape", repo.create_blob(b"/etc"), pygit2.enums.FileMode.LINK)
@@ -188,12 +190,12 @@ def test_an_unsafe_tree_is_refused_before_an_image_is_written(home: Home) -> Non
         ensure_layer(home, IMP, str(c1), OWNER)
     assert list_layers(home, IMP) == []
     assert [n for n in os.listdir(home.layers(IMP)) if n != ".lock"] == []
-    assert children() == []  # the image's tools were stopped and reaped
+    assert new_children() == []  # the image's tools were stopped and reaped
 
 
-def children() -> list[str]:
-    """The names of this process's child processes (exited but unreaped ones too)."""
-    found = []
+def _children() -> dict[str, str]:
+    """This process's child processes (exited but unreaped ones too): pid -> name."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -203,8 +205,17 @@ def children() -> list[str]:
             continue
         name, _, rest = stat_line.rpartition(")")
         if int(rest.split()[1]) == os.getpid():
-            found.append(name.partition("(")[2])
+            found[entry] = name.partition("(")[2]
     return found
+
+
+@pytest.fixture
+def new_children() -> Callable[[], list[str]]:
+    """The names of this process's children started since the test began: a worker may
+    already have helpers of its own (multiprocessing's resource tracker, started by an
+    earlier test, lives as long as the worker)."""
+    earlier = set(_children())
+    return lambda: [name for pid, name in _children().items() if pid not in earlier]
 
 
 def test_a_failing_image_tool_fails_the_build_and_leaves_no_layer(
@@ -332,7 +343,10 @@ def test_a_layer_built_beside_a_check_takes_its_word_instead_of_walking_the_tree
 
 @pytest.mark.parametrize("owner", [OWNER, (1000, 1001)], ids=["by-git", "from-here"])
 def test_a_tree_with_a_directory_too_wide_for_an_image_is_written_as_files(
-    home: Home, monkeypatch: pytest.MonkeyPatch, owner: tuple[int, int]
+    home: Home,
+    monkeypatch: pytest.MonkeyPatch,
+    owner: tuple[int, int],
+    new_children: Callable[[], list[str]],
 ) -> None:
     """The image tool's time grows with the square of a directory's entries (a minute for
     100,000 in one): a tree with a directory wider than ``WIDEST_IMAGE_DIR`` is files,
@@ -345,7 +359,7 @@ def test_a_tree_with_a_directory_too_wide_for_an_image_is_written_as_files(
     assert not layer_image.is_mounted(layer.tree_dir)
     assert checkouts.read_dir(layer.tree_dir) == FILES
     assert_owned(layer.tree_dir, owner)
-    assert children() == []
+    assert new_children() == []
 
     monkeypatch.setattr(layer_image, "WIDEST_IMAGE_DIR", 4)  # as wide as allowed
     tree_id = checkouts.build_tree(repo, FILES)
@@ -355,7 +369,7 @@ def test_a_tree_with_a_directory_too_wide_for_an_image_is_written_as_files(
 
 
 def test_a_check_beside_that_found_a_wide_directory_makes_the_layer_files(
-    home: Home, monkeypatch: pytest.MonkeyPatch
+    home: Home, monkeypatch: pytest.MonkeyPatch, new_children: Callable[[], list[str]]
 ) -> None:
     monkeypatch.setattr(layer_image, "WIDEST_IMAGE_DIR", 3)
     repo = checkouts.make_repo(home)
@@ -364,4 +378,4 @@ def test_a_check_beside_that_found_a_wide_directory_makes_the_layer_files(
         beside.clean(TreeShape(executables=0, widest=4))
     (layer,) = list_layers(home, IMP)
     assert not layer.image and checkouts.read_dir(layer.tree_dir) == FILES
-    assert children() == []
+    assert new_children() == []
