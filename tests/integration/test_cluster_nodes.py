@@ -261,7 +261,8 @@ def test_a_restarted_node_agent_loses_its_runs_and_never_lands_them_twice(cli: C
         out, err = serve.communicate(timeout=120)
         nodes.ready("node-a")
     assert serve.returncode == 0, out + err
-    lost, again = sorted(_runs(cli), key=lambda r: r["run_id"])
+    # In the order they were created (a run id orders runs by the second only).
+    lost, again = sorted(_runs(cli), key=lambda r: _show(cli, r["run_id"])["created_at"])
     shown = _show(cli, lost["run_id"])
     assert shown["checkpoint"] == "quarantined"
     assert "node agent on node-a restarted" in shown["reason"], shown["reason"]
