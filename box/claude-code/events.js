@@ -32,6 +32,10 @@ function createParser(steps, { textOf }) {
   let reply = null;
   // tool_use id -> tool name, to name each result.
   const toolNames = new Map();
+  // Results that came while their reply was still streaming: Claude Code may run a tool
+  // as soon as its block is complete, so a fast tool's result can come before the
+  // reply's message_stop. They are shown after the reply's turn and calls.
+  let early = [];
 
   const finishReply = () => {
     if (reply === null) return;
@@ -48,6 +52,20 @@ function createParser(steps, { textOf }) {
       toolNames.set(call.id, call.name);
       steps.tool(call.name, call.input);
     }
+    showEarly();
+  };
+
+  const showResult = (part) => {
+    const parts = Array.isArray(part.content) ? part.content : [];
+    const images = parts.filter((p) => p && p.type === "image").length;
+    const name = toolNames.get(part.tool_use_id) || "tool";
+    steps.result(name, textOf(part.content), { isError: Boolean(part.is_error), images });
+  };
+
+  const showEarly = () => {
+    const waiting = early;
+    early = [];
+    for (const part of waiting) showResult(part);
   };
 
   const streamEvent = (ev) => {
@@ -76,6 +94,7 @@ function createParser(steps, { textOf }) {
       // No reply came: Claude Code reports the failed request (after its retries).
       reply = null;
       steps.turn({ error: textOf(content) || "the request failed" });
+      showEarly();
       return;
     }
     if (reply !== null) reply.blocks.push(...content.filter((block) => block && block.type));
@@ -85,10 +104,8 @@ function createParser(steps, { textOf }) {
     const content = Array.isArray(message.content) ? message.content : [];
     for (const part of content) {
       if (!part || part.type !== "tool_result") continue;
-      const parts = Array.isArray(part.content) ? part.content : [];
-      const images = parts.filter((p) => p && p.type === "image").length;
-      const name = toolNames.get(part.tool_use_id) || "tool";
-      steps.result(name, textOf(part.content), { isError: Boolean(part.is_error), images });
+      if (reply !== null) early.push(part);
+      else showResult(part);
     }
   };
 
@@ -109,6 +126,7 @@ function createParser(steps, { textOf }) {
           if (ev.message && typeof ev.message === "object") toolResults(ev.message);
           return;
         case "result":
+          showEarly(); // a reply that never ended still shows what its tools returned
           if (!ev.is_error && typeof ev.result === "string") steps.answer(ev.result);
           return;
         default:

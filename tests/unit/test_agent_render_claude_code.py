@@ -198,6 +198,25 @@ def test_a_tool_call_is_shown_when_its_reply_ends_before_the_tool_has_run(
     ]
 
 
+def test_a_result_that_comes_before_its_reply_ends_is_shown_after_the_call_named(
+    tmp_path: Path,
+) -> None:
+    """Claude Code may run a tool once its block is complete: a fast tool's result can
+    come before the reply's last stream events (seen under gVisor)."""
+    first = reply("msg_1", tool_use("toolu_1", "Read", file_path=NOTE), stop="tool_use")
+    early = [*first[:-2], tool_result("toolu_1", "a note\n"), *first[-2:]]
+    events = [init(), *early, *reply("msg_2", text("Done.")), result("Done.")]
+    done = render(tmp_path, events)
+    assert done.returncode == 0, done.stderr
+    assert [line.replace(" (0.0 s, ", " (") for line in steps(done.stdout)] == [
+        "[claude-code] model turn 1 (120 tokens): 1 tool call",
+        f"[claude-code] tool Read: {NOTE}",
+        "[claude-code] result Read: 7 bytes, 1 line: a note",
+        "[claude-code] model turn 2 (120 tokens): answered",
+        "[claude-code] answer after 2 model turns and 1 tool call:",
+    ]
+
+
 def test_a_failed_request_is_a_turn_with_its_error_and_the_exit_status_is_kept(
     tmp_path: Path,
 ) -> None:
